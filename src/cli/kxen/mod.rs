@@ -1,0 +1,115 @@
+//! `kxen-agent`: the DCPAgent runtime's command line.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+mod init;
+
+use super::output::{self, Format};
+use crate::error::Result;
+
+const AFTER_HELP: &str = "Exit codes:
+   0  success (run completed)
+   1  run failed (or an internal error)
+   2  usage error
+   3  not found (session, run, operation, message, file)
+   4  invalid input (YAML, policy, config, bundle, plan)
+   5  conflict (lease held, workspace mismatch, already exists)
+   6  refused by policy (drift, denied capability)
+   7  input required (UNKNOWN tool outcomes)
+   8  budget exhausted
+   9  external failure (model provider, git, a program)
+  10  corrupt state
+ 130  canceled";
+
+/// Run coding agents durably next to git: every side effect is journaled, so a crash, a kill or
+/// a second process never repeats or loses work.
+#[derive(Debug, Parser)]
+#[command(name = "kxen-agent", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// State directory (beats $KXEN_AGENT_STATE_DIR, then $XDG_STATE_HOME/kxen-agent, then
+    /// ~/.local/state/kxen-agent).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Output format: one JSON object per line (jsonl), or a human view (text).
+    #[arg(long, global = true, value_enum, default_value_t = Format::Jsonl)]
+    pub format: Format,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Work with DCPAgent definitions.
+    #[command(subcommand)]
+    Agent(AgentCommand),
+    /// Work with runtime permission policies.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Write a commented starter definition (refuses to overwrite an existing file).
+    Init {
+        /// Where to write it.
+        #[arg(long, short, default_value = "agent.yaml")]
+        output: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Write a starter runtime policy (refuses to overwrite an existing file).
+    Init {
+        /// Where to write it.
+        #[arg(long, short, default_value = "policy.json")]
+        output: PathBuf,
+    },
+}
+
+/// Entry point of the `kxen-agent` binary; returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let format = cli.format;
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(err) => output::report_error(&err, format),
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<i32> {
+    let format = cli.format;
+    match cli.command {
+        Command::Agent(AgentCommand::Init { output }) => init::write_starter(
+            &output,
+            crate::templates::AGENT_YAML,
+            "agent definition",
+            format,
+        ),
+        Command::Policy(PolicyCommand::Init { output }) => {
+            init::write_starter(&output, crate::templates::POLICY_JSON, "policy", format)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn help_documents_every_exit_code() {
+        for kind in crate::error::ErrorKind::ALL {
+            assert!(AFTER_HELP.contains(kind.meaning()), "{:?}", kind);
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Atomic replace.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// Replaces `path` with `bytes` atomically and durably, with permissions `mode`.
+///
+/// Invariant: at every instant `path` holds either its old content or exactly `bytes`. The temp
+/// file lives in the same directory (so the rename never crosses a filesystem) and is removed on
+/// every error path.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let dir = parent_dir(path);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io("create a temp file in", dir, e))?;
+    tmp.as_file_mut()
+        .write_all(bytes)
+        .map_err(|e| Error::io("write", tmp.path(), e))?;
+    tmp.as_file()
+        .set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io("set permissions on", tmp.path(), e))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| Error::io("fsync", tmp.path(), e))?;
+    tmp.persist(path)
+        .map_err(|e| Error::io("rename into place", path, e.error))?;
+    fsync_dir(dir)
+}
+
+/// Creates `path` with `bytes`, refusing (exit 5) if anything exists there already.
+///
+/// Same durability as [`write_atomic`]; the final step is a no-clobber link, so two racing
+/// creators cannot both win and an existing file is never replaced.
+pub fn create_new(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    if path.symlink_metadata().is_ok() {
+        return Err(exists(path));
+    }
+    let dir = parent_dir(path);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io("create a temp file in", dir, e))?;
+    tmp.as_file_mut()
+        .write_all(bytes)
+        .map_err(|e| Error::io("write", tmp.path(), e))?;
+    tmp.as_file()
+        .set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io("set permissions on", tmp.path(), e))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| Error::io("fsync", tmp.path(), e))?;
+    match tmp.persist_noclobber(path) {
+        Ok(_) => fsync_dir(dir),
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Err(exists(path)),
+        Err(e) => Err(Error::io("create", path, e.error)),
+    }
+}
+
+fn exists(path: &Path) -> Error {
+    Error::conflict(format!(
+        "{} already exists; not overwriting it",
+        path.display()
+    ))
+    .with_hint("choose another path with --output, or remove the file first")
+}
+
+/// Serializes `value` as pretty JSON (one trailing newline) and replaces `path` atomically.
+pub fn write_atomic_json<T: serde::Serialize>(path: &Path, value: &T, mode: u32) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value)
+        .map_err(|e| Error::failed(format!("cannot serialize {}: {e}", path.display())))?;
+    bytes.push(b'\n');
+    write_atomic(path, &bytes, mode)
+}
+
+/// Fsyncs a directory so that a rename or a file creation in it survives a crash.
+pub fn fsync_dir(dir: &Path) -> Result<()> {
+    let handle = fs::File::open(dir).map_err(|e| Error::io("open directory", dir, e))?;
+    handle
+        .sync_all()
+        .map_err(|e| Error::io("fsync directory", dir, e))
+}
+
+/// Creates `dir` and its missing parents with mode 0700, fsyncing each new entry's parent.
+pub fn create_dir_private(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dir_private(parent)?;
+    }
+    match fs::DirBuilder::new()
+        .mode(super::STATE_DIR_MODE)
+        .create(dir)
+    {
+        Ok(()) => fsync_dir(parent_dir(dir)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(Error::io("create directory", dir, e)),
+    }
+}
+
+pub(crate) fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_content_and_sets_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        write_atomic(&path, b"old", 0o600).unwrap();
+        write_atomic(&path, b"new", 0o600).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"new");
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // No temp file is left behind.
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("state.json")]);
+    }
+
+    #[test]
+    fn failed_write_leaves_old_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing-dir").join("x.json");
+        assert!(write_atomic(&path, b"new", 0o600).is_err());
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn create_new_refuses_to_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.yaml");
+        create_new(&path, b"one", 0o644).unwrap();
+        let err = create_new(&path, b"two", 0o644).unwrap_err();
+        assert_eq!(err.kind, crate::error::ErrorKind::Conflict);
+        assert_eq!(fs::read(&path).unwrap(), b"one");
+    }
+
+    #[test]
+    fn creates_private_dirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let nested = dir.path().join("a/b/c");
+        create_dir_private(&nested).unwrap();
+        let mode = fs::metadata(&nested).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        create_dir_private(&nested).unwrap();
+    }
+}

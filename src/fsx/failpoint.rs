@@ -1,0 +1,26 @@
+//! Named crash points at durable steps, for crash tests.
+//!
+//! Compiled in only with the `failpoints` feature. When the environment variable
+//! `KXEN_FAILPOINT` names a point, the process aborts (no destructors, no flushing — as close to
+//! a power cut as a test can get) the first time execution reaches it. Every point is listed in
+//! [`ALL`] so a crash test can iterate all of them and none is forgotten.
+
+/// Every failpoint name in the crate. Add new points here; the crash test iterates this list.
+pub const ALL: &[&str] = &[];
+
+/// Aborts the process if the `KXEN_FAILPOINT` environment variable equals `name`.
+#[inline]
+pub fn hit(name: &str) {
+    #[cfg(feature = "failpoints")]
+    {
+        debug_assert!(
+            ALL.contains(&name),
+            "failpoint {name} is not listed in fsx::failpoint::ALL"
+        );
+        if std::env::var("KXEN_FAILPOINT").is_ok_and(|v| v == name) {
+            std::process::abort();
+        }
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
+}

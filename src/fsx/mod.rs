@@ -1,0 +1,26 @@
+//! The durable file layer: the only code in the crate that writes files.
+//!
+//! Two ways to change state, and no third:
+//! - [`write_atomic`]: temp file in the same directory, write, fsync, rename, fsync the directory.
+//!   Readers see the old bytes or the new bytes, never a mix.
+//! - [`append_line`]: one `write` of a whole line, then fsync. Readers ([`read_jsonl`]) detect a
+//!   torn last line (a crash mid-append) and ignore it; damage anywhere else is corrupt state.
+//!
+//! Locks ([`FileLock`]) are OS advisory locks on dedicated lock files that are never deleted, so
+//! the kernel releases them when a holder dies.
+
+mod append;
+mod atomic;
+pub mod failpoint;
+mod lock;
+
+pub use append::{
+    JsonlFile, TornTail, append_line, read_jsonl, read_jsonl_values, repair_torn_tail,
+};
+pub use atomic::{create_dir_private, create_new, fsync_dir, write_atomic, write_atomic_json};
+pub use lock::{FileLock, LockWait};
+
+/// File mode for state files: readable by the owner only (they hold task text and tool output).
+pub const STATE_FILE_MODE: u32 = 0o600;
+/// Directory mode for the state dir and its children.
+pub const STATE_DIR_MODE: u32 = 0o700;

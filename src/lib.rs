@@ -1,0 +1,16 @@
+//! kxen: the library behind the `kxen-agent` and `dwp` binaries.
+//!
+//! `kxen-agent` runs DCPAgents durably next to git (spec: `kxen-agent.md`); `dwp` is the Deep Work
+//! Plan 7 resources-and-abilities layer (spec: `dwp.md`). Everything but argument parsing and
+//! rendering lives here; only the [`cli`] module prints.
+
+pub mod canonical;
+pub mod cli;
+pub mod clock;
+pub mod error;
+pub mod fsx;
+pub mod hash;
+pub mod ids;
+pub mod templates;
+
+pub use error::{Error, ErrorKind, Result};

@@ -1,0 +1,126 @@
+//! A hermetic environment for CLI tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A temp HOME, a state dir and helpers to run the binaries with a cleared environment.
+pub struct TestEnv {
+    pub root: tempfile::TempDir,
+}
+
+/// What a command did: exit code, stdout, stderr.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(output: Output) -> Run {
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Every stdout line parsed as JSON (panics with the line if one is not JSON).
+    pub fn jsonl(&self) -> Vec<serde_json::Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect()
+    }
+
+    /// Asserts the exit code, showing both streams when it differs.
+    #[track_caller]
+    pub fn expect(&self, code: i32) -> &Run {
+        assert_eq!(
+            self.code, code,
+            "exit code\n--- stdout\n{}\n--- stderr\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+impl TestEnv {
+    pub fn new() -> TestEnv {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("home")).unwrap();
+        TestEnv { root }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.root.path()
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.root.path().join("home")
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.root.path().join("state")
+    }
+
+    /// A command for one of the binaries, with a cleared environment (PATH kept) and HOME,
+    /// XDG dirs and the state dir inside this env. Runs in the env's root directory.
+    pub fn cmd(&self, bin: &str) -> Command {
+        let exe = match bin {
+            "kxen-agent" => env!("CARGO_BIN_EXE_kxen-agent"),
+            "dwp" => env!("CARGO_BIN_EXE_dwp"),
+            other => panic!("unknown binary {other}"),
+        };
+        let mut cmd = Command::new(exe);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home())
+            .env("XDG_STATE_HOME", self.root.path().join("xdg-state"))
+            .env("XDG_CONFIG_HOME", self.root.path().join("xdg-config"))
+            .env("KXEN_AGENT_STATE_DIR", self.state_dir())
+            .current_dir(self.root.path());
+        cmd
+    }
+
+    /// Runs `bin args…` and captures the result.
+    pub fn run(&self, bin: &str, args: &[&str]) -> Run {
+        Run::from(self.cmd(bin).args(args).output().unwrap())
+    }
+
+    /// Creates a git repository at `name` with one commit of `files` (path, content).
+    pub fn git_repo(&self, name: &str, files: &[(&str, &str)]) -> PathBuf {
+        let dir = self.root.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        git(&dir, &["init", "-q", "-b", "main"]);
+        for (path, content) in files {
+            let file = dir.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, content).unwrap();
+        }
+        git(&dir, &["add", "-A"]);
+        git(&dir, &["commit", "-q", "--allow-empty", "-m", "initial"]);
+        dir
+    }
+}
+
+/// Runs git in `dir` with a fixed identity and no user or system config; panics on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "Test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.com")
+        .env("GIT_COMMITTER_NAME", "Test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.com")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
