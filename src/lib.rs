@@ -11,6 +11,10 @@ pub mod error;
 pub mod fsx;
 pub mod hash;
 pub mod ids;
+pub mod journal;
+pub mod run;
+pub mod session;
+pub mod state;
 pub mod templates;
 
 pub use error::{Error, ErrorKind, Result};

@@ -6,7 +6,22 @@
 //! [`ALL`] so a crash test can iterate all of them and none is forgotten.
 
 /// Every failpoint name in the crate. Add new points here; the crash test iterates this list.
-pub const ALL: &[&str] = &[];
+pub const ALL: &[&str] = &[
+    // A Session's creation (session::store::create).
+    "session.create.before-rename",
+    "session.create.after-rename",
+    // The durable tool boundary (kxen-agent.md §8), in the order the loop reaches them.
+    "tool.after-assistant-message",
+    "tool.after-started",
+    "tool.after-side-effect",
+    "tool.after-outcome-known",
+    "tool.after-turn-append",
+    "tool.after-settled",
+    // Two-phase final settlement.
+    "settle.after-result",
+    "settle.after-final-message",
+    "settle.after-settled",
+];
 
 /// Aborts the process if the `KXEN_FAILPOINT` environment variable equals `name`.
 #[inline]

@@ -13,12 +13,14 @@ mod append;
 mod atomic;
 pub mod failpoint;
 mod lock;
+mod tree;
 
 pub use append::{
     JsonlFile, TornTail, append_line, read_jsonl, read_jsonl_values, repair_torn_tail,
 };
 pub use atomic::{create_dir_private, create_new, fsync_dir, write_atomic, write_atomic_json};
 pub use lock::{FileLock, LockWait};
+pub use tree::{remove_staging_dir, rename_dir_into_place};
 
 /// File mode for state files: readable by the owner only (they hold task text and tool output).
 pub const STATE_FILE_MODE: u32 = 0o600;

@@ -4,3 +4,4 @@
 #[allow(dead_code)] // helpers used by some test modules only
 mod env;
 mod init;
+mod run_show;

@@ -5,9 +5,11 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod init;
+mod show;
 
 use super::output::{self, Format};
 use crate::error::Result;
+use crate::state::{StateDir, StateEnv};
 
 const AFTER_HELP: &str = "Exit codes:
    0  success (run completed)
@@ -49,6 +51,34 @@ pub enum Command {
     /// Work with runtime permission policies.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Inspect Sessions (read-only).
+    #[command(subcommand)]
+    Session(SessionCommand),
+    /// Inspect runs.
+    #[command(subcommand, name = "run")]
+    RunCmd(RunCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// List the Sessions in the state dir, oldest first (read-only).
+    List,
+    /// Print a Session: metadata, workspace binding, lock, runs and messages (read-only).
+    Show {
+        /// The Session id (`ses_…`).
+        session: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunCommand {
+    /// Print a run's state and every tool-journal operation with its phase (read-only).
+    Show {
+        /// The Session id (`ses_…`).
+        session: String,
+        /// The run id (`run_…`).
+        run: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -83,7 +113,15 @@ pub fn main() -> i32 {
 
 fn dispatch(cli: Cli) -> Result<i32> {
     let format = cli.format;
+    let state = || StateDir::resolve(cli.state_dir.as_deref(), &StateEnv::from_process());
     match cli.command {
+        Command::Session(SessionCommand::List) => show::session_list(&state()?, format),
+        Command::Session(SessionCommand::Show { session }) => {
+            show::session_show(&state()?, &session, format)
+        }
+        Command::RunCmd(RunCommand::Show { session, run }) => {
+            show::run_show(&state()?, &session, &run, format)
+        }
         Command::Agent(AgentCommand::Init { output }) => init::write_starter(
             &output,
             crate::templates::AGENT_YAML,

@@ -1,0 +1,46 @@
+//! `session list`, `session show SES`, `run show SES RUN`: read-only JSON views.
+
+use serde_json::Value;
+
+use crate::cli::output::{self, Format};
+use crate::error::Result;
+use crate::session::view;
+use crate::state::StateDir;
+
+pub fn session_list(state: &StateDir, format: Format) -> Result<i32> {
+    let sessions = view::list(state)?;
+    match format {
+        Format::Jsonl => sessions.iter().for_each(output::json_line),
+        Format::Text if sessions.is_empty() => output::line("no sessions"),
+        Format::Text => {
+            for s in &sessions {
+                output::line(&format!(
+                    "{}  {}  {}  runs: {} (last: {})",
+                    s["id"].as_str().unwrap_or(""),
+                    s["createdAt"].as_str().unwrap_or(""),
+                    s["agent"].as_str().unwrap_or("-"),
+                    s["runs"],
+                    s["lastRunStatus"].as_str().unwrap_or("-"),
+                ));
+            }
+        }
+    }
+    Ok(0)
+}
+
+pub fn session_show(state: &StateDir, session_id: &str, format: Format) -> Result<i32> {
+    print(&view::show_session(state, session_id)?, format);
+    Ok(0)
+}
+
+pub fn run_show(state: &StateDir, session_id: &str, run_id: &str, format: Format) -> Result<i32> {
+    print(&view::show_run(state, session_id, run_id)?, format);
+    Ok(0)
+}
+
+fn print(value: &Value, format: Format) {
+    match format {
+        Format::Jsonl => output::json_line(value),
+        Format::Text => output::line(&serde_json::to_string_pretty(value).unwrap_or_default()),
+    }
+}

@@ -1,0 +1,227 @@
+//! The durable tool journal of one run (kxen-agent.md §8).
+//!
+//! Every tool call is an *operation* that moves `Started → OutcomeKnown → Settled`, or
+//! `Started → OutcomeUnknown → Resolved → Settled`. Each transition is one appended line; the
+//! file is never rewritten. The live state of an operation is the fold of its lines, so reading
+//! the file back always gives exactly the state the writer had ([`fold`]).
+//!
+//! Invariants the writer keeps (and [`Journal::record`] enforces): `Started` is durable before
+//! the side effect runs; no record follows `Settled`; a transition the state machine does not
+//! allow is refused before anything is written.
+
+mod record;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+pub use record::{BlobPointer, JournalRecord, OpPhase, ToolOutcome};
+
+use crate::error::{Error, Result};
+use crate::fsx;
+
+/// Tool outputs larger than this many bytes go to a blob; the journal keeps a summary.
+pub const INLINE_LIMIT: usize = 64 * 1024;
+
+/// The live state of one operation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpState {
+    pub op_id: String,
+    pub phase: OpPhase,
+    pub tool: String,
+    pub arguments: Value,
+    pub message_id: String,
+    pub tool_call_id: String,
+    pub call_index: usize,
+    pub started_at: String,
+    /// The outcome: recorded by the tool (`OutcomeKnown`) or by an operator (`Resolved`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<ToolOutcome>,
+    /// Why the outcome is unknown (after `OutcomeUnknown`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown_reason: Option<String>,
+    /// The tool result message in the Session (after `Settled`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_message_id: Option<String>,
+    /// Every phase the operation went through, in order.
+    pub history: Vec<OpPhase>,
+}
+
+/// Operations in the order they were started, with an index by id.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OpTable {
+    ops: Vec<OpState>,
+    index: HashMap<String, usize>,
+}
+
+impl OpTable {
+    /// Applies one record, refusing a transition the state machine does not allow.
+    pub fn apply(&mut self, record: &JournalRecord) -> std::result::Result<(), String> {
+        let op_id = record.op_id();
+        if let JournalRecord::Started {
+            op_id,
+            at,
+            tool,
+            arguments,
+            message_id,
+            tool_call_id,
+            call_index,
+        } = record
+        {
+            if self.index.contains_key(op_id) {
+                return Err(format!("operation {op_id} started twice"));
+            }
+            self.index.insert(op_id.clone(), self.ops.len());
+            self.ops.push(OpState {
+                op_id: op_id.clone(),
+                phase: OpPhase::Started,
+                tool: tool.clone(),
+                arguments: arguments.clone(),
+                message_id: message_id.clone(),
+                tool_call_id: tool_call_id.clone(),
+                call_index: *call_index,
+                started_at: at.clone(),
+                output: None,
+                unknown_reason: None,
+                turn_message_id: None,
+                history: vec![OpPhase::Started],
+            });
+            return Ok(());
+        }
+        let Some(&i) = self.index.get(op_id) else {
+            return Err(format!(
+                "{} record for unknown operation {op_id}",
+                record.phase().name()
+            ));
+        };
+        let op = &mut self.ops[i];
+        let next = record.phase();
+        if !op.phase.allows(next) {
+            return Err(format!(
+                "operation {op_id} cannot go from {} to {}",
+                op.phase.name(),
+                next.name()
+            ));
+        }
+        match record {
+            JournalRecord::OutcomeKnown { output, .. } | JournalRecord::Resolved { output, .. } => {
+                op.output = Some(output.clone());
+            }
+            JournalRecord::OutcomeUnknown { reason, .. } => {
+                op.unknown_reason = Some(reason.clone())
+            }
+            JournalRecord::Settled {
+                turn_message_id, ..
+            } => op.turn_message_id = Some(turn_message_id.clone()),
+            JournalRecord::Started { .. } => unreachable!("handled above"),
+        }
+        op.phase = next;
+        op.history.push(next);
+        Ok(())
+    }
+
+    pub fn get(&self, op_id: &str) -> Option<&OpState> {
+        self.index.get(op_id).map(|&i| &self.ops[i])
+    }
+
+    /// All operations, in start order.
+    pub fn ops(&self) -> &[OpState] {
+        &self.ops
+    }
+
+    /// The operation started for call `call_index` of assistant message `message_id`, if any.
+    pub fn for_call(&self, message_id: &str, call_index: usize) -> Option<&OpState> {
+        self.ops
+            .iter()
+            .rev()
+            .find(|op| op.message_id == message_id && op.call_index == call_index)
+    }
+}
+
+/// Folds records into the live state; `path` names the file in a corrupt-state error.
+pub fn fold(path: &Path, records: &[JournalRecord]) -> Result<OpTable> {
+    let mut table = OpTable::default();
+    for (i, record) in records.iter().enumerate() {
+        table.apply(record).map_err(|why| {
+            Error::corrupt(format!("{}:{}: {why}", path.display(), i + 1))
+                .with_hint("the journal was not written by kxen-agent in this order; restore it from a backup or bundle")
+        })?;
+    }
+    Ok(table)
+}
+
+/// Reads a journal without changing it (read-only commands). A torn last line is ignored.
+pub fn read(path: &Path) -> Result<OpTable> {
+    let file = fsx::read_jsonl::<JournalRecord>(path)?;
+    fold(path, &file.records)
+}
+
+/// The journal of one run, open for writing. Only the holder of the Session's run lease opens
+/// one, so there is a single writer.
+#[derive(Debug)]
+pub struct Journal {
+    path: PathBuf,
+    table: OpTable,
+}
+
+impl Journal {
+    /// Opens (or starts) the journal at `path`, repairing a torn last line left by a crash.
+    /// Call only under the Session's run lease.
+    pub fn open(path: &Path) -> Result<Journal> {
+        let file = fsx::read_jsonl::<JournalRecord>(path)?;
+        if let Some(tail) = &file.torn_tail {
+            fsx::repair_torn_tail(path, tail)?;
+        }
+        Ok(Journal {
+            path: path.to_path_buf(),
+            table: fold(path, &file.records)?,
+        })
+    }
+
+    /// Makes `record` durable, then applies it to the live state. An illegal transition is
+    /// refused before anything is written.
+    pub fn record(&mut self, record: JournalRecord) -> Result<()> {
+        self.check(&record)?;
+        let line = serde_json::to_string(&record)
+            .map_err(|e| Error::failed(format!("cannot serialize a journal record: {e}")))?;
+        fsx::append_line(&self.path, &line)?;
+        self.table
+            .apply(&record)
+            .map_err(|why| Error::failed(format!("journal state machine: {why}")))
+    }
+
+    fn check(&self, record: &JournalRecord) -> Result<()> {
+        let op_id = record.op_id();
+        let ok = match (record, self.table.get(op_id)) {
+            (JournalRecord::Started { .. }, existing) => existing.is_none(),
+            (_, Some(op)) => op.phase.allows(record.phase()),
+            (_, None) => false,
+        };
+        if ok {
+            Ok(())
+        } else {
+            let from = self
+                .table
+                .get(op_id)
+                .map_or("nothing", |op| op.phase.name());
+            Err(Error::conflict(format!(
+                "operation {op_id} cannot go from {from} to {}",
+                record.phase().name()
+            )))
+        }
+    }
+
+    pub fn table(&self) -> &OpTable {
+        &self.table
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,189 @@
+//! The on-disk records of the tool journal (`runs/<run>/journal.jsonl`), one line per phase
+//! transition of one tool operation.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One line of the journal. Lines are only ever appended; the live state of an operation is the
+/// fold of its records ([`super::fold`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    tag = "phase",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum JournalRecord {
+    /// Durable BEFORE the side effect runs: the tool call about to execute.
+    Started {
+        op_id: String,
+        at: String,
+        /// The tool's name as the model called it.
+        tool: String,
+        /// The arguments as the model sent them (always a JSON object).
+        arguments: Value,
+        /// The assistant message that asked for this call.
+        message_id: String,
+        /// The provider's id of the call (echoed in the tool result message).
+        tool_call_id: String,
+        /// Position of the call in that assistant message.
+        call_index: usize,
+    },
+    /// Durable after the tool returned: what it produced.
+    OutcomeKnown {
+        op_id: String,
+        at: String,
+        output: ToolOutcome,
+    },
+    /// The tool result message `turn_message_id` is in the Session: nothing is pending.
+    Settled {
+        op_id: String,
+        at: String,
+        turn_message_id: String,
+    },
+    /// `Started` without an outcome was found by recovery: the side effect may or may not have
+    /// happened, so a human must say what it did (`run resolve`).
+    OutcomeUnknown {
+        op_id: String,
+        at: String,
+        reason: String,
+    },
+    /// An operator recorded the verified outcome of an `OutcomeUnknown` operation.
+    Resolved {
+        op_id: String,
+        at: String,
+        output: ToolOutcome,
+    },
+}
+
+impl JournalRecord {
+    /// The operation this record belongs to.
+    pub fn op_id(&self) -> &str {
+        match self {
+            JournalRecord::Started { op_id, .. }
+            | JournalRecord::OutcomeKnown { op_id, .. }
+            | JournalRecord::Settled { op_id, .. }
+            | JournalRecord::OutcomeUnknown { op_id, .. }
+            | JournalRecord::Resolved { op_id, .. } => op_id,
+        }
+    }
+
+    /// The phase an operation is in right after this record.
+    pub fn phase(&self) -> OpPhase {
+        match self {
+            JournalRecord::Started { .. } => OpPhase::Started,
+            JournalRecord::OutcomeKnown { .. } => OpPhase::OutcomeKnown,
+            JournalRecord::Settled { .. } => OpPhase::Settled,
+            JournalRecord::OutcomeUnknown { .. } => OpPhase::OutcomeUnknown,
+            JournalRecord::Resolved { .. } => OpPhase::Resolved,
+        }
+    }
+}
+
+/// What a tool call produced, as recorded (and as the model sees it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolOutcome {
+    /// The text given to the model. Outputs over [`super::INLINE_LIMIT`] bytes are replaced by a
+    /// summary here and kept whole in `blob`.
+    pub text: String,
+    pub is_error: bool,
+    /// The full output in the content-addressed blob store, when it was too large to inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob: Option<BlobPointer>,
+    /// The tool was stopped before it finished (cancel, timeout).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
+}
+
+/// A reference to a blob: `blobs/<sha256>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BlobPointer {
+    pub sha256: String,
+    pub bytes: u64,
+}
+
+/// The phase of one operation (`Started → OutcomeKnown → Settled`, or
+/// `Started → OutcomeUnknown → Resolved → Settled`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OpPhase {
+    Started,
+    OutcomeKnown,
+    OutcomeUnknown,
+    Resolved,
+    Settled,
+}
+
+impl OpPhase {
+    /// Whether `next` may follow `self`. Anything else is never written, and reading it is
+    /// corrupt state.
+    pub fn allows(self, next: OpPhase) -> bool {
+        use OpPhase::*;
+        matches!(
+            (self, next),
+            (Started, OutcomeKnown)
+                | (Started, OutcomeUnknown)
+                | (OutcomeUnknown, Resolved)
+                | (OutcomeKnown, Settled)
+                | (Resolved, Settled)
+        )
+    }
+
+    /// No record may follow: the operation is finished for good.
+    pub fn is_terminal(self) -> bool {
+        self == OpPhase::Settled
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OpPhase::Started => "started",
+            OpPhase::OutcomeKnown => "outcomeKnown",
+            OpPhase::OutcomeUnknown => "outcomeUnknown",
+            OpPhase::Resolved => "resolved",
+            OpPhase::Settled => "settled",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn records_round_trip_in_camel_case() {
+        let rec = JournalRecord::Started {
+            op_id: "op_1".into(),
+            at: "t".into(),
+            tool: "read".into(),
+            arguments: json!({"path": "a"}),
+            message_id: "msg_1".into(),
+            tool_call_id: "call_1".into(),
+            call_index: 0,
+        };
+        let line = serde_json::to_string(&rec).unwrap();
+        assert!(
+            line.starts_with(r#"{"phase":"started","opId":"op_1""#),
+            "{line}"
+        );
+        assert!(line.contains(r#""toolCallId":"call_1""#));
+        assert_eq!(serde_json::from_str::<JournalRecord>(&line).unwrap(), rec);
+        let bad = r#"{"phase":"settled","opId":"op_1","at":"t","turnMessageId":"m","x":1}"#;
+        assert!(serde_json::from_str::<JournalRecord>(bad).is_err());
+    }
+
+    #[test]
+    fn settled_is_the_only_terminal_phase() {
+        use OpPhase::*;
+        for p in [Started, OutcomeKnown, OutcomeUnknown, Resolved, Settled] {
+            for q in [Started, OutcomeKnown, OutcomeUnknown, Resolved, Settled] {
+                if p.is_terminal() {
+                    assert!(!p.allows(q));
+                }
+                assert!(!q.allows(Started), "nothing precedes Started");
+            }
+        }
+    }
+}

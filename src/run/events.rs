@@ -1,0 +1,126 @@
+//! What a run reports while it works. The library emits [`Event`]s into a sink; the CLI renders
+//! them (one JSON object per line, or the text view). Events never carry credentials.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::session::UsageRecord;
+
+/// One event. Serialized with a `type` field in camelCase (`{"type":"toolStarted",…}`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
+pub enum Event {
+    /// A new Session exists on disk.
+    SessionCreated {
+        session_id: String,
+        workspace: Value,
+        agent: String,
+        definition_hash: String,
+        policy_hash: String,
+        capabilities: Vec<String>,
+        /// The definition came from the Builder (no `--agent`).
+        built: bool,
+    },
+    /// Something worth knowing that does not stop the run (e.g. a workspace warning).
+    Warning { message: String },
+    /// A run starts (or continues) executing.
+    RunStarted {
+        session_id: String,
+        run_id: String,
+        task: String,
+    },
+    /// The model said something.
+    ModelText {
+        run_id: String,
+        message_id: String,
+        text: String,
+    },
+    /// A tool call is about to run (its `Started` record is durable).
+    ToolStarted {
+        run_id: String,
+        op_id: String,
+        tool: String,
+        arguments: Value,
+    },
+    /// A tool call finished, or was refused without running (`opId` absent).
+    ToolFinished {
+        run_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        op_id: Option<String>,
+        tool: String,
+        is_error: bool,
+        /// The start of the output (the whole output is in the Session).
+        output: String,
+    },
+    /// The run stopped because tool outcomes are unknown; a human must resolve them.
+    RunInputRequired {
+        session_id: String,
+        run_id: String,
+        op_ids: Vec<String>,
+    },
+    /// The run reached a terminal status.
+    RunFinished {
+        session_id: String,
+        run_id: String,
+        status: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        final_text: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        turns: u64,
+        usage: UsageRecord,
+    },
+}
+
+/// Where events go.
+pub trait EventSink {
+    fn emit(&mut self, event: Event);
+}
+
+impl<F: FnMut(Event)> EventSink for F {
+    fn emit(&mut self, event: Event) {
+        self(event)
+    }
+}
+
+/// A sink that drops everything (benchmarks, tests).
+pub struct Discard;
+
+impl EventSink for Discard {
+    fn emit(&mut self, _event: Event) {}
+}
+
+/// The first `max` characters of `text`, with a note when cut.
+pub fn preview(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_string(),
+        Some((cut, _)) => format!("{}… [{} more bytes]", &text[..cut], text.len() - cut),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_have_a_camel_case_type() {
+        let e = Event::ToolFinished {
+            run_id: "run_1".into(),
+            op_id: None,
+            tool: "read".into(),
+            is_error: true,
+            output: "no".into(),
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["type"], "toolFinished");
+        assert_eq!(v["isError"], true);
+        assert!(v.get("opId").is_none());
+        assert_eq!(preview("héllo", 2), "hé… [3 more bytes]");
+        assert_eq!(preview("hi", 2), "hi");
+    }
+}

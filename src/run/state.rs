@@ -1,0 +1,194 @@
+//! `runs/<run>/run.json`: the state of one run, replaced atomically at each status change.
+//!
+//! Turns are not counted here per turn (that would cost an atomic replace per model call): the
+//! durable record of a turn is its assistant message in `messages.jsonl`, and run.json stores the
+//! count only in the terminal result.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::fsx;
+use crate::session::UsageRecord;
+use crate::state::RunPaths;
+
+pub const FORMAT_VERSION: u32 = 1;
+
+/// kxen-agent.md §6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RunStatus {
+    Queued,
+    Running,
+    InputRequired,
+    Completed,
+    Failed,
+    Canceled,
+}
+
+impl RunStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Canceled
+        )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::InputRequired => "inputRequired",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Canceled => "canceled",
+        }
+    }
+}
+
+/// Why a run failed, when the reason has its own exit code or meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FailReason {
+    /// `maxTurns` or `maxWallClockMs` reached (exit 8).
+    BudgetExhausted,
+    /// The final output broke the output contract (exit 1).
+    OutputContract,
+    /// The model provider kept failing past `maxPureRetries` (exit 9).
+    ProviderFailed,
+}
+
+/// One process's work on a run; budgets count the total over all attempts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Attempt {
+    pub started_at: String,
+    pub pid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+    /// Wall-clock time this attempt spent, known once it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_clock_ms: Option<u64>,
+}
+
+/// An error as recorded in a run result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunError {
+    pub kind: String,
+    pub message: String,
+}
+
+/// The terminal result, persisted before the final message is appended (two-phase settlement).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunResult {
+    pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<FailReason>,
+    pub final_text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+    /// The id the final assistant message has (or gets) in `messages.jsonl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_message_id: Option<String>,
+    pub turns: u64,
+    pub usage: UsageRecord,
+    pub at: String,
+}
+
+/// The content of `run.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunState {
+    pub format_version: u32,
+    pub id: String,
+    pub session_id: String,
+    pub status: RunStatus,
+    /// The user message holding this run's task.
+    pub task_message_id: String,
+    pub created_at: String,
+    pub updated_at: String,
+    #[serde(default)]
+    pub attempts: Vec<Attempt>,
+    /// Operations waiting for `run resolve` (status `inputRequired`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_ops: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<RunResult>,
+    /// The final message is in the Session: nothing about this run is pending.
+    pub settled: bool,
+}
+
+impl RunState {
+    /// A queued run for `task_message_id`.
+    pub fn new(session_id: &str, run_id: &str, task_message_id: &str) -> RunState {
+        let now = crate::clock::now_rfc3339();
+        RunState {
+            format_version: FORMAT_VERSION,
+            id: run_id.to_string(),
+            session_id: session_id.to_string(),
+            status: RunStatus::Queued,
+            task_message_id: task_message_id.to_string(),
+            created_at: now.clone(),
+            updated_at: now,
+            attempts: Vec::new(),
+            unknown_ops: Vec::new(),
+            result: None,
+            settled: false,
+        }
+    }
+
+    /// Reads `run.json` (read-only).
+    pub fn read(paths: &RunPaths, run_id: &str) -> Result<RunState> {
+        let path = paths.run_json();
+        let bytes = std::fs::read(&path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::not_found(format!("no run {run_id} ({})", path.display()))
+                    .with_hint("run `kxen-agent session show SES` to list the session's runs")
+            } else {
+                Error::io("read", &path, e)
+            }
+        })?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::corrupt(format!("{}: {e}", path.display())))
+    }
+
+    /// Replaces `run.json` atomically.
+    pub fn save(&mut self, paths: &RunPaths) -> Result<()> {
+        self.updated_at = crate::clock::now_rfc3339();
+        fsx::write_atomic_json(&paths.run_json(), self, fsx::STATE_FILE_MODE)
+    }
+
+    /// Wall-clock time spent by earlier, finished attempts.
+    pub fn spent_wall_clock_ms(&self) -> u64 {
+        self.attempts.iter().filter_map(|a| a.wall_clock_ms).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_json_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = RunPaths {
+            dir: dir.path().to_path_buf(),
+        };
+        let mut run = RunState::new("ses_1", "run_1", "msg_1");
+        run.result = Some(RunResult {
+            status: RunStatus::Failed,
+            reason: Some(FailReason::BudgetExhausted),
+            final_text: String::new(),
+            error: None,
+            final_message_id: None,
+            turns: 3,
+            usage: UsageRecord::default(),
+            at: "t".into(),
+        });
+        run.save(&paths).unwrap();
+        let text = std::fs::read_to_string(paths.run_json()).unwrap();
+        assert!(text.contains(r#""reason": "budgetExhausted""#), "{text}");
+        assert_eq!(RunState::read(&paths, "run_1").unwrap(), run);
+    }
+}

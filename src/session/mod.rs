@@ -1,0 +1,16 @@
+//! Sessions on disk: metadata, the conversation, the run lease, and creation that is all or
+//! nothing.
+//!
+//! A Session directory appears under `sessions/` only when it is complete: it is built in a
+//! staging directory and renamed into place ([`store::create`]). Everything that changes an
+//! existing Session happens under its run lease ([`lease::Lease`]).
+
+pub mod lease;
+pub mod messages;
+pub mod meta;
+pub mod store;
+pub mod view;
+
+pub use lease::{Lease, LeaseRecord};
+pub use messages::{CallRecord, Message, MessageLog, Role, UsageRecord};
+pub use meta::SessionMeta;

@@ -1,0 +1,77 @@
+//! Read-only views of Sessions and runs (`session list`, `session show`, `run show`).
+//!
+//! They never write anything, not even the state dir, and take no lock, so they work while a run
+//! holds the lease; a torn last line written by a live run is simply not shown yet.
+
+use serde_json::{Value, json};
+
+use crate::error::Result;
+use crate::ids::{self, IdKind};
+use crate::journal;
+use crate::run::state::RunState;
+use crate::session::{SessionMeta, messages, store};
+use crate::state::StateDir;
+
+/// One summary object per Session, oldest first.
+pub fn list(state: &StateDir) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for id in store::list_ids(state)? {
+        let paths = state.session(&id);
+        if !paths.session_json().is_file() {
+            continue;
+        }
+        let meta = SessionMeta::read(&paths, &id)?;
+        let runs = store::list_runs(&paths)?;
+        let last = runs.last();
+        out.push(json!({
+            "type": "session",
+            "id": meta.id,
+            "createdAt": meta.created_at,
+            "agent": meta.lock.pointer("/definition/metadata/name").cloned().unwrap_or(Value::Null),
+            "workspace": workspace_root(&meta.workspace),
+            "parentId": meta.parent_id,
+            "runs": runs.len(),
+            "lastRunId": last.map(|r| r.id.clone()),
+            "lastRunStatus": last.map(|r| r.status.name()),
+        }));
+    }
+    Ok(out)
+}
+
+/// A Session: metadata, lock, binding, its runs and its messages.
+pub fn show_session(state: &StateDir, session_id: &str) -> Result<Value> {
+    let paths = store::session_paths(state, session_id)?;
+    let meta = SessionMeta::read(&paths, session_id)?;
+    let runs = store::list_runs(&paths)?;
+    let messages = messages::read(&paths.messages())?;
+    let mut value = json!({"type": "session"});
+    if let (Value::Object(out), Ok(Value::Object(fields))) =
+        (&mut value, serde_json::to_value(&meta))
+    {
+        out.extend(fields);
+    }
+    value["runs"] = serde_json::to_value(&runs).unwrap_or(Value::Null);
+    value["messages"] = serde_json::to_value(&messages).unwrap_or(Value::Null);
+    Ok(value)
+}
+
+/// A run's state plus every journal operation with its phase.
+pub fn show_run(state: &StateDir, session_id: &str, run_id: &str) -> Result<Value> {
+    let paths = store::session_paths(state, session_id)?;
+    ids::validate_kind(run_id, IdKind::Run)?;
+    let run_paths = paths.run(run_id);
+    let run = RunState::read(&run_paths, run_id)?;
+    let table = journal::read(&run_paths.journal())?;
+    Ok(json!({
+        "type": "run",
+        "run": run,
+        "operations": table.ops(),
+    }))
+}
+
+fn workspace_root(binding: &Value) -> Value {
+    ["root", "canonicalRoot", "path"]
+        .iter()
+        .find_map(|k| binding.get(*k).cloned())
+        .unwrap_or(Value::Null)
+}

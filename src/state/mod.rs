@@ -1,0 +1,197 @@
+//! Where kxen-agent keeps its state, and the names of every file in it.
+//!
+//! Resolution order (kxen-agent.md §2): `--state-dir` > `$KXEN_AGENT_STATE_DIR` >
+//! `$XDG_STATE_HOME/kxen-agent` > `~/.local/state/kxen-agent`. Resolving never touches the disk:
+//! read-only commands must not create the directory; commands that write call
+//! [`StateDir::ensure`] first. The layout is documented in `docs/state-format.md`.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::fsx;
+
+/// The resolved state directory (it may not exist yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+/// The environment variables state-dir resolution reads, injected so tests stay hermetic.
+#[derive(Debug, Clone, Default)]
+pub struct StateEnv {
+    pub kxen_agent_state_dir: Option<PathBuf>,
+    pub xdg_state_home: Option<PathBuf>,
+    pub home: Option<PathBuf>,
+}
+
+impl StateEnv {
+    /// The values of this process's environment.
+    pub fn from_process() -> StateEnv {
+        let get = |name: &str| {
+            std::env::var_os(name)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        StateEnv {
+            kxen_agent_state_dir: get("KXEN_AGENT_STATE_DIR"),
+            xdg_state_home: get("XDG_STATE_HOME"),
+            home: get("HOME"),
+        }
+    }
+}
+
+impl StateDir {
+    /// Resolves the state directory from the `--state-dir` flag and the environment.
+    pub fn resolve(flag: Option<&Path>, env: &StateEnv) -> Result<StateDir> {
+        let root = if let Some(dir) = flag {
+            dir.to_path_buf()
+        } else if let Some(dir) = &env.kxen_agent_state_dir {
+            dir.clone()
+        } else if let Some(xdg) = &env.xdg_state_home {
+            xdg.join("kxen-agent")
+        } else if let Some(home) = &env.home {
+            home.join(".local/state/kxen-agent")
+        } else {
+            return Err(
+                Error::usage("cannot find a state directory: HOME is not set")
+                    .with_hint("pass --state-dir PATH or set KXEN_AGENT_STATE_DIR"),
+            );
+        };
+        Ok(StateDir { root })
+    }
+
+    /// A state dir at an explicit path (tests, benchmarks).
+    pub fn at(root: impl Into<PathBuf>) -> StateDir {
+        StateDir { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Creates the state dir and `sessions/` (mode 0700) if missing. Only writers call this.
+    pub fn ensure(&self) -> Result<()> {
+        fsx::create_dir_private(&self.sessions_dir())
+    }
+
+    /// `sessions/`: one directory per Session.
+    pub fn sessions_dir(&self) -> PathBuf {
+        self.root.join("sessions")
+    }
+
+    /// `sessions/<ses>/`. The id must have been validated by the caller.
+    pub fn session(&self, session_id: &str) -> SessionPaths {
+        SessionPaths {
+            dir: self.sessions_dir().join(session_id),
+        }
+    }
+
+    /// `blobs/`: content-addressed large tool outputs, shared by all Sessions.
+    pub fn blobs_dir(&self) -> PathBuf {
+        self.root.join("blobs")
+    }
+
+    /// `tool-home/`: the HOME tool subprocesses see (never the user's real HOME).
+    pub fn tool_home(&self) -> PathBuf {
+        self.root.join("tool-home")
+    }
+}
+
+/// The files of one Session directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPaths {
+    pub dir: PathBuf,
+}
+
+impl SessionPaths {
+    /// Session metadata, workspace binding, lineage and lock (atomic replace).
+    pub fn session_json(&self) -> PathBuf {
+        self.dir.join("session.json")
+    }
+    /// The conversation (append-only JSONL).
+    pub fn messages(&self) -> PathBuf {
+        self.dir.join("messages.jsonl")
+    }
+    /// The run lease's lock file (never deleted).
+    pub fn lease_lock(&self) -> PathBuf {
+        self.dir.join("lease.lock")
+    }
+    /// Who holds the lease: `{pid, host, since}` (atomic replace).
+    pub fn lease_json(&self) -> PathBuf {
+        self.dir.join("lease.json")
+    }
+    /// `runs/`.
+    pub fn runs_dir(&self) -> PathBuf {
+        self.dir.join("runs")
+    }
+    /// `runs/<run>/`.
+    pub fn run(&self, run_id: &str) -> RunPaths {
+        RunPaths {
+            dir: self.runs_dir().join(run_id),
+        }
+    }
+}
+
+/// The files of one run directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPaths {
+    pub dir: PathBuf,
+}
+
+impl RunPaths {
+    /// Run state (atomic replace).
+    pub fn run_json(&self) -> PathBuf {
+        self.dir.join("run.json")
+    }
+    /// The tool journal (append-only JSONL).
+    pub fn journal(&self) -> PathBuf {
+        self.dir.join("journal.jsonl")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(k: Option<&str>, x: Option<&str>, h: Option<&str>) -> StateEnv {
+        StateEnv {
+            kxen_agent_state_dir: k.map(PathBuf::from),
+            xdg_state_home: x.map(PathBuf::from),
+            home: h.map(PathBuf::from),
+        }
+    }
+
+    #[test]
+    fn resolution_order() {
+        let all = env(Some("/k"), Some("/x"), Some("/h"));
+        let flag = Path::new("/f");
+        assert_eq!(StateDir::resolve(Some(flag), &all).unwrap().root(), flag);
+        assert_eq!(
+            StateDir::resolve(None, &all).unwrap().root(),
+            Path::new("/k")
+        );
+        let no_k = env(None, Some("/x"), Some("/h"));
+        assert_eq!(
+            StateDir::resolve(None, &no_k).unwrap().root(),
+            Path::new("/x/kxen-agent")
+        );
+        let home_only = env(None, None, Some("/h"));
+        assert_eq!(
+            StateDir::resolve(None, &home_only).unwrap().root(),
+            Path::new("/h/.local/state/kxen-agent")
+        );
+        assert!(StateDir::resolve(None, &env(None, None, None)).is_err());
+    }
+
+    #[test]
+    fn ensure_creates_private_dirs() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::at(tmp.path().join("s"));
+        state.ensure().unwrap();
+        for dir in [state.root().to_path_buf(), state.sessions_dir()] {
+            let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", dir.display());
+        }
+    }
+}
