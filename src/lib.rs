@@ -7,6 +7,7 @@
 pub mod canonical;
 pub mod cli;
 pub mod clock;
+pub mod dwp;
 pub mod error;
 pub mod fsx;
 pub mod hash;

@@ -87,16 +87,19 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
 
 /// Creates `dir` and its missing parents with mode 0700, fsyncing each new entry's parent.
 pub fn create_dir_private(dir: &Path) -> Result<()> {
+    create_dir_with_mode(dir, super::STATE_DIR_MODE)
+}
+
+/// Creates `dir` and its missing parents with `mode` (before umask), fsyncing each new entry's
+/// parent. Used for directories that are committed or shared, such as a repository's `.dwp`.
+pub fn create_dir_with_mode(dir: &Path, mode: u32) -> Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        create_dir_private(parent)?;
+        create_dir_with_mode(parent, mode)?;
     }
-    match fs::DirBuilder::new()
-        .mode(super::STATE_DIR_MODE)
-        .create(dir)
-    {
+    match fs::DirBuilder::new().mode(mode).create(dir) {
         Ok(()) => fsync_dir(parent_dir(dir)),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
         Err(e) => Err(Error::io("create directory", dir, e)),

@@ -18,7 +18,10 @@ mod tree;
 pub use append::{
     JsonlFile, TornTail, append_line, read_jsonl, read_jsonl_values, repair_torn_tail,
 };
-pub use atomic::{create_dir_private, create_new, fsync_dir, write_atomic, write_atomic_json};
+pub use atomic::{
+    create_dir_private, create_dir_with_mode, create_new, fsync_dir, write_atomic,
+    write_atomic_json,
+};
 pub use lock::{FileLock, LockWait};
 pub use tree::{remove_staging_dir, rename_dir_into_place};
 

@@ -1,15 +1,115 @@
 //! `dwp`: the Deep Work Plan 7 resources-and-abilities command line.
+//!
+//! Documents go to stdout (sorted-key, two-space JSON or plain lines); warnings go to stderr as
+//! `WARNING: …`, each exactly once; errors as `ERROR: …` plus `hint: …` lines.
 
-use clap::Parser;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+
+mod config;
+
+use super::output;
+use crate::error::{Error, Result};
+
+const AFTER_HELP: &str = "Exit codes:
+   0  success
+   1  failed (a descriptor audit found a FAIL, or an internal error)
+   2  usage error, or a refused config write (the file is left unchanged)
+   3  not found
+   4  invalid input (unknown ability in --caps, bad JSON)";
 
 /// Deep Work Plan 7: the committed addon registry, effective abilities, plan manifests,
 /// accounting and the resource frame.
 #[derive(Debug, Parser)]
-#[command(name = "dwp", version)]
-pub struct Cli {}
+#[command(name = "dwp", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Read and change the addon registry (.dwp/config.json, ~/.dwp/config.json).
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
+}
+
+/// Where a command finds its repository: `--plan`, else `--repo`, else the git repository
+/// containing the current directory, else the current directory.
+#[derive(Debug, Clone, Args)]
+pub struct RepoArgs {
+    /// A plan folder (<repo>/.dwp/plans/PLAN_…); its repository is the parent of `.dwp`.
+    #[arg(long, value_name = "DIR")]
+    pub plan: Option<PathBuf>,
+    /// The repository root.
+    #[arg(long, value_name = "DIR")]
+    pub repo: Option<PathBuf>,
+}
+
+impl RepoArgs {
+    /// The repository root, or `None` for a plan folder outside `<repo>/.dwp/plans/`.
+    pub fn root(&self) -> Result<Option<PathBuf>> {
+        crate::dwp::repo::discover(self.plan.as_deref(), self.repo.as_deref())
+    }
+
+    /// The repository root a writer needs; a plan outside a repository is a usage error.
+    pub fn root_for_writing(&self) -> Result<PathBuf> {
+        self.root()?.ok_or_else(|| {
+            Error::usage(format!(
+                "{} is not inside <repo>/.dwp/plans/, so there is no repository file to write",
+                self.plan.as_deref().unwrap_or(Path::new(".")).display()
+            ))
+            .with_hint("pass --repo DIR instead")
+        })
+    }
+}
 
 /// Entry point of the `dwp` binary; returns the process exit code.
 pub fn main() -> i32 {
-    let _cli = Cli::parse();
-    0
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(err) => report_error(&err),
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Command::Config(cmd) => config::run(cmd),
+    }
+}
+
+/// Prints each warning once, in order, as `WARNING: <text>` on stderr.
+pub fn print_warnings(warnings: &[String]) {
+    let mut seen = std::collections::HashSet::new();
+    for w in warnings {
+        if seen.insert(w.as_str()) {
+            output::note(&format!("WARNING: {w}"));
+        }
+    }
+}
+
+/// Prints a JSON document as sorted-key, two-space JSON with one trailing newline.
+pub fn print_document(value: &serde_json::Value) {
+    output::line(&crate::canonical::to_pretty(value));
+}
+
+fn report_error(err: &Error) -> i32 {
+    output::note(&format!("ERROR: {}", err.message));
+    for hint in &err.hints {
+        output::note(&format!("hint: {hint}"));
+    }
+    err.exit_code()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
 }

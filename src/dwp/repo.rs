@@ -1,0 +1,102 @@
+//! Finding the repository a `dwp` command works on (dwp.md §1, dwp-details.md §6.1).
+//!
+//! Order: `--plan DIR` (the parent of the `.dwp` that holds `plans/<DIR>`), else `--repo DIR`,
+//! else the git repository containing the current directory, else the current directory. A plan
+//! folder that is not inside `<root>/.dwp/plans/` has no repository, so no repository config file
+//! is read for it (that is not an error: the methodology works without a config file).
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Resolves the repository root for a command from its `--plan` and `--repo` options.
+///
+/// `Ok(None)` only for a `--plan` folder that does not live under `<root>/.dwp/plans/`.
+pub fn discover(plan: Option<&Path>, repo: Option<&Path>) -> Result<Option<PathBuf>> {
+    if let Some(plan) = plan {
+        return Ok(plan_root(&absolute(plan)?));
+    }
+    if let Some(repo) = repo {
+        return Ok(Some(absolute(repo)?));
+    }
+    let cwd = std::env::current_dir()
+        .map_err(|e| Error::io("read the current directory", Path::new("."), e))?;
+    Ok(Some(git_root(&cwd).unwrap_or(cwd)))
+}
+
+/// The repository root of a plan folder: walks up from `plan` to a directory whose parent is
+/// named `plans` and whose grandparent is named `.dwp`; the root is that `.dwp`'s parent.
+pub fn plan_root(plan: &Path) -> Option<PathBuf> {
+    let mut dir = Some(plan);
+    while let Some(d) = dir {
+        let parent = d.parent()?;
+        let grandparent = parent.parent()?;
+        if parent.file_name().is_some_and(|n| n == "plans")
+            && grandparent.file_name().is_some_and(|n| n == ".dwp")
+        {
+            return grandparent.parent().map(Path::to_path_buf);
+        }
+        dir = d.parent();
+    }
+    None
+}
+
+/// The nearest directory at or above `start` that holds a `.git` entry (a directory in a normal
+/// checkout, a file in a linked worktree or submodule).
+pub fn git_root(start: &Path) -> Option<PathBuf> {
+    start
+        .ancestors()
+        .find(|d| d.join(".git").symlink_metadata().is_ok())
+        .map(Path::to_path_buf)
+}
+
+/// `path` made absolute against the current directory, without resolving symlinks (the writer
+/// must see a symlinked `.dwp` as the link it is).
+pub fn absolute(path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path).map_err(|e| Error::io("resolve", path, e))
+}
+
+/// The user's home directory (`$HOME`), where `~/.dwp/config.json` and `~/` detect paths live.
+pub fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_root_walks_up_to_the_dwp_parent() {
+        let root = Path::new("/r/repo");
+        let plan = root.join(".dwp/plans/PLAN_a_b");
+        assert_eq!(plan_root(&plan).as_deref(), Some(root));
+        assert_eq!(plan_root(&plan.join("contracts")).as_deref(), Some(root));
+        assert_eq!(plan_root(Path::new("/r/elsewhere/PLAN_a_b")), None);
+        assert_eq!(plan_root(Path::new("/")), None);
+    }
+
+    #[test]
+    fn plan_beats_repo() {
+        let found = discover(
+            Some(Path::new("/x/.dwp/plans/PLAN_a_b")),
+            Some(Path::new("/y")),
+        )
+        .unwrap();
+        assert_eq!(found.as_deref(), Some(Path::new("/x")));
+        let found = discover(None, Some(Path::new("/y"))).unwrap();
+        assert_eq!(found.as_deref(), Some(Path::new("/y")));
+    }
+
+    #[test]
+    fn git_root_finds_the_enclosing_checkout() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".git")).unwrap();
+        std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        assert_eq!(
+            git_root(&dir.path().join("a/b")).as_deref(),
+            Some(dir.path())
+        );
+    }
+}
