@@ -4,6 +4,7 @@
 //! Plan 7 resources-and-abilities layer (spec: `dwp.md`). Everything but argument parsing and
 //! rendering lives here; only the [`cli`] module prints.
 
+pub mod agent;
 pub mod canonical;
 pub mod cli;
 pub mod clock;

@@ -1,6 +1,7 @@
 //! The one integration-test binary: every CLI test runs the real binaries against a hermetic
 //! [`env::TestEnv`] (temp HOME, state dir, git repositories built with the git CLI).
 
+mod agent_validate;
 mod dwp_config;
 #[allow(dead_code)] // helpers used by some test modules only
 mod env;

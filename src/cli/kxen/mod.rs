@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+mod agent;
 mod init;
 mod show;
 
@@ -89,6 +90,13 @@ pub enum AgentCommand {
         #[arg(long, short, default_value = "agent.yaml")]
         output: PathBuf,
     },
+    /// Check a DCPAgent definition against every rule of the spec and print its canonical form
+    /// and definitionHash. Deterministic: never calls a model, never writes anything. Exit 0 if
+    /// valid, 4 if not (the message names the file, line:column and field path).
+    Validate {
+        /// The DCPAgent YAML file.
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -128,6 +136,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
             "agent definition",
             format,
         ),
+        Command::Agent(AgentCommand::Validate { file }) => agent::validate(&file, format),
         Command::Policy(PolicyCommand::Init { output }) => {
             init::write_starter(&output, crate::templates::POLICY_JSON, "policy", format)
         }

@@ -1,0 +1,77 @@
+//! `agent validate`: check a definition and show its canonical form and hash.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::agent::{self, AgentDefinition};
+use crate::cli::output::{self, Format};
+use crate::error::Result;
+
+/// Validates `file`; prints `agentValid` (jsonl) or a short summary (text). Writes nothing.
+pub fn validate(file: &Path, format: Format) -> Result<i32> {
+    let definition = agent::load_definition(file)?;
+    let hash = definition.definition_hash();
+    match format {
+        Format::Jsonl => output::json_line(&json!({
+            "type": "agentValid",
+            "definitionHash": hash,
+            "definition": definition.to_json(),
+        })),
+        Format::Text => output::raw(&summary(file, &definition, &hash)),
+    }
+    Ok(0)
+}
+
+fn summary(file: &Path, d: &AgentDefinition, hash: &str) -> String {
+    let spec = &d.spec;
+    let list = |items: &[String]| {
+        if items.is_empty() {
+            "-".to_string()
+        } else {
+            items.join(", ")
+        }
+    };
+    let wall = spec
+        .execution
+        .max_wall_clock_ms
+        .map_or("none".to_string(), |ms| ms.to_string());
+    let format = match spec.output.format {
+        agent::OutputFormat::Text => "text".to_string(),
+        agent::OutputFormat::Json => {
+            format!(
+                "json (required fields: {})",
+                list(&spec.output.required_fields)
+            )
+        }
+    };
+    format!(
+        "{file}: valid DCPAgent `{name}`\n\
+         definitionHash: {hash}\n\
+         objective: {objective}\n\
+         instructions: {ni}, success criteria: {nc}\n\
+         capabilities: required [{req}], optional [{opt}]\n\
+         execution: modelRole {role}, maxTurns {turns}, maxWallClockMs {wall}, maxPureRetries {retries}\n\
+         output: {format}\n",
+        file = file.display(),
+        name = d.metadata.name,
+        objective = first_line(&spec.objective),
+        ni = spec.instructions.len(),
+        nc = spec.success_criteria.len(),
+        req = list(&spec.capabilities.required),
+        opt = list(&spec.capabilities.optional),
+        role = spec.execution.model_role,
+        turns = spec.execution.max_turns,
+        retries = spec.execution.max_pure_retries,
+    )
+}
+
+/// The first line of a text, shortened to 100 characters for a one-line summary.
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("");
+    let mut short: String = line.chars().take(100).collect();
+    if short.len() < text.trim_end().len() {
+        short.push('…');
+    }
+    short
+}
