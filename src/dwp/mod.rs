@@ -4,4 +4,5 @@
 pub mod abilities;
 pub mod addons;
 pub mod config;
+pub mod onboard;
 pub mod repo;

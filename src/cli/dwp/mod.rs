@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Parser, Subcommand};
 
 mod config;
+mod onboard;
 
 use super::output;
 use crate::error::{Error, Result};
@@ -33,6 +34,8 @@ pub enum Command {
     /// Read and change the addon registry (.dwp/config.json, ~/.dwp/config.json).
     #[command(subcommand)]
     Config(config::ConfigCommand),
+    /// Create .dwp/config.json, add the .gitignore rules and enable the addons you name.
+    Onboard(onboard::OnboardArgs),
 }
 
 /// Where a command finds its repository: `--plan`, else `--repo`, else the git repository
@@ -77,6 +80,7 @@ pub fn main() -> i32 {
 fn dispatch(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Config(cmd) => config::run(cmd),
+        Command::Onboard(args) => onboard::run(args),
     }
 }
 
