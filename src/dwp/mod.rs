@@ -1,8 +1,10 @@
 //! Deep Work Plan 7: the committed addon registry, addon descriptors, read-only detection and
-//! effective abilities (spec: `dwp.md` §6–§8, `dwp-details.md` §4–§7).
+//! effective abilities (spec: `dwp.md` §6–§8, `dwp-details.md` §4–§7); plan records, the
+//! per-task context manifest and accounting (`dwp.md` §1–§5, `dwp-details.md` §1–§3).
 
 pub mod abilities;
 pub mod addons;
 pub mod config;
 pub mod onboard;
+pub mod plan;
 pub mod repo;

@@ -1,0 +1,284 @@
+//! Small validators over parsed JSON, shared by the contract and journal readers.
+//!
+//! They return `Err("<where>: <problem>")` strings; the caller turns the first one into a single
+//! user-facing [`crate::Error`] naming the file. Validating the parsed `Value` (rather than
+//! deserializing into `deny_unknown_fields` structs) keeps the raw document intact for hashing
+//! and verbatim output, and lets each message name the exact JSON path.
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+use serde_json::{Map, Value};
+
+pub type Check<T> = std::result::Result<T, String>;
+
+/// Python's `repr()` of a string, as the reference prints names in messages (`'x'`).
+pub fn py_repr(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::new();
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+/// A closed object: every key in `required` present, no key outside `required ∪ optional`.
+pub fn object<'v>(
+    v: &'v Value,
+    at: &str,
+    required: &[&str],
+    optional: &[&str],
+) -> Check<&'v Map<String, Value>> {
+    let map = v
+        .as_object()
+        .ok_or_else(|| format!("{at}: expected an object, found {}", kind_of(v)))?;
+    if let Some(key) = map
+        .keys()
+        .find(|k| !required.contains(&k.as_str()) && !optional.contains(&k.as_str()))
+    {
+        return Err(format!(
+            "{at}: unknown field {} (the object is closed)",
+            py_repr(key)
+        ));
+    }
+    if let Some(key) = required.iter().find(|k| !map.contains_key(**k)) {
+        return Err(format!("{at}: missing required field {}", py_repr(key)));
+    }
+    Ok(map)
+}
+
+pub fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Any string (empty allowed).
+pub fn string<'v>(v: &'v Value, at: &str) -> Check<&'v str> {
+    v.as_str()
+        .ok_or_else(|| format!("{at}: expected a string, found {}", kind_of(v)))
+}
+
+/// A non-empty string.
+pub fn text<'v>(v: &'v Value, at: &str) -> Check<&'v str> {
+    let s = string(v, at)?;
+    if s.is_empty() {
+        return Err(format!("{at}: must not be empty"));
+    }
+    Ok(s)
+}
+
+/// A string or null.
+pub fn opt_string<'v>(v: &'v Value, at: &str) -> Check<Option<&'v str>> {
+    if v.is_null() {
+        Ok(None)
+    } else {
+        string(v, at).map(Some)
+    }
+}
+
+/// A string from a closed set.
+pub fn one_of<'v>(v: &'v Value, at: &str, allowed: &[&str]) -> Check<&'v str> {
+    let s = string(v, at)?;
+    if !allowed.contains(&s) {
+        return Err(format!(
+            "{at}: {} is not one of {}",
+            py_repr(s),
+            allowed.join(", ")
+        ));
+    }
+    Ok(s)
+}
+
+/// A string matching `re` (Python `re.match` + `$` semantics: one trailing newline tolerated).
+pub fn matching<'v>(v: &'v Value, at: &str, re: &Regex, what: &str) -> Check<&'v str> {
+    let s = string(v, at)?;
+    if !py_match(re, s) {
+        return Err(format!("{at}: {} is not a valid {what}", py_repr(s)));
+    }
+    Ok(s)
+}
+
+/// `re` must be anchored with `^…\z`-style `^…$`; Python's `$` also matches before a final
+/// newline, which the reference relies on, so we tolerate exactly that.
+pub fn py_match(re: &Regex, s: &str) -> bool {
+    re.is_match(s.strip_suffix('\n').unwrap_or(s))
+}
+
+/// An integer (JSON booleans and floats rejected) not below `min`.
+pub fn int(v: &Value, at: &str, min: i64) -> Check<i64> {
+    let n = v
+        .as_i64()
+        .filter(|_| v.is_number())
+        .ok_or_else(|| format!("{at}: expected an integer, found {}", describe(v)))?;
+    if n < min {
+        return Err(format!("{at}: {n} is below the minimum {min}"));
+    }
+    Ok(n)
+}
+
+/// A number (int or float, booleans rejected) not below `min`.
+pub fn number(v: &Value, at: &str, min: f64) -> Check<f64> {
+    let n = v
+        .as_f64()
+        .filter(|_| v.is_number())
+        .ok_or_else(|| format!("{at}: expected a number, found {}", describe(v)))?;
+    if n < min {
+        return Err(format!(
+            "{at}: {} is below the minimum {min}",
+            number_str(v)
+        ));
+    }
+    Ok(n)
+}
+
+pub fn boolean(v: &Value, at: &str) -> Check<bool> {
+    v.as_bool()
+        .ok_or_else(|| format!("{at}: expected true or false, found {}", kind_of(v)))
+}
+
+/// A list of strings; `min` items at least, optionally unique, optionally non-empty items.
+pub fn strings<'v>(
+    v: &'v Value,
+    at: &str,
+    min: usize,
+    unique: bool,
+    nonempty_items: bool,
+) -> Check<Vec<&'v str>> {
+    let items = list(v, at, min)?;
+    let mut out: Vec<&str> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("{at}[{i}]");
+        let s = if nonempty_items {
+            text(item, &at)?
+        } else {
+            string(item, &at)?
+        };
+        if unique && out.contains(&s) {
+            return Err(format!("{at}: duplicate item {}", py_repr(s)));
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+pub fn list<'v>(v: &'v Value, at: &str, min: usize) -> Check<&'v Vec<Value>> {
+    let items = v
+        .as_array()
+        .ok_or_else(|| format!("{at}: expected a list, found {}", kind_of(v)))?;
+    if items.len() < min {
+        return Err(format!("{at}: needs at least {min} item(s)"));
+    }
+    Ok(items)
+}
+
+/// `v` as Python `str()` would print it in a message (floats via `repr`).
+pub fn number_str(v: &Value) -> String {
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            crate::canonical::python_float_repr(n.as_f64().unwrap_or(f64::NAN))
+        }
+        other => other.to_string(),
+    }
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Number(_) => number_str(v),
+        other => kind_of(other).to_string(),
+    }
+}
+
+/// An RFC 3339 timestamp (the contract's `created_at`, `authorization.timestamp`).
+pub fn rfc3339<'v>(v: &'v Value, at: &str) -> Check<&'v str> {
+    let s = string(v, at)?;
+    if crate::clock::parse_rfc3339(s).is_none() {
+        return Err(format!("{at}: {} is not an RFC 3339 timestamp", py_repr(s)));
+    }
+    Ok(s)
+}
+
+macro_rules! regexes {
+    ($($name:ident = $pattern:expr;)*) => {
+        $(pub fn $name() -> &'static Regex {
+            static RE: OnceLock<Regex> = OnceLock::new();
+            RE.get_or_init(|| Regex::new($pattern).expect("valid built-in regex"))
+        })*
+    };
+}
+
+regexes! {
+    plan_id = r"^PLAN_(?:[0-9]{3,}_)?[a-z0-9]+(?:_[a-z0-9]+){1,4}$";
+    criterion_id = r"^AC-[a-z0-9]+(?:-[a-z0-9]+)*$";
+    invariant_id = r"^INV-[a-z0-9]+(?:-[a-z0-9]+)*$";
+    task_id = r"^T-[a-z0-9]+(?:-[a-z0-9]+)*$";
+    limit_id = r"^[a-z][a-z0-9_]*$";
+    spec_version = r"^\d+\.\d+\.\d+$";
+    sha256_hex = r"^[0-9a-f]{64}$";
+    event_ts = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$";
+    delegation_id = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$";
+    prefixed_sha256 = r"^sha256:[0-9a-f]{64}$";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn repr_matches_python() {
+        assert_eq!(py_repr("abc"), "'abc'");
+        assert_eq!(py_repr("it's"), "\"it's\"");
+        assert_eq!(py_repr("a'\"b"), "'a\\'\"b'");
+        assert_eq!(py_repr("a\\b\n"), "'a\\\\b\\n'");
+    }
+
+    #[test]
+    fn closed_objects_name_the_field() {
+        let err = object(&json!({"a": 1, "zz": 2}), "x", &["a"], &[]).unwrap_err();
+        assert_eq!(err, "x: unknown field 'zz' (the object is closed)");
+        let err = object(&json!({}), "x", &["a"], &[]).unwrap_err();
+        assert_eq!(err, "x: missing required field 'a'");
+    }
+
+    #[test]
+    fn ints_reject_bools_and_floats() {
+        assert!(int(&json!(true), "x", 0).is_err());
+        assert!(int(&json!(1.0), "x", 0).is_err());
+        assert_eq!(int(&json!(3), "x", 1), Ok(3));
+        assert!(number(&json!(false), "x", 0.0).is_err());
+    }
+
+    #[test]
+    fn python_dollar_tolerates_one_trailing_newline() {
+        assert!(py_match(plan_id(), "PLAN_fix_login\n"));
+        assert!(!py_match(plan_id(), "PLAN_fix_login\n\n"));
+        assert!(py_match(plan_id(), "PLAN_001_fix_login"));
+        assert!(!py_match(plan_id(), "PLAN_fix"));
+        assert!(!py_match(plan_id(), "PLAN_a_b_c_d_e_f"));
+    }
+}

@@ -1,0 +1,234 @@
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::ErrorKind;
+use crate::dwp::plan::Plan;
+
+fn fixture_plan(which: &str) -> PathBuf {
+    let rel = match which {
+        "v7" => "v7/.dwp/plans/PLAN_007_login_rework",
+        _ => "v6/.dwp/plans/PLAN_v6_contract_fixture",
+    };
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/dwp/plans")
+        .join(rel)
+}
+
+/// A copy of a fixture plan folder in a temp dir (same folder name, so the plan id matches).
+pub(crate) fn copy_plan(which: &str) -> (tempfile::TempDir, PathBuf) {
+    let src = fixture_plan(which);
+    let tmp = tempfile::tempdir().unwrap();
+    let dst = tmp.path().join(src.file_name().unwrap());
+    for entry in walkdir::WalkDir::new(&src) {
+        let entry = entry.unwrap();
+        let to = dst.join(entry.path().strip_prefix(&src).unwrap());
+        if entry.file_type().is_dir() {
+            std::fs::create_dir_all(&to).unwrap();
+        } else {
+            std::fs::copy(entry.path(), &to).unwrap();
+        }
+    }
+    (tmp, dst)
+}
+
+fn load(dir: &Path) -> crate::Result<Journal> {
+    let plan = Plan::open(dir)?;
+    let contract = plan.contract()?;
+    read(dir, &contract)
+}
+
+#[test]
+fn v7_fixture_reads_archives_then_live() {
+    let j = load(&fixture_plan("v7")).unwrap();
+    assert_eq!(j.archives.len(), 1);
+    assert_eq!(j.events.len(), 97);
+    let seqs: Vec<u64> = j.events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=97).collect::<Vec<_>>());
+    assert_eq!(j.next_seq(), 98);
+    assert!(j.torn_tail.is_none());
+    assert!(j.events.iter().any(|e| e.kind == EventType::Delegation));
+}
+
+#[test]
+fn v6_fixture_ignores_its_torn_last_line() {
+    let j = load(&fixture_plan("v6")).unwrap();
+    assert_eq!(j.events.len(), 7);
+    assert!(j.torn_tail.is_some());
+}
+
+fn live_lines(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join(LIVE_FILE))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn write_live(dir: &Path, events: &[Value]) {
+    let text: String = events
+        .iter()
+        .map(|e| crate::canonical::to_compact(e) + "\n")
+        .collect();
+    std::fs::write(dir.join(LIVE_FILE), text).unwrap();
+}
+
+/// Applies `edit` to the live journal of a v7 copy and returns the read error.
+fn broken(edit: impl FnOnce(&mut Vec<Value>)) -> crate::Error {
+    let (_tmp, dir) = copy_plan("v7");
+    let mut events = live_lines(&dir);
+    edit(&mut events);
+    write_live(&dir, &events);
+    load(&dir).map(|_| ()).unwrap_err()
+}
+
+#[track_caller]
+fn assert_invalid(err: crate::Error, needle: &str) {
+    assert_eq!(err.kind, ErrorKind::InvalidInput, "{}", err.message);
+    assert!(
+        err.message.starts_with("journal invalid: "),
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message.contains(needle),
+        "{:?} lacks {needle:?}",
+        err.message
+    );
+}
+
+#[test]
+fn each_rule_gives_one_message_naming_file_and_line() {
+    assert_invalid(
+        broken(|e| e[3]["seq"] = e[2]["seq"].clone()),
+        "journal.ndjson:4: seq 23 does not increase",
+    );
+    assert_invalid(
+        broken(|e| e[0]["seq"] = json!(20)),
+        "journal.ndjson:1: seq 20 does not increase (previous seq 20)",
+    );
+    assert_invalid(
+        broken(|e| e[5]["schema"] = json!("https://deepworkplan.com/schema/journal-event/v6.json")),
+        "a journal-event/v6 event in a v7 plan (mixing generations is refused)",
+    );
+    assert_invalid(
+        broken(|e| e[1]["surprise"] = json!(1)),
+        "unknown field 'surprise'",
+    );
+    assert_invalid(
+        broken(|e| {
+            let i = e.iter().position(|x| x["type"] == "task_start").unwrap();
+            e[i]["task"] = json!("T-ghost");
+        }),
+        "task 'T-ghost' is not declared in the live contract",
+    );
+    assert_invalid(
+        broken(|e| {
+            let i = e
+                .iter()
+                .position(|x| x["type"] == "gate_run" && x["trust"] == "observed")
+                .unwrap();
+            e[i]["actor"] = json!({"kind": "agent", "identity": "caller"});
+        }),
+        "'observed' evidence comes only from a helper or host_adapter actor",
+    );
+    assert_invalid(
+        broken(|e| e[2]["ts"] = json!("2026-03-01 10:00:00")),
+        "is not a valid timestamp",
+    );
+    assert_invalid(
+        broken(|e| e[2]["type"] = json!("teleport")),
+        "unknown event type 'teleport'",
+    );
+    assert_invalid(
+        broken(|e| {
+            let i = e.iter().position(|x| x["type"] == "task_start").unwrap();
+            e[i]["trust"] = json!("asserted");
+        }),
+        "unknown field 'trust' for a task_start event",
+    );
+}
+
+#[test]
+fn delegation_events_are_refused_in_v6_plans() {
+    let (_tmp, dir) = copy_plan("v6");
+    let mut events = live_lines(&dir);
+    let mut d = events[1].clone();
+    d["type"] = json!("delegation");
+    d["seq"] = json!(8);
+    d["delegation_id"] = json!("d1");
+    d["transport"] = json!("headless");
+    d["via"] = json!("herdr");
+    d["state"] = json!("launched");
+    d["prompt_digest"] = json!(format!("sha256:{}", "0".repeat(64)));
+    d.as_object_mut().unwrap().remove("fingerprint");
+    events.push(d);
+    write_live(&dir, &events);
+    assert_invalid(load(&dir).unwrap_err(), "exist only in journal-event v7");
+}
+
+#[test]
+fn damage_mid_file_is_corrupt() {
+    let (_tmp, dir) = copy_plan("v7");
+    let text = std::fs::read_to_string(dir.join(LIVE_FILE)).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[4] = "{\"half\":";
+    std::fs::write(dir.join(LIVE_FILE), lines.join("\n") + "\n").unwrap();
+    let err = load(&dir).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Corrupt);
+    assert!(err.message.contains("journal.ndjson:5"), "{}", err.message);
+}
+
+#[test]
+fn archive_names_and_ranges_are_checked() {
+    let (_tmp, dir) = copy_plan("v7");
+    std::fs::rename(
+        dir.join("journal-archive-000001-000020.ndjson"),
+        dir.join("journal-archive-000001-000010.ndjson"),
+    )
+    .unwrap();
+    assert_invalid(
+        load(&dir).unwrap_err(),
+        "outside the archive's declared range 1-10",
+    );
+    std::fs::rename(
+        dir.join("journal-archive-000001-000010.ndjson"),
+        dir.join("journal-archive-1-20.ndjson"),
+    )
+    .unwrap();
+    let err = load(&dir).unwrap_err();
+    assert!(err.message.contains("malformed name"), "{}", err.message);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    /// The reader never panics on arbitrary bytes in the live journal.
+    #[test]
+    fn reader_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..1024)) {
+        let plan = Plan::open(&fixture_plan("v6")).unwrap();
+        let contract = plan.contract().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join(LIVE_FILE), &bytes).unwrap();
+        let _ = read(tmp.path(), &contract);
+    }
+
+    /// Nor on valid-looking lines with junk values.
+    #[test]
+    fn validator_never_panics(field in 0usize..12, junk in prop_oneof![
+        Just(json!(null)), Just(json!(-3)), Just(json!(1.5)), Just(json!("")),
+        Just(json!([])), Just(json!({})), Just(json!(true)),
+    ]) {
+        let plan = Plan::open(&fixture_plan("v7")).unwrap();
+        let contract = plan.contract().unwrap();
+        let j = read(&plan.dir, &contract).unwrap();
+        for event in j.events.iter().take(97) {
+            let mut raw = event.raw.clone();
+            let keys: Vec<String> = raw.keys().cloned().collect();
+            let k = keys[field % keys.len()].clone();
+            raw.insert(k, junk.clone());
+            let _ = Validator::new(&contract).event(Value::Object(raw));
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The one way an event enters a plan journal.
+//!
+//! [`append_with`] takes the plan's writer lock, reads and validates the whole journal, lets the
+//! caller decide on that exact state (dedup, conflicts), stamps the next seq, validates the new
+//! event like any read event, writes one compact canonical line and fsyncs it
+//! (`fsx::append_line`). Deciding under the lock is what makes "settle exactly once" hold
+//! between two concurrent `dwp` processes.
+//!
+//! Locking and the reference tooling: the Python ledger serializes writers with a *directory*
+//! lock, `<plan>/.ledger.lock/` holding `owner.json`. We take an OS file lock on
+//! `<plan>/.dwp-writer.lock` (released by the kernel when a process dies, so it never goes
+//! stale) and, while holding it, refuse to write when a `.ledger.lock/` directory exists: a
+//! foreign writer is at work (or died holding it, which its owner.json explains). What we do not
+//! do is create `.ledger.lock/` ourselves, so a reference writer that starts after our check is
+//! not excluded by us; running both tools' writers on one plan at the same moment is unsupported.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::contract::Contract;
+use super::folder::Plan;
+use super::journal::{self, Event, Journal, Validator};
+use crate::error::{Error, Result};
+use crate::fsx::{FileLock, LockWait};
+
+/// Our writer lock file inside the plan folder.
+pub const LOCK_FILE: &str = ".dwp-writer.lock";
+/// The reference tooling's directory lock.
+pub const FOREIGN_LOCK_DIR: &str = ".ledger.lock";
+
+/// How long an append waits for another `dwp` writer of the same plan.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// An event to append, without envelope fields the writer owns (`schema`, `seq`, `plan`,
+/// `contract_id`).
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub kind: String,
+    pub actor_kind: String,
+    pub actor_identity: String,
+    pub ts: String,
+    pub payload: Map<String, Value>,
+}
+
+/// What the caller decided after seeing the journal under the lock.
+pub enum Decision {
+    /// Append this event.
+    Append(NewEvent),
+    /// Append nothing; report this existing event instead (an identical replay).
+    Existing(Event),
+}
+
+/// Appends one event. Returns the written event (with its seq).
+pub fn append(plan: &Plan, contract: &Contract, event: NewEvent) -> Result<Event> {
+    append_with(plan, contract, |_| {}, |_| Ok(Decision::Append(event))).map(|(e, _)| e)
+}
+
+/// Appends the event `decide` returns for the journal as it stands under the writer lock.
+/// Returns the event and whether it was newly written. `on_wait` is told (once) when another
+/// writer holds the lock, so the CLI can say what it waits for.
+pub fn append_with(
+    plan: &Plan,
+    contract: &Contract,
+    on_wait: impl FnOnce(&Path),
+    decide: impl FnOnce(&Journal) -> Result<Decision>,
+) -> Result<(Event, bool)> {
+    let lock_path = plan.dir.join(LOCK_FILE);
+    let _lock = FileLock::exclusive(
+        &lock_path,
+        LockWait::Up(LOCK_WAIT),
+        "the plan's writer lock",
+        on_wait,
+    )?;
+    refuse_foreign_writer(&plan.dir)?;
+    let mut journal = journal::read(&plan.dir, contract)?;
+    let live = plan.dir.join(journal::LIVE_FILE);
+    if let Some(tail) = journal.torn_tail.take() {
+        // Appending after a torn line would bury it mid-file, where it is corruption.
+        crate::fsx::repair_torn_tail(&live, &tail)?;
+        let mut payload = Map::new();
+        payload.insert("byte_offset".into(), Value::from(tail.offset));
+        payload.insert(
+            "cause".into(),
+            Value::from("torn last line from an interrupted append, truncated before writing"),
+        );
+        let repair = NewEvent {
+            kind: "journal_repair".into(),
+            actor_kind: "helper".into(),
+            actor_identity: "dwp".into(),
+            ts: crate::clock::format_seconds(crate::clock::now_millis().div_euclid(1000)),
+            payload,
+        };
+        let event = write(&live, contract, &journal, repair)?;
+        journal.events.push(event);
+    }
+    match decide(&journal)? {
+        Decision::Existing(event) => Ok((event, false)),
+        Decision::Append(new) => write(&live, contract, &journal, new).map(|e| (e, true)),
+    }
+}
+
+fn refuse_foreign_writer(dir: &Path) -> Result<()> {
+    let foreign = dir.join(FOREIGN_LOCK_DIR);
+    if foreign.is_dir() {
+        let owner = std::fs::read_to_string(foreign.join("owner.json")).unwrap_or_default();
+        return Err(Error::conflict(format!(
+            "another DWP writer holds {} (owner: {})",
+            foreign.display(),
+            if owner.trim().is_empty() {
+                "unknown"
+            } else {
+                owner.trim()
+            }
+        ))
+        .with_hint(
+            "wait for the DWP ledger to finish; if its process is gone, remove the .ledger.lock \
+             directory after checking owner.json",
+        ));
+    }
+    Ok(())
+}
+
+fn write(live: &Path, contract: &Contract, journal: &Journal, new: NewEvent) -> Result<Event> {
+    let seq = journal.next_seq();
+    let mut map = Map::new();
+    map.insert(
+        "schema".into(),
+        Value::from(contract.generation.journal_schema()),
+    );
+    map.insert("type".into(), Value::from(new.kind.as_str()));
+    map.insert("seq".into(), Value::from(seq));
+    map.insert("ts".into(), Value::from(new.ts.as_str()));
+    map.insert("plan".into(), Value::from(contract.plan.as_str()));
+    map.insert("contract_id".into(), Value::from(contract.id.as_str()));
+    let mut actor = Map::new();
+    actor.insert("kind".into(), Value::from(new.actor_kind.as_str()));
+    actor.insert("identity".into(), Value::from(new.actor_identity.as_str()));
+    map.insert("actor".into(), Value::Object(actor));
+    for (k, v) in new.payload {
+        map.insert(k, v);
+    }
+    let value = Value::Object(map);
+    let line = crate::canonical::to_compact(&value);
+    let mut validator = Validator::new(contract);
+    validator.resume_after(journal.events.last().map_or(0, |e| e.seq));
+    let event = validator.event(value).map_err(|problem| {
+        Error::failed(format!(
+            "refusing to append an invalid {} event to {}: {problem}",
+            new.kind,
+            live.display()
+        ))
+    })?;
+    crate::fsx::append_line(live, &line)?;
+    Ok(event)
+}
+
+#[cfg(test)]
+mod tests;
