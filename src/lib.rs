@@ -11,6 +11,7 @@ pub mod clock;
 pub mod dwp;
 pub mod error;
 pub mod fsx;
+pub mod git;
 pub mod hash;
 pub mod ids;
 pub mod journal;

@@ -1,0 +1,26 @@
+//! All git access of the crate. Nothing outside this module names a gix type or runs `git`.
+//!
+//! gix is pre-1.0 and changes between releases (STYLE.md); keeping it behind this module means an
+//! upgrade touches these files only. What it provides:
+//! - [`capture`]: the [`WorkspaceBinding`] a new Session stores (kxen-agent.md §7);
+//! - [`verify`]: the checks every resume runs against that binding, including `--rebind-workspace`;
+//! - [`add_worktree`] / [`remove_worktree`]: worktrees for `session fork --worktree NAME` (§11);
+//! - [`normalize_remote`]: the credential-free, transport-independent name of a remote.
+//!
+//! The identity rule is documented for users in `docs/state-format.md`, "Workspace identity".
+
+mod binding;
+mod cli;
+mod locks;
+mod remote;
+mod repo;
+mod worktree;
+
+pub use binding::{IdentityKind, Verified, WorkspaceBinding, capture, verify};
+pub use remote::normalize as normalize_remote;
+pub use worktree::{
+    add_worktree, remove_worktree, validate_worktree_name, worktree_branch, worktree_path,
+};
+
+#[cfg(test)]
+mod tests;

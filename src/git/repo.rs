@@ -1,0 +1,191 @@
+//! The gix calls the crate makes, behind plain functions that return our [`Error`].
+//!
+//! gix is pre-1.0 and its API moves; this file is the only one that names gix repository types,
+//! so an upgrade touches one place. Repositories are opened *isolated*: only the repository's own
+//! config is read (no system, global or environment config), so identity and HEAD never depend on
+//! who runs us or on `url.*.insteadOf` rewrites in a user's `~/.gitconfig`.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// An open repository.
+pub(crate) struct Repo {
+    inner: gix::Repository,
+}
+
+/// HEAD as far as a binding cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HeadState {
+    /// The short branch name (`main`, `kxen/fix`), `None` when HEAD is detached.
+    pub branch: Option<String>,
+    /// The commit HEAD points at (hex), `None` in a repository without commits (unborn branch).
+    pub commit: Option<String>,
+}
+
+/// Finds the repository containing `dir` (any subdirectory works), or `None` outside git.
+pub(crate) fn discover(dir: &Path) -> Result<Option<Repo>> {
+    let options = gix::sec::trust::Mapping {
+        full: gix::open::Options::isolated(),
+        reduced: gix::open::Options::isolated(),
+    };
+    match gix::ThreadSafeRepository::discover_opts(dir, Default::default(), options) {
+        Ok(repo) => Ok(Some(Repo {
+            inner: repo.to_thread_local(),
+        })),
+        Err(err) => {
+            use gix::discover::upwards::Error as Up;
+            match err.downcast_any_ref::<Up>() {
+                Some(
+                    Up::NoGitRepository { .. }
+                    | Up::NoGitRepositoryWithinCeiling { .. }
+                    | Up::NoGitRepositoryWithinFs { .. },
+                ) => Ok(None),
+                _ => Err(Error::external(format!(
+                    "cannot open the git repository containing {}: {err}",
+                    dir.display()
+                ))),
+            }
+        }
+    }
+}
+
+/// Opens the repository whose working tree (or git dir) is exactly `dir`.
+pub(crate) fn open(dir: &Path) -> Result<Repo> {
+    gix::open_opts(dir, gix::open::Options::isolated())
+        .map(|inner| Repo { inner })
+        .map_err(|e| {
+            Error::external(format!(
+                "cannot open the git repository at {}: {e}",
+                dir.display()
+            ))
+        })
+}
+
+impl Repo {
+    /// The working tree root, `None` for a bare repository.
+    pub(crate) fn workdir(&self) -> Option<&Path> {
+        self.inner.workdir()
+    }
+
+    /// The git dir of this working tree (`.git`, or `.git/worktrees/NAME` for a linked worktree).
+    pub(crate) fn git_dir(&self) -> &Path {
+        self.inner.git_dir()
+    }
+
+    /// The git dir shared by all working trees (where refs, objects and `info/` live).
+    pub(crate) fn common_dir(&self) -> &Path {
+        self.inner.common_dir()
+    }
+
+    /// Whether history is cut off at a shallow boundary (only used for a warning, so an
+    /// unreadable `shallow` file counts as "not shallow").
+    pub(crate) fn is_shallow(&self) -> bool {
+        self.inner.is_shallow().unwrap_or(false)
+    }
+
+    /// Remote names in the repository's config, sorted.
+    pub(crate) fn remote_names(&self) -> Vec<String> {
+        self.inner
+            .remote_names()
+            .into_iter()
+            .map(|n| n.to_string())
+            .collect()
+    }
+
+    /// The fetch URL of remote `name`, exactly as configured (no `insteadOf` rewriting).
+    pub(crate) fn remote_fetch_url(&self, name: &str) -> Option<gix::Url> {
+        let remote = self.inner.try_find_remote_without_url_rewrite(name)?.ok()?;
+        remote.url(gix::remote::Direction::Fetch).cloned()
+    }
+
+    /// The branch and commit HEAD points at.
+    pub(crate) fn head(&self) -> Result<HeadState> {
+        let head = self.inner.head().map_err(|e| self.err("read HEAD", e))?;
+        let branch = head.referent_name().map(|name| name.shorten().to_string());
+        let commit = head.id().map(|id| id.to_string());
+        Ok(HeadState { branch, commit })
+    }
+
+    /// The root commit reached by following first parents from `tip` (hex).
+    ///
+    /// First parents make the answer unique even when unrelated histories were merged in, and
+    /// stable across clones and moves: it only changes if history itself is rewritten.
+    pub(crate) fn first_parent_root(&self, tip: &str) -> Result<String> {
+        let tip = self.object_id(tip)?;
+        let walk = self
+            .inner
+            .rev_walk([tip])
+            .first_parent_only()
+            .all()
+            .map_err(|e| self.err("walk history", e))?;
+        let mut root = tip;
+        for info in walk {
+            root = info.map_err(|e| self.err("walk history", e))?.id;
+        }
+        Ok(root.to_string())
+    }
+
+    /// Whether commit `id` exists in this repository.
+    pub(crate) fn has_commit(&self, id: &str) -> bool {
+        match gix::ObjectId::from_hex(id.as_bytes()) {
+            Ok(oid) => self
+                .inner
+                .find_object(oid)
+                .map(|o| o.kind == gix::object::Kind::Commit)
+                .unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+
+    /// Whether `ancestor` is `descendant` or one of its ancestors.
+    pub(crate) fn is_ancestor(&self, ancestor: &str, descendant: &str) -> Result<bool> {
+        let a = self.object_id(ancestor)?;
+        let d = self.object_id(descendant)?;
+        if a == d {
+            return Ok(true);
+        }
+        let base = self
+            .inner
+            .merge_base(a, d)
+            .map_err(|e| self.err("compute a merge base", e))?;
+        Ok(base.map(|b| b.detach()) == Some(a))
+    }
+
+    /// The working tree of the main repository (differs from [`Repo::workdir`] in a linked
+    /// worktree); `None` when the main repository is bare.
+    pub(crate) fn main_workdir(&self) -> Result<Option<PathBuf>> {
+        let main = self
+            .inner
+            .main_repo()
+            .map_err(|e| self.err("open the main repository", e))?;
+        Ok(main.workdir().map(Path::to_path_buf))
+    }
+
+    /// Whether local branch `short` (`kxen/NAME`) exists.
+    pub(crate) fn has_branch(&self, short: &str) -> Result<bool> {
+        let name = format!("refs/heads/{short}");
+        self.inner
+            .try_find_reference(name.as_str())
+            .map(|r| r.is_some())
+            .map_err(|e| self.err("look up a branch", e))
+    }
+
+    fn object_id(&self, hex: &str) -> Result<gix::ObjectId> {
+        gix::ObjectId::from_hex(hex.as_bytes())
+            .map_err(|_| Error::invalid(format!("`{hex}` is not a full commit id")))
+    }
+
+    fn err(&self, action: &str, e: impl std::fmt::Display) -> Error {
+        Error::external(format!(
+            "git: cannot {action} in {}: {e}",
+            self.location().display()
+        ))
+    }
+
+    fn location(&self) -> PathBuf {
+        self.workdir()
+            .unwrap_or_else(|| self.git_dir())
+            .to_path_buf()
+    }
+}
