@@ -26,12 +26,14 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// A repository at `base/name` with one commit on `main`.
+/// A repository at `base/name` with one commit on `main`. The content names the repository:
+/// two repositories made in the same second with the same content would share their root commit
+/// (commit ids are content hashes), and then they *are* one repository by our identity rule.
 fn repo(base: &Path, name: &str) -> PathBuf {
     let dir = base.join(name);
     std::fs::create_dir_all(&dir).unwrap();
     git(&dir, &["init", "-q", "-b", "main"]);
-    std::fs::write(dir.join("a.txt"), "a\n").unwrap();
+    std::fs::write(dir.join("a.txt"), format!("{name}\n")).unwrap();
     git(&dir, &["add", "-A"]);
     git(&dir, &["commit", "-q", "-m", "initial"]);
     dir
@@ -139,7 +141,12 @@ fn remote_less_repo_is_identified_by_its_root_commit_across_clones() {
     assert_eq!(bb.identity_hash, ba.identity_hash);
     assert!(warnings.iter().any(|w| w.contains("local path")));
     // A merge of an unrelated history does not change it (first parents only).
-    let other = repo(tmp.path(), "other");
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    git(&other, &["init", "-q", "-b", "main"]);
+    std::fs::write(other.join("b.txt"), "b\n").unwrap();
+    git(&other, &["add", "-A"]);
+    git(&other, &["commit", "-q", "-m", "unrelated"]);
     git(&a, &["fetch", "-q", other.to_str().unwrap(), "main:other"]);
     git(
         &a,
