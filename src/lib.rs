@@ -15,6 +15,7 @@ pub mod git;
 pub mod hash;
 pub mod ids;
 pub mod journal;
+pub mod policy;
 pub mod run;
 pub mod session;
 pub mod state;

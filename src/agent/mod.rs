@@ -6,6 +6,7 @@
 //! `FILE:LINE:COLUMN:` (or `FILE:` when the parser has no position) and names the field path.
 
 mod definition;
+pub mod lock;
 mod rules;
 
 use std::io::Read;
@@ -20,6 +21,8 @@ pub use rules::{
     MAX_ITEMS, MAX_OBJECTIVE_CHARS, MAX_PURE_RETRIES, MAX_TURNS, capability_name_error,
     is_valid_model_role, is_valid_name,
 };
+
+pub use lock::{DcpAgentLock, tighten};
 
 use crate::error::{Error, Result};
 

@@ -7,4 +7,5 @@ mod dwp_onboard;
 #[allow(dead_code)] // helpers used by some test modules only
 mod env;
 mod init;
+mod policy_check;
 mod run_show;

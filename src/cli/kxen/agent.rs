@@ -1,12 +1,13 @@
-//! `agent validate`: check a definition and show its canonical form and hash.
+//! `agent validate` and `policy check`: read-only views of a definition and of the merged policy.
 
 use std::path::Path;
 
 use serde_json::json;
 
-use crate::agent::{self, AgentDefinition};
+use crate::agent::{self, AgentDefinition, DcpAgentLock};
 use crate::cli::output::{self, Format};
 use crate::error::Result;
+use crate::policy::{self, PolicyFlags};
 
 /// Validates `file`; prints `agentValid` (jsonl) or a short summary (text). Writes nothing.
 pub fn validate(file: &Path, format: Format) -> Result<i32> {
@@ -74,4 +75,52 @@ fn first_line(text: &str) -> String {
         short.push('…');
     }
     short
+}
+
+/// `policy check`: the merged policy, its hash, the permitted catalog and, with an agent, the
+/// effective capabilities (or the exit-6 refusal a Session creation would meet).
+pub fn policy_check(flags: &PolicyFlags, agent: Option<&Path>, format: Format) -> Result<i32> {
+    let merged = policy::merge(flags)?;
+    let permitted = policy::permitted_catalog(&merged);
+    let lock = match agent {
+        Some(file) => Some(DcpAgentLock::build(
+            &agent::load_definition(file)?,
+            &merged,
+        )?),
+        None => None,
+    };
+    match format {
+        Format::Jsonl => {
+            let mut value = json!({
+                "type": "policy",
+                "policyHash": merged.policy_hash(),
+                "policy": merged,
+                "permittedCapabilities": permitted,
+            });
+            if let Some(lock) = &lock {
+                value["capabilities"] = json!(lock.capabilities);
+                value["definitionHash"] = json!(lock.definition_hash);
+                value["execution"] = json!(lock.definition.spec.execution);
+            }
+            output::json_line(&value);
+        }
+        Format::Text => {
+            let mut text = format!(
+                "policyHash: {}\npermitted capabilities: {}\n{}",
+                merged.policy_hash(),
+                permitted.join(", "),
+                merged.to_pretty()
+            );
+            if let Some(lock) = &lock {
+                text.push_str(&format!(
+                    "agent `{}` would get: {} (definitionHash {})\n",
+                    lock.definition.metadata.name,
+                    lock.capabilities.join(", "),
+                    lock.definition_hash
+                ));
+            }
+            output::raw(&text);
+        }
+    }
+    Ok(0)
 }

@@ -107,6 +107,46 @@ pub enum PolicyCommand {
         #[arg(long, short, default_value = "policy.json")]
         output: PathBuf,
     },
+    /// Show the merged runtime policy (file plus flags), its hash and the permitted capability
+    /// catalog; with --agent, also the capabilities a Session would get, or the refusal (exit 6).
+    /// Read-only: writes nothing.
+    Check {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        /// A DCPAgent definition to intersect with the permitted catalog.
+        #[arg(long, value_name = "FILE")]
+        agent: Option<PathBuf>,
+    },
+}
+
+/// The policy options shared by every command that creates or continues a Session.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PolicyArgs {
+    /// Runtime policy JSON (allowed/denied capabilities, allowShell, allowMcp, passEnv, budgets).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Permit shell access (`exec`, `task`); off by default even if the agent asks for it.
+    #[arg(long)]
+    pub allow_shell: bool,
+    /// Permit MCP tools (`mcp__*`); off by default.
+    #[arg(long)]
+    pub allow_mcp: bool,
+    /// Let tool subprocesses see this sensitive environment variable (repeatable; never a
+    /// model-provider key).
+    #[arg(long, value_name = "NAME")]
+    pub pass_env: Vec<String>,
+}
+
+impl PolicyArgs {
+    /// The library's view of these options.
+    pub fn flags(&self) -> crate::policy::PolicyFlags {
+        crate::policy::PolicyFlags {
+            policy_file: self.policy.clone(),
+            allow_shell: self.allow_shell,
+            allow_mcp: self.allow_mcp,
+            pass_env: self.pass_env.clone(),
+        }
+    }
 }
 
 /// Entry point of the `kxen-agent` binary; returns the process exit code.
@@ -139,6 +179,9 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Agent(AgentCommand::Validate { file }) => agent::validate(&file, format),
         Command::Policy(PolicyCommand::Init { output }) => {
             init::write_starter(&output, crate::templates::POLICY_JSON, "policy", format)
+        }
+        Command::Policy(PolicyCommand::Check { policy, agent }) => {
+            agent::policy_check(&policy.flags(), agent.as_deref(), format)
         }
     }
 }

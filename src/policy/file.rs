@@ -1,0 +1,127 @@
+//! The policy file: closed JSON schema of kxen-agent.md §4.
+
+use std::io::Read;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::env_names::check_pass_env;
+use crate::agent::capability_name_error;
+use crate::error::{Error, Result};
+
+/// Largest policy file accepted (1 MiB), refused before parsing.
+pub const MAX_POLICY_BYTES: u64 = 1024 * 1024;
+
+/// A policy file as written. Unknown fields and duplicate keys are errors.
+///
+/// `maxPureRetries` is accepted **(beyond the seed)** as a tightening like `maxTurns`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyFile {
+    /// Absent: no restriction beyond the runtime's catalog.
+    #[serde(default)]
+    pub allowed_capabilities: Option<Vec<String>>,
+    #[serde(default)]
+    pub denied_capabilities: Vec<String>,
+    #[serde(default)]
+    pub allow_shell: bool,
+    #[serde(default)]
+    pub allow_mcp: bool,
+    #[serde(default)]
+    pub pass_env: Vec<String>,
+    #[serde(default)]
+    pub max_turns: Option<u32>,
+    #[serde(default)]
+    pub max_wall_clock_ms: Option<u64>,
+    #[serde(default)]
+    pub max_pure_retries: Option<u32>,
+}
+
+const HINT: &str = "`kxen-agent policy init --output policy.json` writes a valid example";
+
+/// Reads and validates the policy file at `path` (missing: exit 3; invalid: exit 4).
+pub fn load_policy_file(path: &Path) -> Result<PolicyFile> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io("read policy", path, e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io("read policy", path, e))?;
+    let source = path.display().to_string();
+    if meta.is_dir() {
+        return Err(Error::invalid(format!(
+            "{source}: is a directory, not a policy file"
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_POLICY_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io("read policy", path, e))?;
+    parse_policy(&bytes, &source)
+}
+
+/// Validates a policy in `bytes`; `source` (a file name) prefixes every message.
+pub fn parse_policy(bytes: &[u8], source: &str) -> Result<PolicyFile> {
+    if bytes.len() as u64 > MAX_POLICY_BYTES {
+        return Err(Error::invalid(format!(
+            "{source}: the file is larger than {MAX_POLICY_BYTES} bytes; a policy is a few lines of JSON"
+        )));
+    }
+    let body = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::invalid(format!(
+            "{source}: the file is empty; a policy is a JSON object such as {{\"allowShell\": false}}"
+        ))
+        .with_hint(HINT));
+    }
+    // serde would also fill a struct from a JSON array (`[true]`); a policy is an object.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(Error::invalid(format!(
+            "{source}: a policy must be one JSON object (`{{…}}`)"
+        ))
+        .with_hint(HINT));
+    }
+    let policy: PolicyFile = serde_json::from_slice(body).map_err(|e| {
+        let mut message = e.to_string();
+        let suffix = format!(" at line {} column {}", e.line(), e.column());
+        if let Some(stripped) = message.strip_suffix(&suffix) {
+            message = stripped.to_string();
+        }
+        Error::invalid(format!("{source}:{}:{}: {message}", e.line(), e.column())).with_hint(HINT)
+    })?;
+    check(&policy).map_err(|m| Error::invalid(format!("{source}: {m}")).with_hint(HINT))?;
+    Ok(policy)
+}
+
+/// The value rules (types and closedness are serde's job).
+fn check(p: &PolicyFile) -> std::result::Result<(), String> {
+    let lists = [
+        (
+            "allowedCapabilities",
+            p.allowed_capabilities.as_deref().unwrap_or(&[]),
+        ),
+        ("deniedCapabilities", &p.denied_capabilities[..]),
+    ];
+    for (field, list) in lists {
+        for (i, name) in list.iter().enumerate() {
+            if let Some(why) = capability_name_error(name) {
+                return Err(format!("{field}[{i}]: {why}"));
+            }
+        }
+    }
+    for (i, name) in p.pass_env.iter().enumerate() {
+        check_pass_env(name).map_err(|why| format!("passEnv[{i}]: {why}"))?;
+    }
+    if p.max_turns == Some(0) {
+        return Err("maxTurns: must be at least 1 (omit it to keep the definition's)".into());
+    }
+    if p.max_wall_clock_ms == Some(0) {
+        return Err("maxWallClockMs: must be at least 1 (omit it to keep the definition's)".into());
+    }
+    if let Some(n) = p.max_pure_retries
+        && n > 255
+    {
+        return Err(format!(
+            "maxPureRetries: must be between 0 and 255, found {n}"
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,164 @@
+//! The runtime policy (kxen-agent.md §4): what the caller, outside the agent, permits.
+//!
+//! A policy file ([`PolicyFile`], closed JSON schema) and the CLI flags ([`PolicyFlags`]) merge
+//! into one [`MergedPolicy`], whose hash a Session locks for life: every later execution
+//! recomputes it from the same inputs and refuses on any difference ("policy drift"), so a resume
+//! can never silently widen permissions or expose a new secret.
+//!
+//! The permitted catalog is what this runtime implements ([`IMPLEMENTED_CAPABILITIES`]) filtered
+//! by the policy: `allowedCapabilities` (absent = no extra restriction), `deniedCapabilities`
+//! (always wins), `allowShell` (gates `exec` and `task`) and `allowMcp` (gates `mcp__*`).
+
+mod env_names;
+mod file;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use env_names::{is_provider_credential, is_valid_env_name};
+pub use file::{MAX_POLICY_BYTES, PolicyFile, load_policy_file, parse_policy};
+
+use crate::error::{Error, Result};
+
+/// The capabilities this runtime implements, each backed by a working tool (§9). A definition may
+/// name others (`lsp`, `task`, `mcp__…`); they are never permitted until a tool implements them.
+pub const IMPLEMENTED_CAPABILITIES: &[&str] = &["read", "glob", "grep", "edit", "write", "exec"];
+
+/// The policy inputs of one command line: `--policy FILE`, `--allow-shell`, `--allow-mcp`,
+/// `--pass-env NAME`…
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyFlags {
+    pub policy_file: Option<PathBuf>,
+    pub allow_shell: bool,
+    pub allow_mcp: bool,
+    pub pass_env: Vec<String>,
+}
+
+/// The effective policy: the file merged with the flags, normalized (capability lists and
+/// `passEnv` sorted and de-duplicated) so that equal permissions always hash equal.
+///
+/// It holds environment variable *names* only, never their values. Every key is always present
+/// (absent values are `null`), so the hashed bytes have one fixed key order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MergedPolicy {
+    /// `None`: no restriction beyond the runtime's catalog.
+    pub allowed_capabilities: Option<Vec<String>>,
+    pub denied_capabilities: Vec<String>,
+    pub allow_shell: bool,
+    pub allow_mcp: bool,
+    /// Sensitive environment variables tool subprocesses may see.
+    pub pass_env: Vec<String>,
+    pub max_turns: Option<u32>,
+    pub max_wall_clock_ms: Option<u64>,
+    pub max_pure_retries: Option<u32>,
+}
+
+impl MergedPolicy {
+    /// The bytes that are hashed: compact JSON in the field order above.
+    pub fn canonical_json(&self) -> String {
+        serde_json::to_string(self).expect("a policy always serializes")
+    }
+
+    /// `sha256:` + hex SHA-256 of [`canonical_json`](Self::canonical_json).
+    pub fn policy_hash(&self) -> String {
+        crate::hash::sha256_prefixed(self.canonical_json().as_bytes())
+    }
+
+    /// Pretty JSON (one key per line), for drift diffs and human views.
+    pub fn to_pretty(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("a policy always serializes");
+        text.push('\n');
+        text
+    }
+
+    /// Why `capability` is not in the permitted catalog, or `None` if it is.
+    pub fn refusal(&self, capability: &str) -> Option<String> {
+        if !IMPLEMENTED_CAPABILITIES.contains(&capability) {
+            return Some(format!(
+                "this runtime has no tool for it (it implements {})",
+                IMPLEMENTED_CAPABILITIES.join(", ")
+            ));
+        }
+        if self.denied_capabilities.iter().any(|d| d == capability) {
+            return Some("the policy's deniedCapabilities lists it".into());
+        }
+        if let Some(allowed) = &self.allowed_capabilities
+            && !allowed.iter().any(|a| a == capability)
+        {
+            return Some("the policy's allowedCapabilities does not list it".into());
+        }
+        if matches!(capability, "exec" | "task") && !self.allow_shell {
+            return Some(
+                "shell access is off: pass --allow-shell or set \"allowShell\": true".into(),
+            );
+        }
+        if capability.starts_with("mcp__") && !self.allow_mcp {
+            return Some("MCP is off: pass --allow-mcp or set \"allowMcp\": true".into());
+        }
+        None
+    }
+}
+
+/// Reads the policy file (if any) and merges the flags into it.
+///
+/// Errors: a missing file is exit 3; an invalid file or an invalid `--pass-env` name (not an
+/// environment variable name, or a model-provider credential) is exit 4.
+pub fn merge(flags: &PolicyFlags) -> Result<MergedPolicy> {
+    let file = match &flags.policy_file {
+        Some(path) => load_policy_file(path)?,
+        None => PolicyFile::default(),
+    };
+    merge_with(file, flags)
+}
+
+/// [`merge`] for an already parsed policy file (`flags.policy_file` is not read).
+pub fn merge_with(file: PolicyFile, flags: &PolicyFlags) -> Result<MergedPolicy> {
+    for name in &flags.pass_env {
+        env_names::check_pass_env(name)
+            .map_err(|why| Error::invalid(format!("--pass-env {name:?}: {why}")))?;
+    }
+    let mut pass_env = file.pass_env;
+    pass_env.extend(flags.pass_env.iter().cloned());
+    Ok(MergedPolicy {
+        allowed_capabilities: file.allowed_capabilities.map(sorted),
+        denied_capabilities: sorted(file.denied_capabilities),
+        allow_shell: file.allow_shell || flags.allow_shell,
+        allow_mcp: file.allow_mcp || flags.allow_mcp,
+        pass_env: sorted(pass_env),
+        max_turns: file.max_turns,
+        max_wall_clock_ms: file.max_wall_clock_ms,
+        max_pure_retries: file.max_pure_retries,
+    })
+}
+
+fn sorted(mut items: Vec<String>) -> Vec<String> {
+    items.sort();
+    items.dedup();
+    items
+}
+
+/// The capabilities a Session may be granted under `policy`, sorted.
+pub fn permitted_catalog(policy: &MergedPolicy) -> Vec<String> {
+    let mut permitted: Vec<String> = IMPLEMENTED_CAPABILITIES
+        .iter()
+        .filter(|c| policy.refusal(c).is_none())
+        .map(|c| c.to_string())
+        .collect();
+    permitted.sort();
+    permitted
+}
+
+/// A unified diff of two policies, pretty-printed, for "policy drift" messages.
+pub fn drift_diff(locked: &MergedPolicy, now: &MergedPolicy) -> String {
+    let (old, new) = (locked.to_pretty(), now.to_pretty());
+    similar::TextDiff::from_lines(&old, &new)
+        .unified_diff()
+        .context_radius(2)
+        .header("locked policy", "current policy")
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,279 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::error::ErrorKind;
+
+fn policy(json: &str) -> MergedPolicy {
+    let file = parse_policy(json.as_bytes(), "policy.json").unwrap();
+    merge_with(file, &PolicyFlags::default()).unwrap()
+}
+
+#[track_caller]
+fn invalid(json: &str) -> String {
+    let err = parse_policy(json.as_bytes(), "policy.json").unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidInput, "{}", err.message);
+    assert!(err.message.starts_with("policy.json"), "{}", err.message);
+    err.message
+}
+
+#[test]
+fn the_spec_example_and_the_template_parse() {
+    let p = policy(
+        r#"{"allowedCapabilities": ["read","glob","grep","edit","write","exec","lsp"], "deniedCapabilities": [],
+            "allowShell": true, "allowMcp": false, "passEnv": [], "maxTurns": 48, "maxWallClockMs": 1800000}"#,
+    );
+    assert!(p.allow_shell);
+    assert_eq!(p.max_turns, Some(48));
+    let t = policy(crate::templates::POLICY_JSON);
+    assert!(!t.allow_shell);
+}
+
+#[test]
+fn no_file_means_the_closed_defaults() {
+    let p = merge(&PolicyFlags::default()).unwrap();
+    assert_eq!(p, MergedPolicy::default());
+    assert_eq!(
+        p.canonical_json(),
+        r#"{"allowedCapabilities":null,"deniedCapabilities":[],"allowShell":false,"allowMcp":false,"passEnv":[],"maxTurns":null,"maxWallClockMs":null,"maxPureRetries":null}"#
+    );
+    // Shell and MCP are off by default.
+    assert_eq!(
+        permitted_catalog(&p),
+        ["edit", "glob", "grep", "read", "write"]
+    );
+}
+
+#[test]
+fn flags_merge_into_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.json");
+    std::fs::write(
+        &path,
+        r#"{"passEnv": ["NPM_TOKEN", "CARGO_HOME"], "maxTurns": 10}"#,
+    )
+    .unwrap();
+    let merged = merge(&PolicyFlags {
+        policy_file: Some(path),
+        allow_shell: true,
+        allow_mcp: true,
+        pass_env: vec!["GITHUB_TOKEN".into(), "CARGO_HOME".into()],
+    })
+    .unwrap();
+    assert!(merged.allow_shell && merged.allow_mcp);
+    assert_eq!(merged.pass_env, ["CARGO_HOME", "GITHUB_TOKEN", "NPM_TOKEN"]);
+    assert_eq!(merged.max_turns, Some(10));
+    // A flag never turns a file's `true` off: flags only add.
+    let file = parse_policy(br#"{"allowShell": true}"#, "p.json").unwrap();
+    assert!(
+        merge_with(file, &PolicyFlags::default())
+            .unwrap()
+            .allow_shell
+    );
+}
+
+#[test]
+fn missing_policy_file_is_not_found() {
+    let err = merge(&PolicyFlags {
+        policy_file: Some("/nonexistent/policy.json".into()),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::NotFound);
+    assert!(err.message.contains("/nonexistent/policy.json"));
+}
+
+#[test]
+fn pass_env_flags_are_validated() {
+    for (name, expect) in [
+        ("OPENAI_API_KEY", "model-provider credential"),
+        ("anthropic_api_key", "model-provider credential"),
+        ("XAI_API_KEY", "model-provider credential"),
+        ("1BAD", "not an environment variable name"),
+        ("A=B", "not an environment variable name"),
+    ] {
+        let err = merge(&PolicyFlags {
+            pass_env: vec![name.into()],
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidInput);
+        assert!(
+            err.message.contains(&format!("--pass-env {name:?}")),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains(expect), "{}", err.message);
+    }
+    let msg = invalid(r#"{"passEnv": ["PATH", "Gemini_Api_Key"]}"#);
+    assert!(
+        msg.contains("passEnv[1]: Gemini_Api_Key is a model-provider credential"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn hash_is_stable_and_order_independent() {
+    let a = merge_with(
+        parse_policy(
+            br#"{"deniedCapabilities": ["write", "edit"], "passEnv": ["B", "A"]}"#,
+            "a",
+        )
+        .unwrap(),
+        &PolicyFlags {
+            pass_env: vec!["C".into(), "A".into()],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let b = merge_with(
+        parse_policy(
+            br#"{"passEnv": ["C"], "deniedCapabilities": ["edit", "write", "edit"]}"#,
+            "b",
+        )
+        .unwrap(),
+        &PolicyFlags {
+            pass_env: vec!["A".into(), "B".into()],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.policy_hash(), b.policy_hash());
+    assert_eq!(a.pass_env, ["A", "B", "C"]);
+    assert!(a.policy_hash().starts_with("sha256:") && a.policy_hash().len() == 71);
+    // The hash is a pure function of the canonical bytes.
+    assert_eq!(
+        a.policy_hash(),
+        crate::hash::sha256_prefixed(a.canonical_json().as_bytes())
+    );
+    // And it changes with any permission.
+    let mut c = a.clone();
+    c.allow_shell = true;
+    assert_ne!(c.policy_hash(), a.policy_hash());
+    let mut d = a.clone();
+    d.pass_env.push("D".into());
+    assert_ne!(d.policy_hash(), a.policy_hash());
+    // The merged policy round-trips through JSON (as stored in a lock).
+    let back: MergedPolicy = serde_json::from_str(&a.canonical_json()).unwrap();
+    assert_eq!(back.policy_hash(), a.policy_hash());
+}
+
+#[test]
+fn permitted_catalog_rules() {
+    // allowShell gates exec; denied wins over allowed and over allowShell.
+    let p = policy(r#"{"allowShell": true, "deniedCapabilities": ["exec", "edit"]}"#);
+    assert_eq!(permitted_catalog(&p), ["glob", "grep", "read", "write"]);
+    assert!(p.refusal("exec").unwrap().contains("deniedCapabilities"));
+    let p = policy(r#"{"allowShell": true}"#);
+    assert_eq!(
+        permitted_catalog(&p),
+        ["edit", "exec", "glob", "grep", "read", "write"]
+    );
+    // allowedCapabilities restricts; unknown and unimplemented names are never permitted.
+    let p = policy(
+        r#"{"allowedCapabilities": ["read", "lsp", "exec"], "allowShell": true, "allowMcp": true}"#,
+    );
+    assert_eq!(permitted_catalog(&p), ["exec", "read"]);
+    assert!(p.refusal("grep").unwrap().contains("allowedCapabilities"));
+    assert!(p.refusal("lsp").unwrap().contains("no tool"));
+    assert!(
+        p.refusal("mcp__github__search")
+            .unwrap()
+            .contains("no tool")
+    );
+    // Without allowShell, exec and task are refused with the flag to use.
+    let p = policy("{}");
+    assert!(p.refusal("exec").unwrap().contains("--allow-shell"));
+    // An empty allow-list permits nothing.
+    assert!(permitted_catalog(&policy(r#"{"allowedCapabilities": []}"#)).is_empty());
+}
+
+#[test]
+fn invalid_policies_name_the_field() {
+    assert!(invalid("").contains("the file is empty"));
+    assert!(
+        invalid(r#"{"allowShell": true, "allowNetwork": true}"#)
+            .contains("unknown field `allowNetwork`")
+    );
+    assert!(
+        invalid(r#"{"allowShell": true, "allowShell": false}"#)
+            .contains("duplicate field `allowShell`")
+    );
+    assert!(
+        invalid(r#"{"allowShell": "yes"}"#)
+            .contains("policy.json:1:20: invalid type: string \"yes\", expected a boolean")
+    );
+    assert!(invalid(r#"{"maxTurns": 0}"#).contains("maxTurns: must be at least 1"));
+    assert!(invalid(r#"{"maxTurns": -1}"#).contains("invalid value"));
+    assert!(invalid(r#"{"maxWallClockMs": 0}"#).contains("maxWallClockMs: must be at least 1"));
+    assert!(
+        invalid(r#"{"maxPureRetries": 256}"#).contains("maxPureRetries: must be between 0 and 255")
+    );
+    assert!(invalid(r#"{"deniedCapabilities": ["a b"]}"#).contains("deniedCapabilities[0]"));
+    assert!(invalid(r#"{"allowedCapabilities": [""]}"#).contains("allowedCapabilities[0]"));
+    assert!(invalid(r#"[]"#).contains("must be one JSON object"));
+    assert!(invalid(r#" [true, [], false]"#).contains("must be one JSON object"));
+    assert!(invalid(r#"{"passEnv": {"A": 1}}"#).contains("invalid type: map"));
+    assert!(invalid(r#"{"allowShell": true"#).contains("EOF"));
+    assert!(invalid("{\"a\":1}\n{}").contains("policy.json:"));
+    assert!(invalid(&format!("{{\"passEnv\": {}", "[".repeat(10_000))).contains("policy.json:1:"));
+    let big = format!("{{\"passEnv\": [{}\"A\"]}}", "\"A\",".repeat(300_000));
+    assert!(invalid(&big).contains("larger than 1048576 bytes"));
+    // A BOM and CRLF are fine; maxPureRetries is accepted as a tightening.
+    let p = parse_policy(b"\xEF\xBB\xBF{\r\n\"maxPureRetries\": 0\r\n}\r\n", "p").unwrap();
+    assert_eq!(p.max_pure_retries, Some(0));
+}
+
+#[test]
+fn drift_diff_shows_what_changed() {
+    let locked = policy(r#"{"passEnv": ["NPM_TOKEN"]}"#);
+    let now = merge_with(
+        parse_policy(br#"{"passEnv": ["NPM_TOKEN"]}"#, "p").unwrap(),
+        &PolicyFlags {
+            allow_shell: true,
+            pass_env: vec!["GITHUB_TOKEN".into()],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let diff = drift_diff(&locked, &now);
+    assert!(
+        diff.starts_with("--- locked policy\n+++ current policy\n"),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("-  \"allowShell\": false,\n+  \"allowShell\": true,\n"),
+        "{diff}"
+    );
+    assert!(diff.contains("+    \"GITHUB_TOKEN\",\n"), "{diff}");
+    assert!(
+        !diff.contains("maxPureRetries"),
+        "context is limited: {diff}"
+    );
+    assert_eq!(drift_diff(&locked, &locked), "");
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..1024)) {
+        if let Err(e) = parse_policy(&bytes, "fuzz.json") {
+            prop_assert_eq!(e.kind, ErrorKind::InvalidInput);
+        }
+    }
+
+    #[test]
+    fn pass_env_order_never_changes_the_hash(
+        names in proptest::collection::vec("[A-Z_][A-Z0-9_]{0,12}", 0..8),
+        split in 0usize..8,
+    ) {
+        let names: Vec<String> = names.into_iter().filter(|n| !is_provider_credential(n)).collect();
+        let split = split.min(names.len());
+        let mut reversed = names.clone();
+        reversed.reverse();
+        let a = merge_with(PolicyFile { pass_env: names[..split].to_vec(), ..Default::default() },
+            &PolicyFlags { pass_env: names[split..].to_vec(), ..Default::default() }).unwrap();
+        let b = merge_with(PolicyFile::default(),
+            &PolicyFlags { pass_env: reversed, ..Default::default() }).unwrap();
+        prop_assert_eq!(a.policy_hash(), b.policy_hash());
+    }
+}
