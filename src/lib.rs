@@ -5,6 +5,7 @@
 //! rendering lives here; only the [`cli`] module prints.
 
 pub mod agent;
+pub mod blobs;
 pub mod canonical;
 pub mod cli;
 pub mod clock;
@@ -16,9 +17,12 @@ pub mod hash;
 pub mod ids;
 pub mod journal;
 pub mod policy;
+mod process;
+pub mod provider;
 pub mod run;
 pub mod session;
 pub mod state;
 pub mod templates;
+pub mod tools;
 
 pub use error::{Error, ErrorKind, Result};

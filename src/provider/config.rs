@@ -1,0 +1,539 @@
+//! The model config: which provider serves which model role.
+//!
+//! Found at, in order: `--config FILE`, env `KXEN_AGENT_CONFIG`,
+//! `$XDG_CONFIG_HOME/kxen-agent/config.toml`, `~/.config/kxen-agent/config.toml`. An explicitly
+//! named file must exist (exit 3 otherwise); a missing default file only becomes an error when a
+//! role is resolved (exit 4, naming the path to create). Unknown fields are rejected.
+//!
+//! ```toml
+//! [providers.local]
+//! kind = "openai"                      # OpenAI-compatible /chat/completions with tool calling
+//! base_url = "http://127.0.0.1:11434/v1"
+//! model = "qwen2.5-coder:7b"
+//! api_key_env = "OPENAI_API_KEY"       # optional; read from this env var at call time
+//! timeout_ms = 300000                  # optional, default 300000
+//! [providers.bridge]
+//! kind = "command"                     # argv; request JSON on stdin, response JSON on stdout
+//! argv = ["my-llm-bridge", "--json"]
+//! timeout_ms = 120000                  # optional, default 300000
+//! [providers.demo]
+//! kind = "script"                      # deterministic replay, one response per line
+//! path = "turns.jsonl"                 # relative to this config file
+//! [roles]
+//! execution = "local"
+//! planning = "local"
+//! ```
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::Provider;
+use super::command::CommandProvider;
+use super::openai::OpenAiProvider;
+use super::script::ScriptProvider;
+use crate::error::{Error, Result};
+
+/// Provider timeout when `timeout_ms` is not given: generous, since local models can be slow.
+pub const DEFAULT_PROVIDER_TIMEOUT_MS: u64 = 300_000;
+
+/// Where the config path came from (for error messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    Flag,
+    Env,
+    Default,
+}
+
+/// The parsed model config.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    path: PathBuf,
+    source: ConfigSource,
+    /// False when the default file does not exist (nothing is configured).
+    exists: bool,
+    providers: BTreeMap<String, ProviderConfig>,
+    roles: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    providers: BTreeMap<String, ProviderConfig>,
+    #[serde(default)]
+    roles: BTreeMap<String, String>,
+}
+
+/// One `[providers.NAME]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ProviderConfig {
+    Openai(OpenAiConfig),
+    Command(CommandConfig),
+    Script(ScriptConfig),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenAiConfig {
+    pub base_url: String,
+    pub model: String,
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandConfig {
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptConfig {
+    pub path: PathBuf,
+}
+
+/// What serves a role, for run records and events (never a credential).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderInfo {
+    /// The `[providers.NAME]` name.
+    pub name: String,
+    /// `openai`, `command` or `script`.
+    pub kind: String,
+    /// The model name (`openai` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+impl ModelConfig {
+    /// Finds and parses the config (precedence in the module docs).
+    pub fn load(explicit: Option<&Path>) -> Result<ModelConfig> {
+        Self::load_with(explicit, |name| std::env::var_os(name))
+    }
+
+    /// [`ModelConfig::load`] with an injected environment, for tests.
+    pub fn load_with(
+        explicit: Option<&Path>,
+        env: impl Fn(&str) -> Option<OsString>,
+    ) -> Result<ModelConfig> {
+        let nonempty = |name: &str| env(name).filter(|v| !v.is_empty());
+        let (path, source) = if let Some(p) = explicit {
+            (p.to_path_buf(), ConfigSource::Flag)
+        } else if let Some(p) = nonempty("KXEN_AGENT_CONFIG") {
+            (PathBuf::from(p), ConfigSource::Env)
+        } else if let Some(xdg) = nonempty("XDG_CONFIG_HOME") {
+            (
+                PathBuf::from(xdg).join("kxen-agent/config.toml"),
+                ConfigSource::Default,
+            )
+        } else if let Some(home) = nonempty("HOME") {
+            (
+                PathBuf::from(home).join(".config/kxen-agent/config.toml"),
+                ConfigSource::Default,
+            )
+        } else {
+            return Err(Error::invalid(
+                "cannot find the model config: neither --config, KXEN_AGENT_CONFIG, \
+                 XDG_CONFIG_HOME nor HOME is set",
+            )
+            .with_hint("pass --config FILE (see README \"Models\")"));
+        };
+        let path = std::path::absolute(&path).unwrap_or(path);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound && source == ConfigSource::Default =>
+            {
+                return Ok(ModelConfig {
+                    path,
+                    source,
+                    exists: false,
+                    providers: BTreeMap::new(),
+                    roles: BTreeMap::new(),
+                });
+            }
+            Err(e) => {
+                let from = match source {
+                    ConfigSource::Flag => " (given with --config)",
+                    ConfigSource::Env => " (named by KXEN_AGENT_CONFIG)",
+                    ConfigSource::Default => "",
+                };
+                let mut err = Error::io("read the model config", &path, e);
+                err.message.push_str(from);
+                return Err(err);
+            }
+        };
+        Self::parse(&text, &path, source)
+    }
+
+    /// Parses config text that was read from `path` (relative script paths and command
+    /// directories are resolved against its directory).
+    pub fn parse(text: &str, path: &Path, source: ConfigSource) -> Result<ModelConfig> {
+        let file: ConfigFile = toml::from_str(text).map_err(|e| {
+            Error::invalid(format!(
+                "invalid model config {}: {}",
+                path.display(),
+                e.to_string().trim_end()
+            ))
+        })?;
+        let config = ModelConfig {
+            path: path.to_path_buf(),
+            source,
+            exists: true,
+            providers: file.providers,
+            roles: file.roles,
+        };
+        config.validate()?;
+        for p in config.providers.values() {
+            if let ProviderConfig::Openai(o) = p
+                && let Some(name) = &o.api_key_env
+            {
+                crate::tools::register_provider_key_env(name);
+            }
+        }
+        Ok(config)
+    }
+
+    fn invalid(&self, what: String) -> Error {
+        Error::invalid(format!(
+            "invalid model config {}: {what}",
+            self.path.display()
+        ))
+    }
+
+    fn validate(&self) -> Result<()> {
+        for (name, p) in &self.providers {
+            let at = format!("[providers.{name}]");
+            if name.trim().is_empty() {
+                return Err(self.invalid("a provider name is empty".into()));
+            }
+            let timeout = match p {
+                ProviderConfig::Openai(o) => {
+                    if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
+                        return Err(self.invalid(format!(
+                            "{at} base_url `{}` must start with http:// or https://",
+                            o.base_url
+                        )));
+                    }
+                    if o.model.trim().is_empty() {
+                        return Err(self.invalid(format!("{at} model is empty")));
+                    }
+                    if let Some(env) = &o.api_key_env
+                        && !valid_env_name(env)
+                    {
+                        return Err(self.invalid(format!(
+                            "{at} api_key_env `{env}` is not an environment variable name \
+                             (it names the variable holding the key, not the key itself)"
+                        )));
+                    }
+                    o.timeout_ms
+                }
+                ProviderConfig::Command(c) => {
+                    if c.argv.first().is_none_or(|a| a.is_empty()) {
+                        return Err(self.invalid(format!("{at} argv must name a program")));
+                    }
+                    c.timeout_ms
+                }
+                ProviderConfig::Script(s) => {
+                    if s.path.as_os_str().is_empty() {
+                        return Err(self.invalid(format!("{at} path is empty")));
+                    }
+                    None
+                }
+            };
+            if timeout == Some(0) {
+                return Err(self.invalid(format!("{at} timeout_ms must be at least 1")));
+            }
+        }
+        for (role, provider) in &self.roles {
+            if !self.providers.contains_key(provider) {
+                return Err(self.invalid(format!(
+                    "[roles] {role} = \"{provider}\" names no provider; define [providers.{provider}]"
+                ))
+                .with_hint(format!(
+                    "defined providers: {}",
+                    self.provider_names()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn provider_names(&self) -> String {
+        if self.providers.is_empty() {
+            "none".into()
+        } else {
+            self.providers
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    }
+
+    /// The config file's path (it may not exist when it is the default location).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn source(&self) -> ConfigSource {
+        self.source
+    }
+
+    /// The provider config serving `role`, with its name.
+    fn lookup(&self, role: &str) -> Result<(&str, &ProviderConfig)> {
+        if !self.exists {
+            return Err(Error::invalid(format!(
+                "no model config: {} does not exist, so model role `{role}` has no provider",
+                self.path.display()
+            ))
+            .with_hint(
+                "create it (see README \"Models\"), or pass --config FILE or set KXEN_AGENT_CONFIG",
+            ));
+        }
+        let Some(name) = self.roles.get(role) else {
+            return Err(Error::invalid(format!(
+                "model config {}: role `{role}` is not mapped to a provider",
+                self.path.display()
+            ))
+            .with_hint(format!(
+                "add `{role} = \"PROVIDER\"` under [roles] in {} (providers: {})",
+                self.path.display(),
+                self.provider_names()
+            )));
+        };
+        let provider = self
+            .providers
+            .get(name)
+            .expect("validate() checked that every role names a provider");
+        Ok((name, provider))
+    }
+
+    /// Describes the provider serving `role` (for run records; holds no credential).
+    pub fn provider_info(&self, role: &str) -> Result<ProviderInfo> {
+        let (name, p) = self.lookup(role)?;
+        let (kind, model) = match p {
+            ProviderConfig::Openai(o) => ("openai", Some(o.model.clone())),
+            ProviderConfig::Command(_) => ("command", None),
+            ProviderConfig::Script(_) => ("script", None),
+        };
+        Ok(ProviderInfo {
+            name: name.to_string(),
+            kind: kind.to_string(),
+            model,
+        })
+    }
+
+    /// A client for the provider serving `role`.
+    pub fn provider_for(&self, role: &str) -> Result<Box<dyn Provider>> {
+        let (name, p) = self.lookup(role)?;
+        let dir = self
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let timeout =
+            |ms: Option<u64>| Duration::from_millis(ms.unwrap_or(DEFAULT_PROVIDER_TIMEOUT_MS));
+        Ok(match p {
+            ProviderConfig::Openai(o) => Box::new(OpenAiProvider::new(
+                name,
+                &o.base_url,
+                &o.model,
+                o.api_key_env.clone(),
+                timeout(o.timeout_ms),
+            )),
+            ProviderConfig::Command(c) => Box::new(CommandProvider::new(
+                name,
+                c.argv.clone(),
+                dir,
+                timeout(c.timeout_ms),
+            )),
+            ProviderConfig::Script(s) => Box::new(ScriptProvider::new(dir.join(&s.path))),
+        })
+    }
+}
+
+fn valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    const ISSUE_EXAMPLE: &str = r#"
+[providers.local]
+kind = "openai"                      # OpenAI-compatible /chat/completions with tool calling
+base_url = "http://127.0.0.1:11434/v1"
+model = "qwen2.5-coder:7b"
+api_key_env = "KXEN_TEST_CONFIG_KEY"
+[providers.bridge]
+kind = "command"                      # argv; request JSON on stdin, response JSON on stdout
+argv = ["my-llm-bridge", "--json"]
+timeout_ms = 120000
+[providers.demo]
+kind = "script"                       # deterministic replay
+path = "turns.jsonl"                  # relative to the config file
+[roles]
+execution = "local"
+planning = "local"
+demo = "demo"
+"#;
+
+    fn parse(text: &str) -> Result<ModelConfig> {
+        ModelConfig::parse(text, Path::new("/cfg/config.toml"), ConfigSource::Flag)
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let c = parse(ISSUE_EXAMPLE).unwrap();
+        assert_eq!(
+            c.provider_info("execution").unwrap(),
+            ProviderInfo {
+                name: "local".into(),
+                kind: "openai".into(),
+                model: Some("qwen2.5-coder:7b".into())
+            }
+        );
+        assert_eq!(c.provider_info("demo").unwrap().kind, "script");
+        assert!(c.provider_for("planning").is_ok());
+        assert!(crate::tools::is_provider_key_env("KXEN_TEST_CONFIG_KEY"));
+    }
+
+    #[test]
+    fn unknown_fields_and_kinds_are_rejected_naming_the_file() {
+        for bad in [
+            "[providers.a]\nkind = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\napi_key = \"sk-1\"\n",
+            "[providers.a]\nkind = \"telepathy\"\n",
+            "[providers.a]\nargv = [\"x\"]\n",
+            "[provider.a]\nkind = \"script\"\npath = \"x\"\n",
+            "[roles]\nexecution = 3\n",
+            "not toml [",
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidInput, "{bad}");
+            assert!(e.message.contains("/cfg/config.toml"), "{}", e.message);
+            assert!(!e.message.contains("sk-1"));
+        }
+    }
+
+    #[test]
+    fn semantic_errors() {
+        for (bad, needle) in [
+            (
+                "[providers.a]\nkind = \"openai\"\nbase_url = \"localhost\"\nmodel = \"m\"\n",
+                "base_url",
+            ),
+            (
+                "[providers.a]\nkind = \"openai\"\nbase_url = \"http://x\"\nmodel = \"\"\n",
+                "model",
+            ),
+            (
+                "[providers.a]\nkind = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\napi_key_env = \"sk-abc\"\n",
+                "api_key_env",
+            ),
+            ("[providers.a]\nkind = \"command\"\nargv = []\n", "argv"),
+            (
+                "[providers.a]\nkind = \"command\"\nargv = [\"x\"]\ntimeout_ms = 0\n",
+                "timeout_ms",
+            ),
+            ("[roles]\nexecution = \"ghost\"\n", "ghost"),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidInput);
+            assert!(e.message.contains(needle), "{}", e.message);
+            assert!(e.message.contains("/cfg/config.toml"));
+        }
+    }
+
+    #[test]
+    fn missing_role_names_the_file_with_exit_4() {
+        let c = parse("[providers.d]\nkind = \"script\"\npath = \"t.jsonl\"\n").unwrap();
+        let Err(e) = c.provider_for("execution") else {
+            panic!("expected an error")
+        };
+        assert_eq!(e.exit_code(), 4);
+        assert!(e.message.contains("role `execution`") && e.message.contains("/cfg/config.toml"));
+        assert!(e.hints[0].contains("[roles]"));
+    }
+
+    #[test]
+    fn precedence_flag_env_xdg_home() {
+        let tmp = tempfile::tempdir().unwrap();
+        let write = |rel: &str, role: &str| {
+            let p = tmp.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(
+                &p,
+                format!(
+                    "[providers.p]\nkind = \"script\"\npath = \"t\"\n[roles]\n{role} = \"p\"\n"
+                ),
+            )
+            .unwrap();
+            p
+        };
+        let flag = write("flag.toml", "flag");
+        let env = write("env.toml", "env");
+        write("xdg/kxen-agent/config.toml", "xdg");
+        write("home/.config/kxen-agent/config.toml", "home");
+        let vars = |k: &str| -> Option<OsString> {
+            match k {
+                "KXEN_AGENT_CONFIG" => Some(env.clone().into()),
+                "XDG_CONFIG_HOME" => Some(tmp.path().join("xdg").into()),
+                "HOME" => Some(tmp.path().join("home").into()),
+                _ => None,
+            }
+        };
+        let has = |c: ModelConfig, role: &str| c.provider_info(role).is_ok();
+        assert!(has(
+            ModelConfig::load_with(Some(&flag), vars).unwrap(),
+            "flag"
+        ));
+        assert!(has(ModelConfig::load_with(None, vars).unwrap(), "env"));
+        let no_env = |k: &str| {
+            if k == "KXEN_AGENT_CONFIG" {
+                None
+            } else {
+                vars(k)
+            }
+        };
+        assert!(has(ModelConfig::load_with(None, no_env).unwrap(), "xdg"));
+        let home_only = |k: &str| if k == "HOME" { vars(k) } else { None };
+        let c = ModelConfig::load_with(None, home_only).unwrap();
+        assert_eq!(c.source(), ConfigSource::Default);
+        assert!(has(c, "home"));
+    }
+
+    #[test]
+    fn missing_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("nope.toml");
+        let e = ModelConfig::load_with(Some(&missing), |_| None).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        assert!(e.message.contains("nope.toml") && e.message.contains("--config"));
+        // A missing default file is fine until a role is needed.
+        let home = tmp.path().to_path_buf();
+        let c =
+            ModelConfig::load_with(None, |k| (k == "HOME").then(|| home.clone().into())).unwrap();
+        let Err(e) = c.provider_for("execution") else {
+            panic!("expected an error")
+        };
+        assert_eq!(e.kind, ErrorKind::InvalidInput);
+        assert!(e.message.contains(".config/kxen-agent/config.toml"));
+    }
+}

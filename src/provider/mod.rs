@@ -1,0 +1,200 @@
+//! Model providers (MRM, kxen-agent.md §10): the runtime's model-role map and the clients behind
+//! it.
+//!
+//! A [`ModelConfig`] (TOML, see [`config`]) maps role names (`execution`, `planning`, …) to
+//! providers of three kinds: an OpenAI-compatible chat-completions endpoint ([`openai`]), an
+//! external command speaking JSON on stdin/stdout ([`command`]), and a deterministic script that
+//! replays recorded responses ([`script`]). The definition never names a provider or a model;
+//! credentials are read from the environment at call time and never stored.
+
+pub mod command;
+pub mod config;
+pub mod openai;
+pub mod script;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::tools::ToolSchema;
+
+pub use config::{ModelConfig, ProviderInfo};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ChatRole {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// One message of the conversation sent to a model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatMessage {
+    pub role: ChatRole,
+    #[serde(default)]
+    pub content: String,
+    /// Assistant messages: the tool calls the model made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Tool messages: the id of the call this result answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn system(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::plain(ChatRole::System, content)
+    }
+    pub fn user(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::plain(ChatRole::User, content)
+    }
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> ChatMessage {
+        ChatMessage {
+            tool_calls,
+            ..ChatMessage::plain(ChatRole::Assistant, content)
+        }
+    }
+    pub fn tool(tool_call_id: impl Into<String>, content: impl Into<String>) -> ChatMessage {
+        ChatMessage {
+            tool_call_id: Some(tool_call_id.into()),
+            ..ChatMessage::plain(ChatRole::Tool, content)
+        }
+    }
+    fn plain(role: ChatRole, content: impl Into<String>) -> ChatMessage {
+        ChatMessage {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A tool call requested by the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// Usually an object. Anything else (the raw string when the model sent unparsable JSON,
+    /// `null` when it sent none) is passed on, and the tool layer turns it into a tool error.
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+/// Tokens a model call consumed, when the provider reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// What a model answered: text, tool calls, or both. This is also the line format of script
+/// files and the stdout format of command providers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelResponse {
+    #[serde(default)]
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// One model call.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelRequest<'a> {
+    /// The role being served (`execution`, `planning`, …); passed on to command providers.
+    pub role: &'a str,
+    pub messages: &'a [ChatMessage],
+    /// The tools the model may call (empty for tool-less calls such as the Builder).
+    pub tools: &'a [ToolSchema],
+    /// A limit for this call; the provider's own timeout applies too (the shorter wins).
+    pub timeout: Option<Duration>,
+}
+
+/// A model client. `responses_so_far` is the number of model responses already recorded in the
+/// Session's history (the script provider answers with line `responses_so_far + 1`, so a resumed
+/// run continues where it stopped).
+///
+/// Errors: a provider failure (unreachable, HTTP error, bad output, script exhausted) is
+/// `ErrorKind::External` — the runtime counts it against `maxPureRetries`; an invalid script
+/// line is `ErrorKind::InvalidInput`.
+pub trait Provider: Send + Sync + std::fmt::Debug {
+    fn complete(&self, request: &ModelRequest, responses_so_far: usize) -> Result<ModelResponse>;
+}
+
+/// The shorter of a provider's own limit and the request's.
+pub(crate) fn effective_timeout(own: Duration, request: Option<Duration>) -> Duration {
+    match request {
+        Some(r) => r.min(own),
+        None => own,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_serialize_camel_case_and_round_trip() {
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "read".into(),
+            arguments: json!({"path": "a"}),
+        };
+        let msgs = vec![
+            ChatMessage::system("sys"),
+            ChatMessage::assistant("", vec![call]),
+            ChatMessage::tool("call_1", "out"),
+        ];
+        let v = serde_json::to_value(&msgs).unwrap();
+        assert_eq!(
+            v,
+            json!([
+                {"role": "system", "content": "sys"},
+                {"role": "assistant", "content": "", "toolCalls": [{"id": "call_1", "name": "read", "arguments": {"path": "a"}}]},
+                {"role": "tool", "content": "out", "toolCallId": "call_1"}
+            ])
+        );
+        let back: Vec<ChatMessage> = serde_json::from_value(v).unwrap();
+        assert_eq!(back, msgs);
+    }
+
+    #[test]
+    fn response_shape_is_strict_with_optional_parts() {
+        let r: ModelResponse = serde_json::from_str(r#"{"text":"hi"}"#).unwrap();
+        assert_eq!(r.text, "hi");
+        assert!(r.tool_calls.is_empty() && r.usage.is_none());
+        let r: ModelResponse = serde_json::from_str(
+            r#"{"text":"","toolCalls":[{"id":"c","name":"exec","arguments":"garbage"}],"usage":{"inputTokens":3,"outputTokens":4}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.tool_calls[0].arguments, json!("garbage"));
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                input_tokens: 3,
+                output_tokens: 4
+            })
+        );
+        assert!(serde_json::from_str::<ModelResponse>(r#"{"txt":"hi"}"#).is_err());
+    }
+
+    #[test]
+    fn timeout_takes_the_shorter() {
+        let s = Duration::from_secs;
+        assert_eq!(effective_timeout(s(300), Some(s(120))), s(120));
+        assert_eq!(effective_timeout(s(60), Some(s(120))), s(60));
+        assert_eq!(effective_timeout(s(60), None), s(60));
+    }
+}

@@ -1,0 +1,522 @@
+//! The OpenAI-compatible provider: `POST {base_url}/chat/completions` with tool calling.
+//!
+//! Works with ollama, vLLM, llama.cpp's server, LM Studio and hosted OpenAI-compatible APIs. The
+//! key is read from the environment variable named by `api_key_env` at call time and sent only as
+//! `Authorization: Bearer …`; it is never stored, logged or put into an error message (errors
+//! carry the HTTP status and a short body excerpt, never headers).
+
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use super::command::excerpt;
+use super::{
+    ChatMessage, ChatRole, ModelRequest, ModelResponse, Provider, ToolCall, Usage,
+    effective_timeout,
+};
+use crate::error::{Error, Result};
+
+/// Largest response body accepted.
+const MAX_BODY: u64 = 32 * 1024 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct OpenAiProvider {
+    name: String,
+    endpoint: String,
+    model: String,
+    api_key_env: Option<String>,
+    timeout: Duration,
+}
+
+impl OpenAiProvider {
+    pub fn new(
+        name: &str,
+        base_url: &str,
+        model: &str,
+        api_key_env: Option<String>,
+        timeout: Duration,
+    ) -> Self {
+        OpenAiProvider {
+            name: name.to_string(),
+            endpoint: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            model: model.to_string(),
+            api_key_env,
+            timeout,
+        }
+    }
+
+    fn what(&self) -> String {
+        format!("model provider `{}` ({})", self.name, self.endpoint)
+    }
+
+    /// The chat-completions request body.
+    fn body(&self, request: &ModelRequest) -> Value {
+        let messages: Vec<Value> = request.messages.iter().map(wire_message).collect();
+        let mut body = json!({"model": self.model, "messages": messages, "stream": false});
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters}})
+                })
+                .collect();
+        }
+        body
+    }
+}
+
+fn wire_message(m: &ChatMessage) -> Value {
+    match m.role {
+        ChatRole::System => json!({"role": "system", "content": m.content}),
+        ChatRole::User => json!({"role": "user", "content": m.content}),
+        ChatRole::Tool => json!({
+            "role": "tool",
+            "tool_call_id": m.tool_call_id.clone().unwrap_or_default(),
+            "content": m.content
+        }),
+        ChatRole::Assistant => {
+            let mut v = json!({"role": "assistant", "content": m.content});
+            if !m.tool_calls.is_empty() {
+                if m.content.is_empty() {
+                    v["content"] = Value::Null;
+                }
+                v["tool_calls"] = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| {
+                        // A raw string is what the model sent unparsed; send it back verbatim.
+                        let args = match &c.arguments {
+                            Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        json!({"id": c.id, "type": "function",
+                               "function": {"name": c.name, "arguments": args}})
+                    })
+                    .collect();
+            }
+            v
+        }
+    }
+}
+
+/// Turns a chat-completions response body into a [`ModelResponse`].
+fn parse_response(body: &Value, call_number: usize) -> std::result::Result<ModelResponse, String> {
+    let message = body
+        .pointer("/choices/0/message")
+        .filter(|m| m.is_object())
+        .ok_or("the response has no choices[0].message")?;
+    let text = match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        // Some servers send content parts: [{"type":"text","text":"…"}].
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    };
+    let mut tool_calls = Vec::new();
+    if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
+        for (i, c) in calls.iter().enumerate() {
+            let function = c.get("function").unwrap_or(&Value::Null);
+            let id = c
+                .get("id")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                // Older servers omit ids; make a stable one so the tool result can refer to it.
+                .unwrap_or_else(|| format!("call_{}_{}", call_number + 1, i + 1));
+            let name = function
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let arguments = match function.get("arguments") {
+                Some(Value::String(s)) if s.trim().is_empty() => Value::Object(Map::new()),
+                Some(Value::String(s)) => {
+                    serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+                }
+                Some(other) => other.clone(),
+                None => Value::Null,
+            };
+            tool_calls.push(ToolCall {
+                id,
+                name,
+                arguments,
+            });
+        }
+    }
+    let usage = body.get("usage").and_then(|u| {
+        let input = u.get("prompt_tokens").and_then(Value::as_u64);
+        let output = u.get("completion_tokens").and_then(Value::as_u64);
+        (input.is_some() || output.is_some()).then(|| Usage {
+            input_tokens: input.unwrap_or(0),
+            output_tokens: output.unwrap_or(0),
+        })
+    });
+    Ok(ModelResponse {
+        text,
+        tool_calls,
+        usage,
+    })
+}
+
+/// Removes `secret` from `text` (defence in depth: no message we build contains the key, but a
+/// transport error might echo something unexpected).
+fn redact(text: String, secret: Option<&str>) -> String {
+    match secret {
+        Some(s) if s.len() >= 4 && text.contains(s) => text.replace(s, "[redacted]"),
+        _ => text,
+    }
+}
+
+impl Provider for OpenAiProvider {
+    fn complete(&self, request: &ModelRequest, responses_so_far: usize) -> Result<ModelResponse> {
+        let key = match &self.api_key_env {
+            None => None,
+            Some(var) => {
+                match std::env::var(var) {
+                    Ok(k) if !k.is_empty() => Some(k),
+                    _ => {
+                        return Err(Error::invalid(format!(
+                        "{}: the environment variable {var} (api_key_env) is not set",
+                        self.what()
+                    ))
+                    .with_hint(format!("export {var}=… before running, or remove api_key_env from the model config")));
+                    }
+                }
+            }
+        };
+        let timeout = effective_timeout(self.timeout, request.timeout);
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut call = agent
+            .post(&self.endpoint)
+            .header("Content-Type", "application/json");
+        if let Some(k) = &key {
+            call = call.header("Authorization", format!("Bearer {k}"));
+        }
+        let body = self.body(request).to_string();
+        let external = |msg: String| Error::external(redact(msg, key.as_deref()));
+        let mut response = call
+            .send(body.as_bytes())
+            .map_err(|e| external(format!("{}: request failed: {e}", self.what())))?;
+        let status = response.status();
+        let bytes = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_BODY)
+            .read_to_vec()
+            .map_err(|e| external(format!("{}: reading the response failed: {e}", self.what())))?;
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&bytes);
+            return Err(external(format!(
+                "{} returned HTTP {}: {}",
+                self.what(),
+                status.as_u16(),
+                excerpt(text.trim(), 300)
+            )));
+        }
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            external(format!(
+                "{}: the response is not JSON ({e}): {}",
+                self.what(),
+                excerpt(String::from_utf8_lossy(&bytes).trim(), 200)
+            ))
+        })?;
+        parse_response(&value, responses_so_far)
+            .map_err(|e| external(format!("{}: {e}", self.what())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::provider::ModelConfig;
+    use crate::provider::config::ConfigSource;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    /// One HTTP/1.1 exchange as the loopback server saw it.
+    #[derive(Debug)]
+    struct Seen {
+        request_line: String,
+        headers: Vec<(String, String)>,
+        body: Value,
+    }
+
+    impl Seen {
+        fn header(&self, name: &str) -> Option<&str> {
+            self.headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    /// A real HTTP/1.1 server on 127.0.0.1:0 that answers each connection with the next canned
+    /// `(status, body)` and reports what it received.
+    fn serve(responses: Vec<(u16, String)>) -> (String, mpsc::Receiver<Seen>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for (status, body) in responses {
+                let (stream, _) = listener.accept().unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut request_line = String::new();
+                reader.read_line(&mut request_line).unwrap();
+                let mut headers = Vec::new();
+                loop {
+                    let mut line = String::new();
+                    reader.read_line(&mut line).unwrap();
+                    let line = line.trim_end();
+                    if line.is_empty() {
+                        break;
+                    }
+                    let (n, v) = line.split_once(':').unwrap();
+                    headers.push((n.trim().to_string(), v.trim().to_string()));
+                }
+                let len: usize = headers
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+                    .map(|(_, v)| v.parse().unwrap())
+                    .unwrap_or(0);
+                let mut buf = vec![0u8; len];
+                reader.read_exact(&mut buf).unwrap();
+                let mut stream = stream;
+                let reason = if status == 200 { "OK" } else { "Error" };
+                write!(
+                    stream,
+                    "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .unwrap();
+                stream.flush().unwrap();
+                let _ = tx.send(Seen {
+                    request_line: request_line.trim_end().to_string(),
+                    headers,
+                    body: serde_json::from_slice(&buf).unwrap_or(Value::Null),
+                });
+            }
+        });
+        (format!("http://{addr}/v1"), rx)
+    }
+
+    fn provider(base_url: &str, key_env: Option<&str>) -> Box<dyn Provider> {
+        let key_line = key_env
+            .map(|k| format!("api_key_env = \"{k}\"\n"))
+            .unwrap_or_default();
+        let text = format!(
+            "[providers.local]\nkind = \"openai\"\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\n{key_line}timeout_ms = 20000\n[roles]\nexecution = \"local\"\n"
+        );
+        ModelConfig::parse(
+            &text,
+            std::path::Path::new("/cfg/c.toml"),
+            ConfigSource::Flag,
+        )
+        .unwrap()
+        .provider_for("execution")
+        .unwrap()
+    }
+
+    #[test]
+    fn tool_call_round_trip_over_real_http() {
+        let canary = "sk-canary-0d1e2f3a4b5c";
+        // SAFETY: the variable name is unique to this test; no other thread reads it.
+        unsafe { std::env::set_var("KXEN_TEST_OPENAI_KEY_RT", canary) };
+        let first = json!({
+            "id": "chatcmpl-1", "object": "chat.completion",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": null,
+                "tool_calls": [
+                    {"id": "call_abc", "type": "function", "function": {"name": "read", "arguments": "{\"path\":\"src/lib.rs\"}"}},
+                    {"id": "call_bad", "type": "function", "function": {"name": "write", "arguments": "{not json"}}
+                ]}}],
+            "usage": {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}
+        });
+        let second = json!({
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "All done."}}]
+        });
+        let (url, seen) = serve(vec![(200, first.to_string()), (200, second.to_string())]);
+        let p = provider(&url, Some("KXEN_TEST_OPENAI_KEY_RT"));
+        let tools = crate::tools::schemas(&["read".to_string(), "write".to_string()]);
+        let mut messages = vec![ChatMessage::system("be careful"), ChatMessage::user("fix")];
+        let r = p
+            .complete(
+                &ModelRequest {
+                    role: "execution",
+                    messages: &messages,
+                    tools: &tools,
+                    timeout: None,
+                },
+                0,
+            )
+            .unwrap();
+        assert_eq!(r.text, "");
+        assert_eq!(r.tool_calls.len(), 2);
+        assert_eq!(r.tool_calls[0].id, "call_abc");
+        assert_eq!(r.tool_calls[0].name, "read");
+        assert_eq!(r.tool_calls[0].arguments, json!({"path": "src/lib.rs"}));
+        assert_eq!(
+            r.tool_calls[1].arguments,
+            json!("{not json"),
+            "garbage kept raw"
+        );
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                input_tokens: 120,
+                output_tokens: 30
+            })
+        );
+        let s1 = seen.recv().unwrap();
+        assert_eq!(s1.request_line, "POST /v1/chat/completions HTTP/1.1");
+        assert_eq!(
+            s1.header("authorization"),
+            Some(&*format!("Bearer {canary}"))
+        );
+        assert_eq!(s1.body["model"], "test-model");
+        assert_eq!(
+            s1.body["messages"][1],
+            json!({"role": "user", "content": "fix"})
+        );
+        assert_eq!(s1.body["tools"][0]["type"], "function");
+        assert_eq!(s1.body["tools"][0]["function"]["name"], "read");
+        assert_eq!(
+            s1.body["tools"][1]["function"]["parameters"]["required"],
+            json!(["path", "content"])
+        );
+
+        // Second call: the assistant turn and the tool results go back in OpenAI's shape.
+        messages.push(ChatMessage::assistant("", r.tool_calls.clone()));
+        messages.push(ChatMessage::tool("call_abc", "     1\tpub fn x() {}\n"));
+        messages.push(ChatMessage::tool(
+            "call_bad",
+            "arguments for `write` must be a JSON object",
+        ));
+        let r2 = p
+            .complete(
+                &ModelRequest {
+                    role: "execution",
+                    messages: &messages,
+                    tools: &tools,
+                    timeout: None,
+                },
+                1,
+            )
+            .unwrap();
+        assert_eq!(r2.text, "All done.");
+        assert!(r2.tool_calls.is_empty() && r2.usage.is_none());
+        let s2 = seen.recv().unwrap();
+        let sent = &s2.body["messages"];
+        assert_eq!(sent[2]["role"], "assistant");
+        assert_eq!(sent[2]["content"], Value::Null);
+        assert_eq!(
+            sent[2]["tool_calls"][0]["function"]["arguments"],
+            "{\"path\":\"src/lib.rs\"}"
+        );
+        assert_eq!(
+            sent[2]["tool_calls"][1]["function"]["arguments"],
+            "{not json"
+        );
+        assert_eq!(
+            sent[3],
+            json!({"role": "tool", "tool_call_id": "call_abc", "content": "     1\tpub fn x() {}\n"})
+        );
+        // The key never shows up in what the provider exposes.
+        assert!(!format!("{p:?}").contains(canary));
+    }
+
+    #[test]
+    fn http_error_status_is_external_without_the_key() {
+        let canary = "sk-canary-errpath-9876";
+        // SAFETY: the variable name is unique to this test; no other thread reads it.
+        unsafe { std::env::set_var("KXEN_TEST_OPENAI_KEY_ERR", canary) };
+        let (url, seen) = serve(vec![
+            (
+                401,
+                r#"{"error":{"message":"Incorrect API key provided"}}"#.to_string(),
+            ),
+            (200, "this is not json".to_string()),
+            (200, r#"{"choices":[]}"#.to_string()),
+        ]);
+        let p = provider(&url, Some("KXEN_TEST_OPENAI_KEY_ERR"));
+        let req = ModelRequest {
+            role: "execution",
+            messages: &[],
+            tools: &[],
+            timeout: None,
+        };
+        let e = p.complete(&req, 0).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::External);
+        assert!(e.message.contains("HTTP 401"), "{}", e.message);
+        assert!(e.message.contains("Incorrect API key provided"));
+        assert!(!e.message.contains(canary) && !e.hints.iter().any(|h| h.contains(canary)));
+        assert!(!e.message.to_ascii_lowercase().contains("authorization"));
+        assert_eq!(
+            seen.recv().unwrap().header("Authorization"),
+            Some(&*format!("Bearer {canary}"))
+        );
+        let e = p.complete(&req, 0).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::External);
+        assert!(e.message.contains("not JSON"));
+        let e = p.complete(&req, 0).unwrap_err();
+        assert!(e.message.contains("choices[0].message"));
+        // No tools: the request carries no `tools` key at all.
+        assert!(seen.recv().unwrap().body.get("tools").is_none());
+    }
+
+    #[test]
+    fn unreachable_server_and_missing_key() {
+        // Bind then drop a listener: the port is (almost certainly) closed.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let p = provider(&format!("http://127.0.0.1:{port}/v1"), None);
+        let req = ModelRequest {
+            role: "execution",
+            messages: &[],
+            tools: &[],
+            timeout: Some(Duration::from_secs(5)),
+        };
+        assert_eq!(p.complete(&req, 0).unwrap_err().kind, ErrorKind::External);
+        let p = provider(
+            "http://127.0.0.1:9/v1",
+            Some("KXEN_TEST_OPENAI_KEY_UNSET_XYZ"),
+        );
+        let e = p.complete(&req, 0).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput);
+        assert!(e.message.contains("KXEN_TEST_OPENAI_KEY_UNSET_XYZ"));
+    }
+
+    #[test]
+    fn parses_servers_without_ids_or_string_arguments() {
+        let body = json!({"choices": [{"message": {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            "tool_calls": [{"function": {"name": "glob", "arguments": {"pattern": "*.rs"}}},
+                           {"function": {"name": "read", "arguments": ""}}]}}],
+            "usage": {"prompt_tokens": 5}});
+        let r = parse_response(&body, 3).unwrap();
+        assert_eq!(r.text, "ab");
+        assert_eq!(r.tool_calls[0].id, "call_4_1");
+        assert_eq!(r.tool_calls[0].arguments, json!({"pattern": "*.rs"}));
+        assert_eq!(r.tool_calls[1].arguments, json!({}));
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                input_tokens: 5,
+                output_tokens: 0
+            })
+        );
+    }
+}

@@ -1,0 +1,262 @@
+//! The environment of `exec` children: the runtime's own, minus credentials.
+//!
+//! Removed unless named in `passEnv`: every variable whose name looks like a credential (see
+//! [`looks_sensitive`]), agent sockets, CI files that accept workflow commands, cloud credential
+//! and config locations, and any variable whose value is a URL with embedded user info
+//! (`https://user:token@host`). Model-provider keys are removed even when listed in `passEnv`:
+//! the well-known names below plus every `api_key_env` of the loaded model config (registered via
+//! [`register_provider_key_env`]). This is not a sandbox — files stay readable — but no secret is
+//! handed to the model's commands for free.
+
+use std::collections::BTreeSet;
+use std::ffi::{OsStr, OsString};
+use std::sync::Mutex;
+
+/// Model-provider key variables that never reach a tool, even when listed in `passEnv`.
+const PROVIDER_KEYS: &[&str] = &[
+    "OPENAI_API_KEY",
+    "AZURE_OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "MISTRAL_API_KEY",
+    "GROQ_API_KEY",
+    "OPENROUTER_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "TOGETHER_API_KEY",
+    "XAI_API_KEY",
+    "COHERE_API_KEY",
+    "FIREWORKS_API_KEY",
+    "PERPLEXITY_API_KEY",
+    "CEREBRAS_API_KEY",
+    "DASHSCOPE_API_KEY",
+    "MOONSHOT_API_KEY",
+    "OLLAMA_API_KEY",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+];
+
+/// Exact names removed although their names do not look like secrets.
+const SENSITIVE_NAMES: &[&str] = &[
+    "SSH_AUTH_SOCK",
+    "SSH_AGENT_PID",
+    "SSH_ASKPASS",
+    "GIT_ASKPASS",
+    "GPG_AGENT_INFO",
+    "GNUPGHOME",
+    "NETRC",
+    // GitHub Actions files that turn writes into workflow commands, and runtime endpoints.
+    "GITHUB_ENV",
+    "GITHUB_PATH",
+    "GITHUB_OUTPUT",
+    "GITHUB_STATE",
+    "GITHUB_STEP_SUMMARY",
+    "ACTIONS_RUNTIME_URL",
+    "ACTIONS_CACHE_URL",
+    "ACTIONS_RESULTS_URL",
+    // Cloud credential and config locations.
+    "AWS_CONFIG_FILE",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "CLOUDSDK_CONFIG",
+    "AZURE_CONFIG_DIR",
+    "AZURE_CLIENT_CERTIFICATE_PATH",
+    "KUBECONFIG",
+    "DOCKER_CONFIG",
+    "DATABASE_URL",
+    // With HOME redirected, an explicit config home would still lead tools to the user's
+    // logged-in CLIs (gh, gcloud, …).
+    "XDG_CONFIG_HOME",
+];
+
+/// Substrings of a variable name (upper-cased) that mark it as a credential.
+const SENSITIVE_PARTS: &[&str] = &[
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "CREDENTIAL",
+    "API_KEY",
+    "APIKEY",
+    "PRIVATE_KEY",
+    "ACCESS_KEY",
+    "SESSION_KEY",
+    "SIGNING_KEY",
+    "ENCRYPTION_KEY",
+];
+
+/// `_`-separated name words that mark a credential (`NPM_AUTH`, `GH_PAT`, `OPENAI_KEY`) without
+/// catching `GIT_AUTHOR_NAME` or `KEYMAP`.
+const SENSITIVE_WORDS: &[&str] = &["AUTH", "PAT", "KEY", "KEYS", "DSN", "COOKIE"];
+
+static REGISTERED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// Marks `name` as a model-provider key variable: it never reaches a tool, even via `passEnv`.
+/// The model config registers every `api_key_env` it loads.
+pub fn register_provider_key_env(name: &str) {
+    REGISTERED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name.to_string());
+}
+
+/// Whether `name` is a model-provider key (well known or registered by the loaded config).
+pub fn is_provider_key_env(name: &str) -> bool {
+    PROVIDER_KEYS.contains(&name)
+        || REGISTERED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(name)
+}
+
+/// Whether a variable is removed from tool environments unless named in `passEnv`.
+fn looks_sensitive(name: &str, value: &OsStr) -> bool {
+    let upper = name.to_ascii_uppercase();
+    SENSITIVE_NAMES.contains(&upper.as_str())
+        || SENSITIVE_PARTS.iter().any(|p| upper.contains(p))
+        || upper.split('_').any(|w| SENSITIVE_WORDS.contains(&w))
+        || upper.starts_with("GIT_CONFIG_")
+        || url_with_userinfo(&value.to_string_lossy())
+}
+
+/// `scheme://user[:pass]@host…` anywhere in the value.
+fn url_with_userinfo(value: &str) -> bool {
+    value.match_indices("://").any(|(i, _)| {
+        let rest = &value[i + 3..];
+        let authority = rest
+            .split(|c: char| c == '/' || c == '?' || c == '#' || c.is_whitespace())
+            .next()
+            .unwrap_or("");
+        authority.contains('@')
+    })
+}
+
+/// The environment for a tool child: `vars` filtered as described in the module docs, with HOME
+/// set to `tool_home`. Sorted by name, so it is deterministic.
+pub fn child_env(
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
+    pass_env: &[String],
+    tool_home: &std::path::Path,
+) -> Vec<(OsString, OsString)> {
+    let mut out: Vec<(OsString, OsString)> = Vec::new();
+    let mut real_home: Option<OsString> = None;
+    let mut has_rustup_home = false;
+    for (name, value) in vars {
+        let n = name.to_string_lossy();
+        if n == "HOME" {
+            real_home = Some(value);
+            continue;
+        }
+        if n == "RUSTUP_HOME" {
+            has_rustup_home = true;
+        }
+        if is_provider_key_env(&n) {
+            continue;
+        }
+        if looks_sensitive(&n, &value) && !pass_env.iter().any(|p| *p == n) {
+            continue;
+        }
+        out.push((name, value));
+    }
+    // rustup finds its toolchains through HOME; keep `cargo` working under the redirected HOME.
+    // (~/.rustup holds toolchains, no credentials.)
+    if !has_rustup_home && let Some(home) = real_home {
+        let rustup = std::path::Path::new(&home).join(".rustup");
+        if rustup.is_dir() {
+            out.push(("RUSTUP_HOME".into(), rustup.into_os_string()));
+        }
+    }
+    out.push(("HOME".into(), tool_home.as_os_str().to_owned()));
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(vars: &[(&str, &str)], pass: &[&str]) -> Vec<String> {
+        let pass: Vec<String> = pass.iter().map(|s| s.to_string()).collect();
+        child_env(
+            vars.iter()
+                .map(|(n, v)| (OsString::from(n), OsString::from(v))),
+            &pass,
+            std::path::Path::new("/state/tool-home"),
+        )
+        .into_iter()
+        .map(|(n, _)| n.to_string_lossy().into_owned())
+        .collect()
+    }
+
+    #[test]
+    fn credentials_are_removed_ordinary_vars_kept() {
+        let vars = [
+            ("PATH", "/usr/bin"),
+            ("LANG", "C.UTF-8"),
+            ("GIT_AUTHOR_NAME", "A"),
+            ("KEYMAP", "us"),
+            ("GITHUB_TOKEN", "t"),
+            ("NPM_AUTH", "t"),
+            ("MY_SECRET_THING", "t"),
+            ("DB_PASSWORD", "t"),
+            ("STRIPE_KEY", "t"),
+            ("GH_PAT", "t"),
+            ("AWS_ACCESS_KEY_ID", "t"),
+            ("AWS_SECRET_ACCESS_KEY", "t"),
+            ("AWS_SESSION_TOKEN", "t"),
+            ("AWS_PROFILE", "prod"),
+            ("GOOGLE_APPLICATION_CREDENTIALS", "/k.json"),
+            ("AZURE_CLIENT_SECRET", "t"),
+            ("SSH_AUTH_SOCK", "/tmp/agent"),
+            ("GITHUB_ENV", "/tmp/env"),
+            ("UPSTREAM", "https://bob:hunter2@example.com/repo"),
+            ("MIRROR", "https://example.com/repo"),
+            ("HOME", "/home/u"),
+        ];
+        assert_eq!(
+            names(&vars, &[]),
+            [
+                "GIT_AUTHOR_NAME",
+                "HOME",
+                "KEYMAP",
+                "LANG",
+                "MIRROR",
+                "PATH"
+            ]
+        );
+    }
+
+    #[test]
+    fn pass_env_lets_a_named_secret_through_but_never_a_provider_key() {
+        register_provider_key_env("KXEN_TEST_BRIDGE_CRED");
+        let vars = [
+            ("GITHUB_TOKEN", "t"),
+            ("OPENAI_API_KEY", "sk"),
+            ("KXEN_TEST_BRIDGE_CRED", "c"),
+            ("NPM_TOKEN", "n"),
+        ];
+        assert_eq!(
+            names(
+                &vars,
+                &["GITHUB_TOKEN", "OPENAI_API_KEY", "KXEN_TEST_BRIDGE_CRED"]
+            ),
+            ["GITHUB_TOKEN", "HOME"]
+        );
+        assert!(is_provider_key_env("ANTHROPIC_API_KEY"));
+        assert!(!is_provider_key_env("PATH"));
+    }
+
+    #[test]
+    fn home_is_the_tool_home() {
+        let env = child_env(
+            [(OsString::from("HOME"), OsString::from("/home/u"))],
+            &[],
+            std::path::Path::new("/state/tool-home"),
+        );
+        assert!(env.contains(&("HOME".into(), "/state/tool-home".into())));
+    }
+}

@@ -1,0 +1,247 @@
+//! `write {path, content}` and `edit {path, oldString, newString, replaceAll?}`.
+//!
+//! Both replace the file atomically (temp file in the same directory, fsync, rename), so an
+//! interrupted tool call leaves the old file or the new one, never half of it. An existing file
+//! keeps its permission bits.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::ToolOutput;
+use super::paths::Workspace;
+use crate::fsx;
+
+/// Mode of files `write` creates (what a default umask gives).
+const NEW_FILE_MODE: u32 = 0o644;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct EditArgs {
+    path: String,
+    old_string: String,
+    new_string: String,
+    #[serde(default)]
+    replace_all: bool,
+}
+
+pub(crate) fn write(ws: &Workspace, args: WriteArgs) -> ToolOutput {
+    let path = match ws.resolve(&args.path) {
+        Ok(p) => p,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let shown = ws.display(&path);
+    if path == ws.root() || path.is_dir() {
+        return ToolOutput::error(format!("`{shown}` is a directory; give a file path"));
+    }
+    let existed = path.exists();
+    let mode = existing_mode(&path).unwrap_or(NEW_FILE_MODE);
+    if let Some(parent) = path.parent()
+        && let Err(e) = std::fs::create_dir_all(parent)
+    {
+        return ToolOutput::error(format!(
+            "cannot create the directory `{}`: {e}",
+            ws.display(parent)
+        ));
+    }
+    match fsx::write_atomic(&path, args.content.as_bytes(), mode) {
+        Ok(()) => ToolOutput::ok(format!(
+            "{} `{shown}` ({} bytes)",
+            if existed { "overwrote" } else { "created" },
+            args.content.len()
+        )),
+        Err(e) => ToolOutput::error(format!("cannot write `{shown}`: {e}")),
+    }
+}
+
+pub(crate) fn edit(ws: &Workspace, args: EditArgs) -> ToolOutput {
+    let path = match ws.resolve(&args.path) {
+        Ok(p) => p,
+        Err(e) => return ToolOutput::error(e),
+    };
+    let shown = ws.display(&path);
+    if args.old_string.is_empty() {
+        return ToolOutput::error(
+            "oldString is empty; use write to create or replace a whole file",
+        );
+    }
+    if args.old_string == args.new_string {
+        return ToolOutput::error("oldString and newString are identical; nothing to change");
+    }
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return ToolOutput::error(format!(
+                "file `{shown}` does not exist; use write to create it"
+            ));
+        }
+        Err(e) => return ToolOutput::error(format!("cannot read `{shown}`: {e}")),
+    };
+    let Ok(text) = String::from_utf8(bytes) else {
+        return ToolOutput::error(format!(
+            "`{shown}` is not UTF-8 text; edit refuses to change it"
+        ));
+    };
+    let count = text.matches(&args.old_string).count();
+    if count == 0 {
+        return ToolOutput::error(format!(
+            "oldString was not found in `{shown}`; read the file and copy the exact text (whitespace included)"
+        ));
+    }
+    if count > 1 && !args.replace_all {
+        return ToolOutput::error(format!(
+            "oldString occurs {count} times in `{shown}`; include more surrounding lines to make it unique, or set replaceAll"
+        ));
+    }
+    let updated = if args.replace_all {
+        text.replace(&args.old_string, &args.new_string)
+    } else {
+        text.replacen(&args.old_string, &args.new_string, 1)
+    };
+    let mode = existing_mode(&path).unwrap_or(NEW_FILE_MODE);
+    match fsx::write_atomic(&path, updated.as_bytes(), mode) {
+        Ok(()) => ToolOutput::ok(format!(
+            "replaced {count} occurrence{} in `{shown}`",
+            if count == 1 { "" } else { "s" }
+        )),
+        Err(e) => ToolOutput::error(format!("cannot write `{shown}`: {e}")),
+    }
+}
+
+fn existing_mode(path: &Path) -> Option<u32> {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o7777)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tools::testutil::Fixture;
+    use serde_json::json;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn write_creates_parents_and_overwrites() {
+        let fx = Fixture::new();
+        let out = fx.run("write", json!({"path": "a/b/c.txt", "content": "hello\n"}));
+        assert!(!out.is_error, "{}", out.text);
+        assert_eq!(out.text, "created `a/b/c.txt` (6 bytes)");
+        assert_eq!(fx.get("a/b/c.txt"), "hello\n");
+        let out = fx.run("write", json!({"path": "a/b/c.txt", "content": "bye"}));
+        assert_eq!(out.text, "overwrote `a/b/c.txt` (3 bytes)");
+        assert_eq!(fx.get("a/b/c.txt"), "bye");
+        let names: Vec<_> = std::fs::read_dir(fx.root.join("a/b")).unwrap().collect();
+        assert_eq!(names.len(), 1, "no temp file left behind");
+        assert!(
+            fx.run("write", json!({"path": "a", "content": "x"}))
+                .is_error
+        );
+    }
+
+    #[test]
+    fn write_refuses_escapes() {
+        let fx = Fixture::new();
+        let outside = fx.tmp.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, fx.root.join("out")).unwrap();
+        for path in ["../x.txt", "out/x.txt", "/tmp/kxen-escape-test.txt"] {
+            let out = fx.run("write", json!({"path": path, "content": "x"}));
+            assert!(out.is_error, "{path}: {}", out.text);
+        }
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        assert!(!fx.tmp.path().join("x.txt").exists());
+    }
+
+    #[test]
+    fn edit_replaces_unique_string_and_keeps_mode() {
+        let fx = Fixture::new();
+        fx.put("run.sh", "echo one\necho two\n");
+        let p = fx.root.join("run.sh");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = fx.run(
+            "edit",
+            json!({"path": "run.sh", "oldString": "one", "newString": "uno"}),
+        );
+        assert!(!out.is_error, "{}", out.text);
+        assert_eq!(fx.get("run.sh"), "echo uno\necho two\n");
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o755
+        );
+    }
+
+    #[test]
+    fn edit_missing_ambiguous_and_replace_all() {
+        let fx = Fixture::new();
+        fx.put("a.txt", "x = 1\nx = 1\n");
+        let out = fx.run(
+            "edit",
+            json!({"path": "a.txt", "oldString": "y", "newString": "z"}),
+        );
+        assert!(out.is_error && out.text.contains("not found"));
+        let out = fx.run(
+            "edit",
+            json!({"path": "a.txt", "oldString": "x = 1", "newString": "x = 2"}),
+        );
+        assert!(
+            out.is_error && out.text.contains("occurs 2 times"),
+            "{}",
+            out.text
+        );
+        assert_eq!(
+            fx.get("a.txt"),
+            "x = 1\nx = 1\n",
+            "ambiguous edit changes nothing"
+        );
+        let out = fx.run(
+            "edit",
+            json!({"path": "a.txt", "oldString": "x = 1", "newString": "x = 2", "replaceAll": true}),
+        );
+        assert_eq!(out.text, "replaced 2 occurrences in `a.txt`");
+        assert_eq!(fx.get("a.txt"), "x = 2\nx = 2\n");
+        let out = fx.run(
+            "edit",
+            json!({"path": "nope", "oldString": "a", "newString": "b"}),
+        );
+        assert!(out.is_error && out.text.contains("does not exist"));
+        let out = fx.run(
+            "edit",
+            json!({"path": "a.txt", "oldString": "", "newString": "b"}),
+        );
+        assert!(out.is_error);
+        let out = fx.run(
+            "edit",
+            json!({"path": "a.txt", "oldString": "x", "newString": "x"}),
+        );
+        assert!(out.is_error);
+    }
+
+    #[test]
+    fn edit_through_inner_symlink_keeps_the_link() {
+        let fx = Fixture::new();
+        fx.put("real.txt", "old");
+        std::os::unix::fs::symlink(fx.root.join("real.txt"), fx.root.join("link.txt")).unwrap();
+        let out = fx.run(
+            "edit",
+            json!({"path": "link.txt", "oldString": "old", "newString": "new"}),
+        );
+        assert!(!out.is_error, "{}", out.text);
+        assert_eq!(fx.get("real.txt"), "new");
+        assert!(
+            fx.root
+                .join("link.txt")
+                .symlink_metadata()
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+    }
+}

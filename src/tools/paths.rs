@@ -1,0 +1,179 @@
+//! Workspace confinement: every path a tool touches must resolve inside the workspace root.
+//!
+//! Refused: any `..` component, absolute paths outside the root, and paths that leave the root
+//! through a symlink (checked by canonicalizing the deepest existing ancestor). The resolved path
+//! is the canonical target, so a write through an in-workspace symlink updates the file it points
+//! at instead of replacing the link.
+
+use std::path::{Component, Path, PathBuf};
+
+/// The canonical workspace root, and path resolution against it.
+#[derive(Debug, Clone)]
+pub(crate) struct Workspace {
+    root: PathBuf,
+}
+
+impl Workspace {
+    pub(crate) fn new(root: &Path) -> Result<Workspace, String> {
+        let root = root
+            .canonicalize()
+            .map_err(|e| format!("workspace root {} is not accessible: {e}", root.display()))?;
+        if !root.is_dir() {
+            return Err(format!(
+                "workspace root {} is not a directory",
+                root.display()
+            ));
+        }
+        Ok(Workspace { root })
+    }
+
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Resolves a tool's `path` argument to a canonical path inside the root. The target need not
+    /// exist (for `write`), but its deepest existing ancestor must resolve inside the root.
+    pub(crate) fn resolve(&self, input: &str) -> Result<PathBuf, String> {
+        if input.is_empty() {
+            return Err("path is empty; give a path relative to the workspace root".into());
+        }
+        if input.contains('\0') {
+            return Err("path contains a NUL byte".into());
+        }
+        let raw = Path::new(input);
+        if raw.components().any(|c| c == Component::ParentDir) {
+            return Err(format!(
+                "path `{input}` contains `..`; paths must stay inside the workspace (use a path relative to its root)"
+            ));
+        }
+        let joined = if raw.is_absolute() {
+            raw.to_path_buf()
+        } else {
+            self.root.join(raw)
+        };
+        // Normalize `.` components away so the ancestor walk below sees real names only.
+        let joined: PathBuf = joined
+            .components()
+            .filter(|c| *c != Component::CurDir)
+            .collect();
+        if raw.is_absolute() && !joined.starts_with(&self.root) {
+            // Absolute paths are accepted only inside the root; also compare canonically in case
+            // the caller spelled the root through a symlink.
+            if !canonical_or_ancestor(&joined).is_some_and(|c| c.starts_with(&self.root)) {
+                return Err(format!(
+                    "path `{input}` is outside the workspace root {}",
+                    self.root.display()
+                ));
+            }
+        }
+        let resolved = canonical_or_ancestor(&joined).ok_or_else(|| {
+            format!("path `{input}` cannot be resolved (a dangling or looping symlink?)")
+        })?;
+        if !resolved.starts_with(&self.root) {
+            return Err(format!(
+                "path `{input}` resolves outside the workspace root {} (through a symlink); refused",
+                self.root.display()
+            ));
+        }
+        Ok(resolved)
+    }
+
+    /// A path inside the root as the model should see it: relative, `/`-separated, `.` for the root.
+    pub(crate) fn display(&self, path: &Path) -> String {
+        match path.strip_prefix(&self.root) {
+            Ok(rel) if rel.as_os_str().is_empty() => ".".into(),
+            Ok(rel) => rel.to_string_lossy().into_owned(),
+            Err(_) => path.to_string_lossy().into_owned(),
+        }
+    }
+}
+
+/// Canonicalizes the deepest existing ancestor of `path` and re-appends the missing tail.
+/// `None` when an existing entry cannot be canonicalized (dangling symlink, loop, permissions).
+fn canonical_or_ancestor(path: &Path) -> Option<PathBuf> {
+    let mut tail: Vec<&std::ffi::OsStr> = Vec::new();
+    let mut current = path;
+    loop {
+        if current.symlink_metadata().is_ok() {
+            let mut base = current.canonicalize().ok()?;
+            for name in tail.iter().rev() {
+                base.push(name);
+            }
+            return Some(base);
+        }
+        tail.push(current.file_name()?);
+        current = current.parent()?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn setup() -> (tempfile::TempDir, Workspace) {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("ws");
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join("src/lib.rs"), "x").unwrap();
+        std::fs::write(tmp.path().join("secret.txt"), "s").unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        (tmp, ws)
+    }
+
+    #[test]
+    fn relative_and_absolute_inside_are_accepted() {
+        let (_tmp, ws) = setup();
+        let p = ws.resolve("src/lib.rs").unwrap();
+        assert_eq!(p, ws.root().join("src/lib.rs"));
+        assert_eq!(ws.resolve("./src/./lib.rs").unwrap(), p);
+        let abs = ws.root().join("src/lib.rs");
+        assert_eq!(ws.resolve(abs.to_str().unwrap()).unwrap(), p);
+        assert_eq!(ws.resolve(".").unwrap(), ws.root());
+        assert_eq!(ws.display(&p), "src/lib.rs");
+        assert_eq!(ws.display(ws.root()), ".");
+        // Not-yet-existing targets resolve under their existing ancestor.
+        assert_eq!(
+            ws.resolve("new/dir/file.txt").unwrap(),
+            ws.root().join("new/dir/file.txt")
+        );
+    }
+
+    #[test]
+    fn dotdot_absolute_outside_and_empty_are_refused() {
+        let (tmp, ws) = setup();
+        assert!(ws.resolve("../secret.txt").unwrap_err().contains(".."));
+        assert!(ws.resolve("src/../../secret.txt").is_err());
+        assert!(ws.resolve("src/../lib.rs").is_err(), "any `..` is refused");
+        let outside = tmp.path().join("secret.txt");
+        assert!(
+            ws.resolve(outside.to_str().unwrap())
+                .unwrap_err()
+                .contains("outside")
+        );
+        assert!(ws.resolve("/etc/passwd").is_err());
+        assert!(ws.resolve("").is_err());
+        assert!(ws.resolve("a\0b").is_err());
+    }
+
+    #[test]
+    fn symlink_escapes_are_refused_but_inner_links_resolve() {
+        let (tmp, ws) = setup();
+        symlink(tmp.path(), ws.root().join("up")).unwrap();
+        symlink(tmp.path().join("secret.txt"), ws.root().join("leak")).unwrap();
+        symlink(ws.root().join("src/lib.rs"), ws.root().join("alias")).unwrap();
+        symlink("/nonexistent/target", ws.root().join("dangling")).unwrap();
+        assert!(ws.resolve("up/secret.txt").unwrap_err().contains("symlink"));
+        assert!(
+            ws.resolve("up/new-file").is_err(),
+            "new file under an escaping dir"
+        );
+        assert!(ws.resolve("leak").is_err());
+        assert!(ws.resolve("dangling").is_err());
+        assert_eq!(
+            ws.resolve("alias").unwrap(),
+            ws.root().join("src/lib.rs"),
+            "writes through an inner link go to its target"
+        );
+    }
+}
