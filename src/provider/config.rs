@@ -536,4 +536,12 @@ demo = "demo"
         assert_eq!(e.kind, ErrorKind::InvalidInput);
         assert!(e.message.contains(".config/kxen-agent/config.toml"));
     }
+
+    proptest::proptest! {
+        /// The config parser never panics, whatever the file holds.
+        #[test]
+        fn parse_never_panics(text in "(\\[|\\]|providers|roles|kind|=|\"|openai|script|command|base_url|model|argv|path|timeout_ms|[a-z0-9._ ]|\n){0,120}") {
+            let _ = parse(&text);
+        }
+    }
 }

@@ -128,4 +128,21 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.kind, ErrorKind::NotFound);
     }
+
+    proptest::proptest! {
+        /// A script line that is not a response is an error naming file:line, never a panic.
+        #[test]
+        fn arbitrary_lines_never_panic(line in "[ -~]{0,80}") {
+            let tmp = tempfile::tempdir().unwrap();
+            let path = tmp.path().join("t.jsonl");
+            std::fs::write(&path, format!("{line}\n")).unwrap();
+            let p = ScriptProvider::new(path);
+            match p.complete(&request(), 0) {
+                Ok(_) => {}
+                Err(e) => proptest::prop_assert!(
+                    e.message.contains("t.jsonl:1:") || e.message.starts_with("script exhausted")
+                ),
+            }
+        }
+    }
 }

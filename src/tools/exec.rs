@@ -5,6 +5,9 @@
 //! them interleaved as a terminal would). Background jobs do not outlive the command: the group is
 //! killed once the shell exits.
 //!
+//! The text ends with `[exit code N]` (or `[killed by signal N]`); a non-zero exit is
+//! `is_error: true`, which is still a known outcome.
+//!
 //! Timeout (default [`DEFAULT_EXEC_TIMEOUT_MS`] = 120 s, at most [`MAX_EXEC_TIMEOUT_MS`]): the
 //! group is SIGKILLed and the call is a tool error with a timeout note — a known outcome.
 //!

@@ -76,13 +76,18 @@ pub(crate) fn edit(ws: &Workspace, args: EditArgs) -> ToolOutput {
     if args.old_string == args.new_string {
         return ToolOutput::error("oldString and newString are identical; nothing to change");
     }
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return ToolOutput::error(format!("`{shown}` is not a regular file")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return ToolOutput::error(format!(
                 "file `{shown}` does not exist; use write to create it"
             ));
         }
+        Err(e) => return ToolOutput::error(format!("cannot read `{shown}`: {e}")),
+    }
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
         Err(e) => return ToolOutput::error(format!("cannot read `{shown}`: {e}")),
     };
     let Ok(text) = String::from_utf8(bytes) else {

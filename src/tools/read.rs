@@ -38,6 +38,10 @@ pub(crate) fn run(ws: &Workspace, args: ReadArgs) -> ToolOutput {
     if meta.is_dir() {
         return ToolOutput::error(format!("`{shown}` is a directory; use glob to list files"));
     }
+    if !meta.is_file() {
+        // A FIFO or device would block or never end.
+        return ToolOutput::error(format!("`{shown}` is not a regular file"));
+    }
     if meta.len() > MAX_FILE_BYTES {
         return ToolOutput::error(format!(
             "`{shown}` is too large to read ({} bytes); use grep, or exec with head/sed",

@@ -103,6 +103,14 @@ fn walk(base: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// `file` relative to the search base; its file name when the base is the file itself.
+fn relative<'a>(file: &'a Path, base: &Path) -> &'a Path {
+    match file.strip_prefix(base) {
+        Ok(rel) if !rel.as_os_str().is_empty() => rel,
+        _ => Path::new(file.file_name().unwrap_or_default()),
+    }
+}
+
 pub(crate) fn glob(ws: &Workspace, args: GlobArgs) -> ToolOutput {
     let pattern = match FilePattern::new(&args.pattern) {
         Ok(p) => p,
@@ -114,7 +122,7 @@ pub(crate) fn glob(ws: &Workspace, args: GlobArgs) -> ToolOutput {
     };
     let matches: Vec<String> = walk(&base)
         .into_iter()
-        .filter(|p| pattern.matches(p.strip_prefix(&base).unwrap_or(p)))
+        .filter(|p| pattern.matches(relative(p, &base)))
         .map(|p| ws.display(&p))
         .collect();
     if matches.is_empty() {
@@ -156,12 +164,7 @@ pub(crate) fn grep(ws: &Workspace, args: GrepArgs) -> ToolOutput {
     let mut total = 0usize;
     let mut skipped_large = 0usize;
     for file in walk(&base) {
-        let rel = file.strip_prefix(&base).unwrap_or(&file);
-        let rel = if rel.as_os_str().is_empty() {
-            Path::new(file.file_name().unwrap_or_default())
-        } else {
-            rel
-        };
+        let rel = relative(&file, &base);
         if filter.as_ref().is_some_and(|f| !f.matches(rel)) {
             continue;
         }
@@ -240,6 +243,8 @@ mod tests {
         assert_eq!(out.text, "src/main.rs\nsrc/util/helper.rs\n");
         let out = fx.run("glob", json!({"pattern": "*.rs", "path": "src/util"}));
         assert_eq!(out.text, "src/util/helper.rs\n");
+        let out = fx.run("glob", json!({"pattern": "*.rs", "path": "b.rs"}));
+        assert_eq!(out.text, "b.rs\n", "a file path matches itself");
         let out = fx.run("glob", json!({"pattern": "*.yml"}));
         assert_eq!(out.text, ".github/ci.yml\n", "hidden files are listed");
         let out = fx.run("glob", json!({"pattern": "config"}));
