@@ -104,9 +104,11 @@ pub fn register_provider_key_env(name: &str) {
         .insert(name.to_string());
 }
 
-/// Whether `name` is a model-provider key (well known or registered by the loaded config).
+/// Whether `name` is a model-provider key: well known (here or in the policy's list, any case)
+/// or registered by the loaded model config.
 pub fn is_provider_key_env(name: &str) -> bool {
-    PROVIDER_KEYS.contains(&name)
+    PROVIDER_KEYS.contains(&name.to_ascii_uppercase().as_str())
+        || crate::policy::is_provider_credential(name)
         || REGISTERED
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -247,6 +249,11 @@ mod tests {
             ["GITHUB_TOKEN", "HOME"]
         );
         assert!(is_provider_key_env("ANTHROPIC_API_KEY"));
+        assert!(is_provider_key_env("openai_api_key"));
+        assert!(
+            is_provider_key_env("MY_ANTHROPIC_TOKEN"),
+            "the policy's provider-word rule"
+        );
         assert!(!is_provider_key_env("PATH"));
     }
 

@@ -409,6 +409,18 @@ mod tests {
     }
 
     #[test]
+    fn catalog_matches_the_policy_catalog() {
+        let mut ours: Vec<&str> = IMPLEMENTED.to_vec();
+        let mut policy: Vec<&str> = crate::policy::IMPLEMENTED_CAPABILITIES.to_vec();
+        ours.sort();
+        policy.sort();
+        assert_eq!(
+            ours, policy,
+            "never advertise a capability without a working tool"
+        );
+    }
+
+    #[test]
     fn unknown_tool_disallowed_tool_and_bad_arguments_are_tool_errors() {
         let mut fx = Fixture::new();
         let out = fx.run("teleport", json!({}));
