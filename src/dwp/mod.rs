@@ -3,8 +3,10 @@
 //! per-task context manifest and accounting (`dwp.md` §1–§5, `dwp-details.md` §1–§3).
 
 pub mod abilities;
+pub mod accounting;
 pub mod addons;
 pub mod config;
+pub mod manifest;
 pub mod onboard;
 pub mod plan;
 pub mod repo;

@@ -3,6 +3,7 @@
 
 mod agent_validate;
 mod dwp_config;
+mod dwp_manifest;
 mod dwp_onboard;
 #[allow(dead_code)] // helpers used by some test modules only
 mod env;

@@ -9,16 +9,20 @@ use clap::{Args, Parser, Subcommand};
 
 mod config;
 mod onboard;
+mod plan;
 
 use super::output;
 use crate::error::{Error, Result};
 
 const AFTER_HELP: &str = "Exit codes:
    0  success
-   1  failed (a descriptor audit found a FAIL, or an internal error)
-   2  usage error, or a refused config write (the file is left unchanged)
-   3  not found
-   4  invalid input (unknown ability in --caps, bad JSON)";
+   1  failed (a descriptor audit found a FAIL, a stale summary, or an internal error)
+   2  usage error, or a refused config write (the file is left unchanged); a --sections list
+      without a mandatory section
+   3  not found (plan folder, contract, task)
+   4  invalid input (unknown ability in --caps, bad JSON, an invalid contract or journal event)
+   5  conflict (another writer holds the plan's lock)
+  10  corrupt (a journal damaged mid-file)";
 
 /// Deep Work Plan 7: the committed addon registry, effective abilities, plan manifests,
 /// accounting and the resource frame.
@@ -36,6 +40,12 @@ pub enum Command {
     Config(config::ConfigCommand),
     /// Create .dwp/config.json, add the .gitignore rules and enable the addons you name.
     Onboard(onboard::OnboardArgs),
+    /// Derive the per-task context manifest (JSON, or Markdown with --md) from the plan records.
+    Manifest(plan::ManifestArgs),
+    /// Check a summary's inputs_fingerprint against the task's current one (stale: exit 1).
+    Freshness(plan::FreshnessArgs),
+    /// Report the four separate quantities: instruction bytes, provider tokens, cost, wall clock.
+    Accounting(plan::AccountingArgs),
 }
 
 /// Where a command finds its repository: `--plan`, else `--repo`, else the git repository
@@ -81,6 +91,9 @@ fn dispatch(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Config(cmd) => config::run(cmd),
         Command::Onboard(args) => onboard::run(args),
+        Command::Manifest(args) => plan::manifest(args),
+        Command::Freshness(args) => plan::freshness(args),
+        Command::Accounting(args) => plan::accounting(args),
     }
 }
 

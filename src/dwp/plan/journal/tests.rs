@@ -44,10 +44,10 @@ fn load(dir: &Path) -> crate::Result<Journal> {
 fn v7_fixture_reads_archives_then_live() {
     let j = load(&fixture_plan("v7")).unwrap();
     assert_eq!(j.archives.len(), 1);
-    assert_eq!(j.events.len(), 97);
+    assert_eq!(j.events.len(), 99);
     let seqs: Vec<u64> = j.events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, (1..=97).collect::<Vec<_>>());
-    assert_eq!(j.next_seq(), 98);
+    assert_eq!(seqs, (1..=99).collect::<Vec<_>>());
+    assert_eq!(j.next_seq(), 100);
     assert!(j.torn_tail.is_none());
     assert!(j.events.iter().any(|e| e.kind == EventType::Delegation));
 }
@@ -103,11 +103,11 @@ fn assert_invalid(err: crate::Error, needle: &str) {
 fn each_rule_gives_one_message_naming_file_and_line() {
     assert_invalid(
         broken(|e| e[3]["seq"] = e[2]["seq"].clone()),
-        "journal.ndjson:4: seq 23 does not increase",
+        "journal.ndjson:4: seq 63 does not increase",
     );
     assert_invalid(
-        broken(|e| e[0]["seq"] = json!(20)),
-        "journal.ndjson:1: seq 20 does not increase (previous seq 20)",
+        broken(|e| e[0]["seq"] = json!(60)),
+        "journal.ndjson:1: seq 60 does not increase (previous seq 60)",
     );
     assert_invalid(
         broken(|e| e[5]["schema"] = json!("https://deepworkplan.com/schema/journal-event/v6.json")),
@@ -185,16 +185,16 @@ fn damage_mid_file_is_corrupt() {
 fn archive_names_and_ranges_are_checked() {
     let (_tmp, dir) = copy_plan("v7");
     std::fs::rename(
-        dir.join("journal-archive-000001-000020.ndjson"),
-        dir.join("journal-archive-000001-000010.ndjson"),
+        dir.join("journal-archive-000001-000060.ndjson"),
+        dir.join("journal-archive-000001-000030.ndjson"),
     )
     .unwrap();
     assert_invalid(
         load(&dir).unwrap_err(),
-        "outside the archive's declared range 1-10",
+        "outside the archive's declared range 1-30",
     );
     std::fs::rename(
-        dir.join("journal-archive-000001-000010.ndjson"),
+        dir.join("journal-archive-000001-000030.ndjson"),
         dir.join("journal-archive-1-20.ndjson"),
     )
     .unwrap();
@@ -223,7 +223,7 @@ proptest! {
         let plan = Plan::open(&fixture_plan("v7")).unwrap();
         let contract = plan.contract().unwrap();
         let j = read(&plan.dir, &contract).unwrap();
-        for event in j.events.iter().take(97) {
+        for event in j.events.iter().take(99) {
             let mut raw = event.raw.clone();
             let keys: Vec<String> = raw.keys().cloned().collect();
             let k = keys[field % keys.len()].clone();

@@ -47,9 +47,9 @@ fn seqs_continue_after_archives_and_live() {
     let plan = Plan::open(&dir).unwrap();
     let contract = plan.contract().unwrap();
     let e = append(&plan, &contract, observation("one")).unwrap();
-    assert_eq!(e.seq, 98);
+    assert_eq!(e.seq, 100);
     let e = append(&plan, &contract, observation("two")).unwrap();
-    assert_eq!(e.seq, 99);
+    assert_eq!(e.seq, 101);
 }
 
 #[test]
