@@ -145,7 +145,10 @@ fn run_with_env(
                 "[canceled: the command was sent SIGTERM and ended with {}]",
                 process::describe_status(&status)
             ));
-            ToolOutput::error(text)
+            ToolOutput {
+                is_error: !status.success(),
+                ..ToolOutput::ok(text)
+            }
         }
         Ok(Waited::CanceledKilled) => {
             text.push_str(
@@ -261,12 +264,13 @@ mod tests {
         let fx = Fixture::new();
         let out = exec(
             &fx,
-            json!({"command": "sleep 60 & echo $! > bg.pid; echo started; wait", "timeoutMs": 300}),
+            // 2 s leaves a loaded machine ample time to start the shell before the timeout.
+            json!({"command": "sleep 60 & echo $! > bg.pid; echo started; wait", "timeoutMs": 2000}),
         );
         assert!(out.is_error);
         assert!(!out.interrupted, "a timeout is a known outcome");
         assert!(out.text.starts_with("started\n"), "{}", out.text);
-        assert!(out.text.contains("timed out after 300 ms"), "{}", out.text);
+        assert!(out.text.contains("timed out after 2000 ms"), "{}", out.text);
         let pid: i32 = fx.get("bg.pid").trim().parse().unwrap();
         assert!(
             wait_dead(pid),
@@ -316,6 +320,25 @@ mod tests {
         assert!(!out.interrupted, "{}", out.text);
         assert!(out.text.contains("canceled"), "{}", out.text);
         assert!(out.text.contains("signal 15"), "{}", out.text);
+    }
+
+    #[test]
+    fn cancel_with_a_cleanup_handler_returns_its_real_exit() {
+        static CANCEL: AtomicBool = AtomicBool::new(false);
+        let fx = Fixture::new();
+        cancel_when(&fx, "started", &CANCEL);
+        let out = execute(
+            "exec",
+            &json!({"command": "trap 'echo cleaned up; exit 0' TERM; touch started; while :; do sleep 0.05; done"}),
+            &ctx_with_cancel(&fx, &CANCEL),
+        );
+        assert!(!out.interrupted && !out.is_error, "{}", out.text);
+        assert!(out.text.contains("cleaned up\n"), "{}", out.text);
+        assert!(
+            out.text.ends_with("ended with exit code 0]"),
+            "{}",
+            out.text
+        );
     }
 
     #[test]
