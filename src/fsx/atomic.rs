@@ -161,4 +161,94 @@ mod tests {
         assert_eq!(mode, 0o700);
         create_dir_private(&nested).unwrap();
     }
+
+    /// Set in the environment of the re-executed test binary: the path the child keeps replacing.
+    const CRASH_CHILD_ENV: &str = "KXEN_TEST_ATOMIC_CRASH_CHILD";
+
+    /// One of the two generations the child alternates between: big enough (256 KiB) that a kill
+    /// often lands in the middle of writing the temp file.
+    fn generation(n: u8) -> Vec<u8> {
+        let fill = if n == 0 { "a" } else { "b" };
+        format!(
+            "{{\"generation\":{n},\"fill\":\"{}\"}}\n",
+            fill.repeat(256 * 1024)
+        )
+        .into_bytes()
+    }
+
+    /// The child half of [`atomic_replace_survives_sigkill`]: a no-op in a normal test run; when
+    /// re-executed with [`CRASH_CHILD_ENV`] it replaces the file with alternating generations
+    /// until it is killed.
+    #[test]
+    fn crash_child_writer() {
+        let Some(path) = std::env::var_os(CRASH_CHILD_ENV) else {
+            return;
+        };
+        let path = std::path::PathBuf::from(path);
+        let generations = [generation(0), generation(1)];
+        for i in 1usize.. {
+            write_atomic(&path, &generations[i % 2], 0o600).unwrap();
+        }
+    }
+
+    /// Crash simulation: a child process loops `write_atomic` with alternating contents and is
+    /// SIGKILLed at an arbitrary point; the target always holds exactly one whole generation,
+    /// both while the child runs (concurrent readers) and after the kill.
+    #[test]
+    fn atomic_replace_survives_sigkill() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let generations = [generation(0), generation(1)];
+        write_atomic(&path, &generations[0], 0o600).unwrap();
+        let is_whole = |bytes: &[u8]| generations.iter().any(|g| g.as_slice() == bytes);
+        for round in 0..8 {
+            let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "fsx::atomic::tests::crash_child_writer",
+                    "--test-threads=1",
+                ])
+                .env(CRASH_CHILD_ENV, &path)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            // Read while the child writes, until it has completed a few replacements (seen as
+            // the content changing generation), then kill it wherever it is.
+            let mut changes = 0;
+            let mut last = fs::read(&path).unwrap();
+            while changes < 3 + round {
+                if let Some(status) = child.try_wait().unwrap() {
+                    let out = child.wait_with_output().unwrap();
+                    panic!(
+                        "child exited early ({status}): {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+                let now = fs::read(&path).unwrap();
+                assert!(
+                    is_whole(&now),
+                    "a reader saw a partial file ({} bytes)",
+                    now.len()
+                );
+                if now != last {
+                    changes += 1;
+                    last = now;
+                }
+                std::thread::yield_now();
+            }
+            // SAFETY: kill(2) on the pid of our own child, which we have not yet reaped.
+            let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
+            assert_eq!(rc, 0);
+            let status = child.wait().unwrap();
+            assert!(!status.success(), "the child must have died by the signal");
+            let after = fs::read(&path).unwrap();
+            assert!(
+                is_whole(&after),
+                "after SIGKILL the file holds {} bytes",
+                after.len()
+            );
+            let _: serde_json::Value = serde_json::from_slice(&after).unwrap();
+        }
+    }
 }
