@@ -186,22 +186,23 @@ fn rule_max_pure_retries(v: u64) -> Result<(), String> {
 // `deserialize_with` entry points.
 
 pub fn api_version<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    d.deserialize_str(Text(rule_api_version))
+    d.deserialize_option(NotNull("`apiVersion`", Text(rule_api_version)))
 }
 pub fn kind<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    d.deserialize_str(Text(rule_kind))
+    d.deserialize_option(NotNull("`kind`", Text(rule_kind)))
 }
 pub fn name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    d.deserialize_str(Text(rule_name))
+    d.deserialize_option(NotNull("`name`", Text(rule_name)))
 }
+/// `description: ~` (YAML null) is the same as no description.
 pub fn description<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    d.deserialize_str(Text(rule_description)).map(Some)
+    d.deserialize_option(Nullable(Text(rule_description)))
 }
 pub fn objective<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    d.deserialize_str(Text(rule_objective))
+    d.deserialize_option(NotNull("`objective`", Text(rule_objective)))
 }
 pub fn model_role<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    d.deserialize_str(Text(rule_model_role))
+    d.deserialize_option(NotNull("`modelRole`", Text(rule_model_role)))
 }
 pub fn instructions<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     d.deserialize_seq(List {
@@ -239,8 +240,9 @@ pub fn max_turns<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     // The rule bounds the value to 1..=1024, so it fits.
     d.deserialize_u64(Int(rule_max_turns)).map(|v| v as u32)
 }
+/// `maxWallClockMs: ~` (YAML null) is the same as no wall-clock limit.
 pub fn max_wall_clock_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    d.deserialize_u64(Int(rule_max_wall_clock_ms)).map(Some)
+    d.deserialize_option(Nullable(Int(rule_max_wall_clock_ms)))
 }
 pub fn max_pure_retries<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     d.deserialize_u64(Int(rule_max_pure_retries))
@@ -322,6 +324,74 @@ impl<'de> Visitor<'de> for Text {
     }
 }
 
+/// A value that must be there: YAML's plain `~`/`null` would otherwise read as the text "~".
+/// The inner visitor reads a string or an integer; the label names the value in the message,
+/// because serde_norway reports a null at the enclosing mapping or list, not at the field.
+struct NotNull<V>(&'static str, V);
+
+impl<'de, V: Scalar<'de>> Visitor<'de> for NotNull<V> {
+    type Value = V::Value;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.1.expecting(f)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
+        Err(E::custom(format!(
+            "{} must not be null (write a value; quote it if you mean the text `~` or `null`)",
+            self.0
+        )))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
+        self.visit_none()
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<V::Value, D::Error> {
+        self.1.read(d)
+    }
+}
+
+/// An optional value: null means absent.
+struct Nullable<V>(V);
+
+impl<'de, V: Scalar<'de>> Visitor<'de> for Nullable<V> {
+    type Value = Option<V::Value>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        self.0.expecting(f)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        self.0.read(d).map(Some)
+    }
+}
+
+/// How a scalar visitor asks the deserializer for its value once null is ruled out. Asking for
+/// an integer lets a YAML reader parse `32` as a number; asking for a string keeps `123` as the
+/// text "123".
+trait Scalar<'de>: Visitor<'de> {
+    fn read<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error>;
+}
+
+impl<'de> Scalar<'de> for Text {
+    fn read<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Scalar<'de> for Int {
+    fn read<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
+        d.deserialize_u64(self)
+    }
+}
+
+impl<'de> Scalar<'de> for Item<'_> {
+    fn read<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
 /// A non-negative integer checked by a rule.
 struct Int(IntRule);
 
@@ -382,7 +452,13 @@ struct Item<'a> {
 impl<'de> DeserializeSeed<'de> for Item<'_> {
     type Value = String;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
-        d.deserialize_str(self)
+        let label = match self.list.what {
+            "instruction" => "an instruction",
+            "criterion" => "a criterion",
+            "capability" => "a capability",
+            _ => "a required field",
+        };
+        d.deserialize_option(NotNull(label, self))
     }
 }
 

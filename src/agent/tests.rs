@@ -205,6 +205,40 @@ fn boundaries_are_accepted() {
 }
 
 #[test]
+fn yaml_null_is_absent_where_optional_and_an_error_elsewhere() {
+    let yaml = MINIMAL.replace(
+        "  name: test_agent\n",
+        "  name: test_agent\n  description: ~\n",
+    );
+    let yaml = format!("{yaml}  execution:\n    maxWallClockMs: null\n");
+    let def = parse_definition(yaml.as_bytes(), "a.yaml").unwrap();
+    assert_eq!(def.definition_hash(), MINIMAL_HASH);
+    assert!(
+        invalid(&MINIMAL.replace("objective: Test", "objective: ~"))
+            .contains("a.yaml:6:3: spec: `objective` must not be null")
+    );
+    assert!(
+        invalid(&MINIMAL.replace("[Return]", "[Return, null]"))
+            .contains("spec.instructions: an instruction must not be null")
+    );
+    assert!(
+        invalid(&MINIMAL.replace("test_agent", "")).contains("metadata: `name` must not be null")
+    );
+    // Quoted, they are text.
+    let def = parse_definition(
+        MINIMAL
+            .replace("objective: Test", "objective: '~'")
+            .as_bytes(),
+        "a",
+    )
+    .unwrap();
+    assert_eq!(def.spec.objective, "~");
+    // Plain scalars that look like other types are text where text is expected.
+    let def = parse_definition(MINIMAL.replace("test_agent", "123").as_bytes(), "a").unwrap();
+    assert_eq!(def.metadata.name, "123");
+}
+
+#[test]
 fn bom_and_crlf_are_accepted() {
     let crlf = MINIMAL.replace('\n', "\r\n");
     let with_bom = format!("\u{feff}{crlf}");
