@@ -163,6 +163,22 @@ fn parse_response(body: &Value, call_number: usize) -> std::result::Result<Model
     })
 }
 
+/// Whether `url`'s host is this machine (`localhost`, `127.x.x.x`, `[::1]`).
+fn is_loopback(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host_port.split(':').next().unwrap_or("")
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Removes `secret` from `text` (defence in depth: no message we build contains the key, but a
 /// transport error might echo something unexpected).
 fn redact(text: String, secret: Option<&str>) -> String {
@@ -190,11 +206,15 @@ impl Provider for OpenAiProvider {
             }
         };
         let timeout = effective_timeout(self.timeout, request.timeout);
-        let agent: ureq::Agent = ureq::Agent::config_builder()
+        let mut config = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .build()
-            .into();
+            .http_status_as_error(false);
+        if is_loopback(&self.endpoint) {
+            // A local server (ollama, llama.cpp) is never reached through an HTTP(S)_PROXY from
+            // the environment, whether or not NO_PROXY lists it.
+            config = config.proxy(None);
+        }
+        let agent: ureq::Agent = config.build().into();
         let mut call = agent
             .post(&self.endpoint)
             .header("Content-Type", "application/json");
@@ -268,7 +288,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            for (status, body) in responses {
+            for (index, (status, body)) in responses.into_iter().enumerate() {
                 let (stream, _) = listener.accept().unwrap();
                 let mut reader = BufReader::new(stream.try_clone().unwrap());
                 let mut request_line = String::new();
@@ -293,12 +313,28 @@ mod tests {
                 reader.read_exact(&mut buf).unwrap();
                 let mut stream = stream;
                 let reason = if status == 200 { "OK" } else { "Error" };
-                write!(
-                    stream,
-                    "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-                .unwrap();
+                // Real servers use both framings: alternate Content-Length and chunked.
+                if index % 2 == 0 {
+                    write!(
+                        stream,
+                        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .unwrap();
+                } else {
+                    write!(
+                        stream,
+                        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                    )
+                    .unwrap();
+                    let (a, b) = body.split_at(body.len() / 2);
+                    for part in [a, b] {
+                        if !part.is_empty() {
+                            write!(stream, "{:x}\r\n{part}\r\n", part.len()).unwrap();
+                        }
+                    }
+                    write!(stream, "0\r\n\r\n").unwrap();
+                }
                 stream.flush().unwrap();
                 let _ = tx.send(Seen {
                     request_line: request_line.trim_end().to_string(),
@@ -498,6 +534,26 @@ mod tests {
         let e = p.complete(&req, 0).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidInput);
         assert!(e.message.contains("KXEN_TEST_OPENAI_KEY_UNSET_XYZ"));
+    }
+
+    #[test]
+    fn loopback_hosts() {
+        for yes in [
+            "http://127.0.0.1:11434/v1/chat/completions",
+            "http://localhost:8080/v1",
+            "http://LOCALHOST/v1",
+            "http://[::1]:8000/v1",
+            "http://user@127.0.0.2:1/x",
+        ] {
+            assert!(is_loopback(yes), "{yes}");
+        }
+        for no in [
+            "https://api.openai.com/v1",
+            "http://10.0.0.1:8000/v1",
+            "http://localhost.evil.com/",
+        ] {
+            assert!(!is_loopback(no), "{no}");
+        }
     }
 
     #[test]
