@@ -50,11 +50,12 @@ impl CommandProvider {
         }
     }
 
+    /// Names the program only: later argv entries may hold settings the user would rather not
+    /// see copied into run records.
     fn what(&self) -> String {
         format!(
             "model command `{}` (provider `{}`)",
-            self.argv.join(" "),
-            self.name
+            self.argv[0], self.name
         )
     }
 }
@@ -199,6 +200,12 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             timeout: None,
         };
         let (_t, p) = setup("echo 'rate limited' >&2; exit 3", "");
+        let e = p.complete(&req, 0).unwrap_err();
+        assert!(
+            !e.message.contains("bridge.sh"),
+            "only argv[0] is named: {}",
+            e.message
+        );
         let e = p.complete(&req, 0).unwrap_err();
         assert_eq!(e.kind, ErrorKind::External);
         assert!(e.message.contains("exit code 3") && e.message.contains("rate limited"));
