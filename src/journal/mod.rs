@@ -22,9 +22,6 @@ pub use record::{BlobPointer, JournalRecord, OpPhase, ToolOutcome};
 use crate::error::{Error, Result};
 use crate::fsx;
 
-/// Tool outputs larger than this many bytes go to a blob; the journal keeps a summary.
-pub const INLINE_LIMIT: usize = 64 * 1024;
-
 /// The live state of one operation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]

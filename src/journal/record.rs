@@ -84,8 +84,8 @@ impl JournalRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ToolOutcome {
-    /// The text given to the model. Outputs over [`super::INLINE_LIMIT`] bytes are replaced by a
-    /// summary here and kept whole in `blob`.
+    /// The text given to the model. Outputs over 64 KiB are capped here (head, tail and a note)
+    /// and kept whole in `blob`.
     pub text: String,
     pub is_error: bool,
     /// The full output in the content-addressed blob store, when it was too large to inline.

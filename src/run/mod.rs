@@ -3,4 +3,10 @@
 pub mod state;
 
 pub use state::{FailReason, RunResult, RunState, RunStatus};
+pub mod agent_loop;
+pub mod builder;
+pub mod contract;
+pub mod create;
 pub mod events;
+pub mod prompt;
+pub mod settle;

@@ -63,6 +63,9 @@ pub enum FailReason {
 pub struct Attempt {
     pub started_at: String,
     pub pid: u32,
+    /// The provider that served the model role in this attempt (name, kind, model; no secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<String>,
     /// Wall-clock time this attempt spent, known once it ended.
@@ -91,6 +94,9 @@ pub struct RunResult {
     /// The id the final assistant message has (or gets) in `messages.jsonl`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_message_id: Option<String>,
+    /// Tokens of the model call that produced the final message (restored with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_usage: Option<UsageRecord>,
     pub turns: u64,
     pub usage: UsageRecord,
     pub at: String,
@@ -182,6 +188,7 @@ mod tests {
             final_text: String::new(),
             error: None,
             final_message_id: None,
+            final_usage: None,
             turns: 3,
             usage: UsageRecord::default(),
             at: "t".into(),

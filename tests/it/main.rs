@@ -9,4 +9,7 @@ mod dwp_onboard;
 mod env;
 mod init;
 mod policy_check;
+mod run_bad_input;
+mod run_loop;
 mod run_show;
+mod run_support;

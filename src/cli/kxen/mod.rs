@@ -6,7 +6,11 @@ use clap::{Parser, Subcommand};
 
 mod agent;
 mod init;
+mod render;
+mod run;
 mod show;
+
+pub use run::RunArgs;
 
 use super::output::{self, Format};
 use crate::error::Result;
@@ -29,7 +33,13 @@ const AFTER_HELP: &str = "Exit codes:
 /// Run coding agents durably next to git: every side effect is journaled, so a crash, a kill or
 /// a second process never repeats or loses work.
 #[derive(Debug, Parser)]
-#[command(name = "kxen-agent", version, after_help = AFTER_HELP)]
+#[command(
+    name = "kxen-agent",
+    version,
+    after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true,
+    arg_required_else_help = true
+)]
 pub struct Cli {
     /// State directory (beats $KXEN_AGENT_STATE_DIR, then $XDG_STATE_HOME/kxen-agent, then
     /// ~/.local/state/kxen-agent).
@@ -40,8 +50,12 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = Format::Jsonl)]
     pub format: Format,
 
+    /// `kxen-agent --task …` is `kxen-agent run --task …` with `run` omitted.
+    #[command(flatten)]
+    pub run: RunArgs,
+
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -55,9 +69,18 @@ pub enum Command {
     /// Inspect Sessions (read-only).
     #[command(subcommand)]
     Session(SessionCommand),
-    /// Inspect runs.
-    #[command(subcommand, name = "run")]
-    RunCmd(RunCommand),
+    /// Run an agent on a task in a workspace (a new Session), or inspect runs.
+    Run(RunCmd),
+}
+
+/// `kxen-agent run …`: either a new run (flags) or a run subcommand.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct RunCmd {
+    #[command(flatten)]
+    pub args: RunArgs,
+    #[command(subcommand)]
+    pub action: Option<RunCommand>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -162,13 +185,20 @@ pub fn main() -> i32 {
 fn dispatch(cli: Cli) -> Result<i32> {
     let format = cli.format;
     let state = || StateDir::resolve(cli.state_dir.as_deref(), &StateEnv::from_process());
-    match cli.command {
+    let Some(command) = cli.command else {
+        return run::run(cli.state_dir.as_deref(), cli.run, format);
+    };
+    match command {
         Command::Session(SessionCommand::List) => show::session_list(&state()?, format),
         Command::Session(SessionCommand::Show { session }) => {
             show::session_show(&state()?, &session, format)
         }
-        Command::RunCmd(RunCommand::Show { session, run }) => {
-            show::run_show(&state()?, &session, &run, format)
+        Command::Run(RunCmd {
+            action: Some(RunCommand::Show { session, run }),
+            ..
+        }) => show::run_show(&state()?, &session, &run, format),
+        Command::Run(RunCmd { args, action: None }) => {
+            run::run(cli.state_dir.as_deref(), args, format)
         }
         Command::Agent(AgentCommand::Init { output }) => init::write_starter(
             &output,

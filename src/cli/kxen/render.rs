@@ -1,0 +1,94 @@
+//! Rendering run events: one JSON object per line (`jsonl`), or the human view (`text`: agent
+//! text, one line per tool call, the final result).
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::cli::output::{self, Format};
+use crate::run::events::{Event, EventSink, preview};
+
+pub struct Renderer {
+    format: Format,
+    /// Text view: the arguments of started tool calls, shown on their one line when they finish.
+    started: HashMap<String, Value>,
+}
+
+impl Renderer {
+    pub fn new(format: Format) -> Renderer {
+        Renderer {
+            format,
+            started: HashMap::new(),
+        }
+    }
+
+    fn text(&mut self, event: Event) {
+        match event {
+            Event::SessionCreated {
+                session_id,
+                agent,
+                capabilities,
+                built,
+                ..
+            } => output::line(&format!(
+                "session {session_id}: agent {agent}{} with {}",
+                if built { " (built for this task)" } else { "" },
+                capabilities.join(", ")
+            )),
+            Event::Warning { message } => output::note(&format!("warning: {message}")),
+            Event::RunStarted { run_id, .. } => output::line(&format!("run {run_id} started")),
+            Event::ModelText { text, .. } => output::line(text.trim_end()),
+            Event::ToolStarted {
+                op_id, arguments, ..
+            } => {
+                self.started.insert(op_id, arguments);
+            }
+            Event::ToolFinished {
+                op_id,
+                tool,
+                is_error,
+                output: out,
+                ..
+            } => {
+                let args = op_id
+                    .and_then(|id| self.started.remove(&id))
+                    .map(|a| preview(&a.to_string(), 80))
+                    .unwrap_or_default();
+                let first = out.lines().next().unwrap_or("");
+                let status = if is_error {
+                    format!("error: {}", preview(first, 100))
+                } else {
+                    "ok".to_string()
+                };
+                output::line(&format!("  [{tool}] {args} -> {status}"));
+            }
+            Event::RunInputRequired { run_id, op_ids, .. } => output::line(&format!(
+                "run {run_id} needs input: unknown outcome of {}",
+                op_ids.join(", ")
+            )),
+            Event::RunFinished {
+                run_id,
+                status,
+                turns,
+                final_text,
+                ..
+            } => {
+                output::line(&format!("run {run_id} {status} after {turns} turns"));
+                if !final_text.is_empty() && status != "completed" {
+                    output::line(final_text.trim_end());
+                }
+            }
+        }
+    }
+}
+
+impl EventSink for Renderer {
+    fn emit(&mut self, event: Event) {
+        match self.format {
+            Format::Jsonl => {
+                output::json_line(&serde_json::to_value(&event).unwrap_or(Value::Null))
+            }
+            Format::Text => self.text(event),
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! `kxen-agent run` (and `kxen-agent --task …`): create a Session and execute its first run.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use clap::Args;
+
+use super::render::Renderer;
+use crate::cli::output::{self, Format};
+use crate::error::{Error, ErrorKind, Result};
+use crate::policy::PolicyFlags;
+use crate::run::agent_loop::{self, Ending, Execution};
+use crate::run::create::{self, NewRunRequest};
+use crate::run::events::{Event, EventSink};
+use crate::run::{FailReason, RunResult, RunStatus};
+use crate::state::{StateDir, StateEnv};
+
+/// Flags of a new run. Exactly one task source is required.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunArgs {
+    /// The repository (or directory) the agent works in. Default: the current directory.
+    #[arg(long, value_name = "PATH")]
+    pub workspace: Option<PathBuf>,
+    /// The task, as text.
+    #[arg(long, value_name = "TEXT", group = "task_source")]
+    pub task: Option<String>,
+    /// Read the task from a file.
+    #[arg(long, value_name = "FILE", group = "task_source")]
+    pub task_file: Option<PathBuf>,
+    /// Read the task from standard input.
+    #[arg(long, group = "task_source")]
+    pub stdin: bool,
+    /// A DCPAgent definition (YAML). Without it, the Builder asks the `planning` model role to
+    /// write one for the task.
+    #[arg(long, value_name = "FILE")]
+    pub agent: Option<PathBuf>,
+    /// A runtime policy (JSON) restricting what the agent may do.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Allow the shell (`exec`); off by default even if the definition asks for it.
+    #[arg(long)]
+    pub allow_shell: bool,
+    /// Allow MCP capabilities; off by default.
+    #[arg(long)]
+    pub allow_mcp: bool,
+    /// Let tool subprocesses see this sensitive environment variable (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub pass_env: Vec<String>,
+    /// The model config (TOML). Default: $KXEN_AGENT_CONFIG, then
+    /// ~/.config/kxen-agent/config.toml.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// Runs a new Session's first run; the exit code follows the run's status.
+pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i32> {
+    let task = read_task(&args)?;
+    let workspace = match args.workspace {
+        Some(w) => w,
+        None => std::env::current_dir()
+            .map_err(|e| Error::io("read the current directory", Path::new("."), e))?,
+    };
+    let state = StateDir::resolve(state_flag, &StateEnv::from_process())?;
+    let request = NewRunRequest {
+        workspace,
+        task,
+        agent: args.agent,
+        policy: PolicyFlags {
+            policy_file: args.policy,
+            allow_shell: args.allow_shell,
+            allow_mcp: args.allow_mcp,
+            pass_env: args.pass_env,
+        },
+        config: args.config,
+    };
+    // Everything is checked before anything is written.
+    let prepared = create::prepare(&request)?;
+    let mut renderer = Renderer::new(format);
+    for warning in &prepared.warnings {
+        renderer.emit(Event::Warning {
+            message: warning.clone(),
+        });
+    }
+    let (lease, created) = create::create(&state, &prepared)?;
+    renderer.emit(created);
+    let session_id = prepared.new.meta.id.clone();
+    let run_id = prepared.new.run.id.clone();
+    let paths = state.session(&session_id);
+    let cancel = AtomicBool::new(false);
+    let execution = Execution {
+        state: &state,
+        session_id: &session_id,
+        paths: &paths,
+        definition: &prepared.lock.definition,
+        capabilities: &prepared.lock.capabilities,
+        pass_env: &prepared.merged.pass_env,
+        workspace_root: &prepared.binding.root,
+        provider: prepared.provider.as_ref(),
+        provider_info: prepared.provider_info.clone(),
+        cancel: &cancel,
+    };
+    let ending = agent_loop::execute(&execution, &run_id, &mut renderer)?;
+    drop(lease);
+    Ok(exit_code(&session_id, &run_id, &ending))
+}
+
+/// The exit code of a run's ending (0 only for `completed`), with the error line on stderr.
+pub fn exit_code(session_id: &str, run_id: &str, ending: &Ending) -> i32 {
+    let inspect = format!("kxen-agent run show {session_id} {run_id}");
+    match ending {
+        Ending::InputRequired(ops) => {
+            output::note(&format!(
+                "error: run {run_id} needs input: the outcome of {} is unknown (the tool may have had its effect)",
+                ops.join(", ")
+            ));
+            output::note(&format!(
+                "hint: inspect with `{inspect}`, then record what happened with `kxen-agent run resolve {session_id} {run_id} OP --output TEXT` and continue with `kxen-agent --resume {session_id}`"
+            ));
+            ErrorKind::InputRequired.exit_code()
+        }
+        Ending::Finished(result) => finished_code(result, &inspect),
+    }
+}
+
+fn finished_code(result: &RunResult, inspect: &str) -> i32 {
+    let kind = match (result.status, result.reason) {
+        (RunStatus::Completed, _) => return 0,
+        (RunStatus::Canceled, _) => ErrorKind::Canceled,
+        (_, Some(FailReason::BudgetExhausted)) => ErrorKind::Budget,
+        (_, Some(FailReason::ProviderFailed)) => ErrorKind::External,
+        _ => ErrorKind::Failed,
+    };
+    let why = result
+        .error
+        .as_ref()
+        .map(|e| e.message.as_str())
+        .unwrap_or("no reason recorded");
+    output::note(&format!("error: run {}: {why}", result.status.name()));
+    output::note(&format!("hint: inspect the run with `{inspect}`"));
+    kind.exit_code()
+}
+
+/// The task from exactly one of `--task`, `--task-file`, `--stdin`.
+fn read_task(args: &RunArgs) -> Result<String> {
+    let text = if let Some(task) = &args.task {
+        task.clone()
+    } else if let Some(path) = &args.task_file {
+        std::fs::read_to_string(path).map_err(|e| {
+            let err = Error::io("read the task file", path, e);
+            if err.kind == ErrorKind::NotFound {
+                err
+            } else {
+                Error::invalid(err.message)
+            }
+        })?
+    } else if args.stdin {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).map_err(|e| {
+            Error::invalid(format!("cannot read the task from standard input: {e}"))
+        })?;
+        text
+    } else {
+        return Err(Error::usage(
+            "no task given: pass exactly one of --task TEXT, --task-file FILE or --stdin",
+        )
+        .with_hint("kxen-agent run --workspace . --task \"Fix the failing check\""));
+    };
+    if text.trim().is_empty() {
+        return Err(Error::usage("the task is empty")
+            .with_hint("give the task with --task TEXT, --task-file FILE or --stdin"));
+    }
+    Ok(text)
+}

@@ -1,0 +1,665 @@
+//! The agent loop with the durable tool boundary (kxen-agent.md §8).
+//!
+//! Per model response: the assistant message is appended to the Session; then, per tool call,
+//! `Started` is made durable BEFORE the tool runs, `OutcomeKnown` right after it returns, then
+//! the tool result message is appended, then `Settled`. A call that cannot run (unknown tool,
+//! arguments that are not an object, a tool the lock does not allow) becomes a tool error the
+//! model reads, without a journal operation, since nothing happened.
+//!
+//! Every execution starts with recovery, so the same code continues a run after a crash at any
+//! step: an outcome already recorded goes into history and the tool is not run again; a `Started`
+//! without an outcome becomes `OutcomeUnknown` and the run stops as `inputRequired`; a call that
+//! never started runs now; a terminal but unsettled run is only settled.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::agent::AgentDefinition;
+use crate::blobs::BlobStore;
+use crate::error::{Error, Result};
+use crate::fsx::failpoint;
+use crate::ids::{self, IdKind};
+use crate::journal::{BlobPointer, Journal, JournalRecord, OpPhase, ToolOutcome};
+use crate::provider::{ChatMessage, ModelRequest, ModelResponse, Provider, ToolCall};
+use crate::run::events::{Event, EventSink, preview};
+use crate::run::settle;
+use crate::run::state::{Attempt, FailReason, RunError, RunResult, RunState, RunStatus};
+use crate::run::{contract, prompt};
+use crate::session::{CallRecord, Message, MessageLog, Role, UsageRecord};
+use crate::state::{RunPaths, SessionPaths, StateDir};
+use crate::tools::{self, ToolContext, ToolOutput, ToolSchema};
+
+/// How many characters of a tool's output go into a `toolFinished` event.
+const EVENT_PREVIEW_CHARS: usize = 2000;
+
+/// Everything one execution of a run needs. The caller holds the Session's run lease.
+pub struct Execution<'a> {
+    pub state: &'a StateDir,
+    pub session_id: &'a str,
+    pub paths: &'a SessionPaths,
+    /// The locked (tightened) definition.
+    pub definition: &'a AgentDefinition,
+    /// The lock's effective capability set.
+    pub capabilities: &'a [String],
+    /// Sensitive environment variables tool subprocesses may see (merged policy).
+    pub pass_env: &'a [String],
+    pub workspace_root: &'a Path,
+    pub provider: &'a dyn Provider,
+    /// Describes the provider in run.json (no credential).
+    pub provider_info: Option<Value>,
+    pub cancel: &'a AtomicBool,
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// The run is terminal and settled.
+    Finished(RunResult),
+    /// Tool outcomes are unknown; a human must resolve these operations (`run resolve`).
+    InputRequired(Vec<String>),
+}
+
+/// Executes (or continues) run `run_id` until it is terminal or needs input.
+pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result<Ending> {
+    let run_paths = ex.paths.run(run_id);
+    let mut run = RunState::read(&run_paths, run_id)?;
+    let mut messages = MessageLog::open(&ex.paths.messages())?;
+    if run.status.is_terminal() {
+        // Terminal but maybe unsettled: finish settlement without the model or any tool.
+        settle::finish(&mut run, &run_paths, &mut messages)?;
+        let result = run.result.clone().ok_or_else(|| {
+            Error::corrupt(format!(
+                "{}: terminal run without a result",
+                run_paths.run_json().display()
+            ))
+        })?;
+        return Ok(Ending::Finished(result));
+    }
+    let journal = Journal::open(&run_paths.journal())?;
+    let schemas = tools::schemas(ex.capabilities);
+    let mut lp = Loop {
+        ex,
+        run_paths,
+        journal,
+        history: Vec::with_capacity(messages.messages().len() + 1),
+        messages,
+        schemas,
+        blobs: BlobStore::new(ex.state.blobs_dir()),
+        tool_home: ex.state.tool_home(),
+        started: Instant::now(),
+        turns: 0,
+        usage: UsageRecord::default(),
+    };
+    lp.history
+        .push(ChatMessage::system(prompt::system_prompt(ex.definition)));
+    for m in lp.messages.messages() {
+        lp.history.push(to_chat(m));
+        if m.run_id == run.id && m.role == Role::Assistant {
+            lp.turns += 1;
+            if let Some(u) = m.usage {
+                lp.usage.add(u);
+            }
+        }
+    }
+    run.status = RunStatus::Running;
+    run.unknown_ops.clear();
+    run.attempts.push(Attempt {
+        started_at: crate::clock::now_rfc3339(),
+        pid: std::process::id(),
+        provider: ex.provider_info.clone(),
+        ended_at: None,
+        wall_clock_ms: None,
+    });
+    run.save(&lp.run_paths)?;
+    let task = lp
+        .messages
+        .messages()
+        .iter()
+        .find(|m| m.id == run.task_message_id)
+        .map(|m| m.content.clone())
+        .unwrap_or_default();
+    sink.emit(Event::RunStarted {
+        session_id: ex.session_id.to_string(),
+        run_id: run.id.clone(),
+        task,
+    });
+    lp.run(&mut run, sink)
+}
+
+struct Loop<'a, 'b> {
+    ex: &'a Execution<'b>,
+    run_paths: RunPaths,
+    journal: Journal,
+    messages: MessageLog,
+    /// What the model sees: the system prompt and the Session's messages, kept in step with
+    /// `messages` so no turn re-reads the files.
+    history: Vec<ChatMessage>,
+    schemas: Vec<ToolSchema>,
+    blobs: BlobStore,
+    tool_home: PathBuf,
+    started: Instant,
+    /// Model responses of this run so far (all attempts).
+    turns: u64,
+    usage: UsageRecord,
+}
+
+/// The next step of the loop after handling tool calls.
+enum Next {
+    Continue,
+    Unknown(Vec<String>),
+}
+
+impl Loop<'_, '_> {
+    fn run(&mut self, run: &mut RunState, sink: &mut dyn EventSink) -> Result<Ending> {
+        if let Next::Unknown(ops) = self.recover(run, sink)? {
+            return self.input_required(run, ops, sink);
+        }
+        let execution = &self.ex.definition.spec.execution;
+        let max_turns = u64::from(execution.max_turns);
+        loop {
+            if self.turns >= max_turns {
+                let why = format!("the run reached its turn budget (maxTurns {max_turns})");
+                return self.fail(run, FailReason::BudgetExhausted, why, sink);
+            }
+            let response = match self.call_model(run)? {
+                Ok(response) => response,
+                Err((reason, why)) => return self.fail(run, reason, why, sink),
+            };
+            self.turns += 1;
+            let usage = response.usage.map(|u| UsageRecord {
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+            });
+            if let Some(u) = usage {
+                self.usage.add(u);
+            }
+            if response.tool_calls.is_empty() {
+                return self.finish(run, response.text, usage, sink);
+            }
+            let mut message = Message::new(&run.id, Role::Assistant, response.text.clone());
+            message.usage = usage;
+            message.tool_calls = response
+                .tool_calls
+                .iter()
+                .map(|c| CallRecord {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                })
+                .collect();
+            let message_id = message.id.clone();
+            self.history.push(to_chat(&message));
+            self.messages.append(message)?;
+            failpoint::hit("tool.after-assistant-message");
+            if !response.text.is_empty() {
+                sink.emit(Event::ModelText {
+                    run_id: run.id.clone(),
+                    message_id: message_id.clone(),
+                    text: response.text.clone(),
+                });
+            }
+            let mut unknown = Vec::new();
+            for (index, call) in response.tool_calls.iter().enumerate() {
+                if let Some(op) = self.run_call(run, &message_id, index, call, sink)? {
+                    unknown.push(op);
+                }
+            }
+            if !unknown.is_empty() {
+                return self.input_required(run, unknown, sink);
+            }
+        }
+    }
+
+    /// One model call, retried while it fails and `maxPureRetries` allows (a failed call
+    /// produced nothing, so retrying it cannot repeat a side effect). The outer `Result` is an
+    /// I/O failure of ours; the inner error ends the run.
+    #[allow(clippy::type_complexity)]
+    fn call_model(
+        &mut self,
+        run: &RunState,
+    ) -> Result<std::result::Result<ModelResponse, (FailReason, String)>> {
+        let execution = &self.ex.definition.spec.execution;
+        let retries = execution.max_pure_retries;
+        let responses_so_far = self.messages.model_responses();
+        let mut last_error = String::new();
+        for _ in 0..=retries {
+            let timeout = match self.remaining_wall_clock(run) {
+                Some(Duration::ZERO) => {
+                    return Ok(Err((
+                        FailReason::BudgetExhausted,
+                        format!(
+                            "the run reached its wall-clock budget (maxWallClockMs {})",
+                            execution.max_wall_clock_ms.unwrap_or_default()
+                        ),
+                    )));
+                }
+                other => other,
+            };
+            let request = ModelRequest {
+                role: &execution.model_role,
+                messages: &self.history,
+                tools: &self.schemas,
+                timeout,
+            };
+            match self.ex.provider.complete(&request, responses_so_far) {
+                Ok(r) if r.text.trim().is_empty() && r.tool_calls.is_empty() => {
+                    last_error = "the model returned an empty response".into();
+                }
+                Ok(r) => return Ok(Ok(r)),
+                Err(e) => last_error = e.message,
+            }
+        }
+        Ok(Err((
+            FailReason::ProviderFailed,
+            format!(
+                "the model call failed {} time{} (maxPureRetries {retries}): {last_error}",
+                retries + 1,
+                if retries == 0 { "" } else { "s" }
+            ),
+        )))
+    }
+
+    /// Time left under `maxWallClockMs`, counting earlier attempts; `None` without a limit.
+    fn remaining_wall_clock(&self, run: &RunState) -> Option<Duration> {
+        let limit = self.ex.definition.spec.execution.max_wall_clock_ms?;
+        let spent =
+            run.spent_wall_clock_ms() + crate::clock::duration_millis(self.started.elapsed());
+        Some(Duration::from_millis(limit.saturating_sub(spent)))
+    }
+
+    /// Runs call `index` of assistant message `message_id` through the durable boundary.
+    /// Returns the operation id if its outcome is unknown.
+    fn run_call(
+        &mut self,
+        run: &RunState,
+        message_id: &str,
+        index: usize,
+        call: &ToolCall,
+        sink: &mut dyn EventSink,
+    ) -> Result<Option<String>> {
+        if let Some(refusal) = self.refusal(call) {
+            let mut reply = Message::new(&run.id, Role::Tool, refusal.clone());
+            reply.tool_call_id = Some(call.id.clone());
+            reply.reply_to = Some(message_id.to_string());
+            reply.call_index = Some(index);
+            reply.is_error = true;
+            self.history.push(to_chat(&reply));
+            self.messages.append(reply)?;
+            sink.emit(Event::ToolFinished {
+                run_id: run.id.clone(),
+                op_id: None,
+                tool: call.name.clone(),
+                is_error: true,
+                output: preview(&refusal, EVENT_PREVIEW_CHARS),
+            });
+            return Ok(None);
+        }
+        let op_id = ids::new_id(IdKind::Operation);
+        self.journal.record(JournalRecord::Started {
+            op_id: op_id.clone(),
+            at: crate::clock::now_rfc3339(),
+            tool: call.name.clone(),
+            arguments: call.arguments.clone(),
+            message_id: message_id.to_string(),
+            tool_call_id: call.id.clone(),
+            call_index: index,
+        })?;
+        failpoint::hit("tool.after-started");
+        sink.emit(Event::ToolStarted {
+            run_id: run.id.clone(),
+            op_id: op_id.clone(),
+            tool: call.name.clone(),
+            arguments: call.arguments.clone(),
+        });
+        let ctx = ToolContext {
+            workspace_root: self.ex.workspace_root,
+            tool_home: &self.tool_home,
+            blobs: &self.blobs,
+            pass_env: self.ex.pass_env,
+            capabilities: self.ex.capabilities,
+            cancel: self.ex.cancel,
+        };
+        let output = tools::execute(&call.name, &call.arguments, &ctx);
+        failpoint::hit("tool.after-side-effect");
+        if output.interrupted {
+            // Killed mid-way: whether its effects happened cannot be proven.
+            self.journal.record(JournalRecord::OutcomeUnknown {
+                op_id: op_id.clone(),
+                at: crate::clock::now_rfc3339(),
+                reason: format!(
+                    "the tool was interrupted before it finished; its effects may have happened ({})",
+                    preview(&output.text, 200)
+                ),
+            })?;
+            return Ok(Some(op_id));
+        }
+        self.journal.record(JournalRecord::OutcomeKnown {
+            op_id: op_id.clone(),
+            at: crate::clock::now_rfc3339(),
+            output: outcome(&output),
+        })?;
+        failpoint::hit("tool.after-outcome-known");
+        self.settle_op(run, &op_id, sink)?;
+        Ok(None)
+    }
+
+    /// Appends the tool result message of an operation whose outcome is recorded (if it is not
+    /// in the Session yet), then records `Settled`.
+    fn settle_op(&mut self, run: &RunState, op_id: &str, sink: &mut dyn EventSink) -> Result<()> {
+        let op = self
+            .journal
+            .table()
+            .get(op_id)
+            .cloned()
+            .ok_or_else(|| Error::failed(format!("operation {op_id} is not in the journal")))?;
+        let output = op.output.clone().unwrap_or(ToolOutcome {
+            text: String::new(),
+            is_error: true,
+            blob: None,
+            interrupted: false,
+        });
+        let existing = self
+            .messages
+            .messages()
+            .iter()
+            .rev()
+            .find(|m| m.op_id.as_deref() == Some(op_id))
+            .map(|m| m.id.clone());
+        let turn_id = match existing {
+            Some(id) => id,
+            None => {
+                let mut reply = Message::new(&run.id, Role::Tool, output.text.clone());
+                reply.tool_call_id = Some(op.tool_call_id.clone());
+                reply.reply_to = Some(op.message_id.clone());
+                reply.call_index = Some(op.call_index);
+                reply.op_id = Some(op_id.to_string());
+                reply.is_error = output.is_error;
+                let id = reply.id.clone();
+                self.history.push(to_chat(&reply));
+                self.messages.append(reply)?;
+                failpoint::hit("tool.after-turn-append");
+                id
+            }
+        };
+        self.journal.record(JournalRecord::Settled {
+            op_id: op_id.to_string(),
+            at: crate::clock::now_rfc3339(),
+            turn_message_id: turn_id,
+        })?;
+        failpoint::hit("tool.after-settled");
+        sink.emit(Event::ToolFinished {
+            run_id: run.id.clone(),
+            op_id: Some(op_id.to_string()),
+            tool: op.tool,
+            is_error: output.is_error,
+            output: preview(&output.text, EVENT_PREVIEW_CHARS),
+        });
+        Ok(())
+    }
+
+    /// Why a call must not run, as the tool error the model reads; `None` if it may run.
+    fn refusal(&self, call: &ToolCall) -> Option<String> {
+        let available = self.ex.capabilities.join(", ");
+        if !tools::IMPLEMENTED.contains(&call.name.as_str()) {
+            return Some(format!(
+                "unknown tool `{}`; the call was not run. Available tools: {available}",
+                call.name
+            ));
+        }
+        if !self.ex.capabilities.contains(&call.name) {
+            return Some(format!(
+                "tool `{}` is not allowed in this session (not in the agent's lock); the call was not run. Available tools: {available}",
+                call.name
+            ));
+        }
+        if !call.arguments.is_object() {
+            return Some(format!(
+                "arguments for `{}` must be a JSON object, got {}; the call was not run",
+                call.name,
+                json_kind(&call.arguments)
+            ));
+        }
+        None
+    }
+
+    /// Recovery at the start of every execution: brings every tool call of this run to a
+    /// settled state, or reports the operations whose outcome is unknown.
+    fn recover(&mut self, run: &RunState, sink: &mut dyn EventSink) -> Result<Next> {
+        // Operations with a recorded outcome (by the tool or an operator) but not settled: the
+        // recorded result goes into history; the tool is never run again.
+        let ready: Vec<String> = self
+            .journal
+            .table()
+            .ops()
+            .iter()
+            .filter(|op| matches!(op.phase, OpPhase::OutcomeKnown | OpPhase::Resolved))
+            .map(|op| op.op_id.clone())
+            .collect();
+        for op_id in ready {
+            self.settle_op(run, &op_id, sink)?;
+        }
+        // Calls of this run's assistant messages that have no tool result message yet.
+        let answered: std::collections::HashSet<(String, usize)> = self
+            .messages
+            .messages()
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .filter_map(|m| Some((m.reply_to.clone()?, m.call_index?)))
+            .collect();
+        let pending: Vec<(String, usize, ToolCall)> = self
+            .messages
+            .messages()
+            .iter()
+            .filter(|m| m.run_id == run.id && m.role == Role::Assistant)
+            .flat_map(|m| {
+                m.tool_calls.iter().enumerate().map(move |(i, c)| {
+                    (
+                        m.id.clone(),
+                        i,
+                        ToolCall {
+                            id: c.id.clone(),
+                            name: c.name.clone(),
+                            arguments: c.arguments.clone(),
+                        },
+                    )
+                })
+            })
+            .filter(|(id, i, _)| !answered.contains(&(id.clone(), *i)))
+            .collect();
+        let mut unknown = Vec::new();
+        for (message_id, index, call) in pending {
+            let op = self.journal.table().for_call(&message_id, index).cloned();
+            match op.map(|op| (op.phase, op.op_id)) {
+                // Never started: nothing happened yet, so running it now is its first run.
+                None => {
+                    if let Some(op) = self.run_call(run, &message_id, index, &call, sink)? {
+                        unknown.push(op);
+                    }
+                }
+                Some((OpPhase::Started, op_id)) => {
+                    self.journal.record(JournalRecord::OutcomeUnknown {
+                        op_id: op_id.clone(),
+                        at: crate::clock::now_rfc3339(),
+                        reason: "the runtime stopped after the tool started and before its outcome was recorded; its effects may have happened".into(),
+                    })?;
+                    unknown.push(op_id);
+                }
+                Some((OpPhase::OutcomeUnknown, op_id)) => unknown.push(op_id),
+                Some(_) => {}
+            }
+        }
+        Ok(if unknown.is_empty() {
+            Next::Continue
+        } else {
+            Next::Unknown(unknown)
+        })
+    }
+
+    fn input_required(
+        &mut self,
+        run: &mut RunState,
+        ops: Vec<String>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Ending> {
+        run.status = RunStatus::InputRequired;
+        run.unknown_ops = ops.clone();
+        settle::close_attempt(run, crate::clock::duration_millis(self.started.elapsed()));
+        run.save(&self.run_paths)?;
+        sink.emit(Event::RunInputRequired {
+            session_id: self.ex.session_id.to_string(),
+            run_id: run.id.clone(),
+            op_ids: ops.clone(),
+        });
+        Ok(Ending::InputRequired(ops))
+    }
+
+    /// The model answered without tool calls: check the output contract and settle.
+    fn finish(
+        &mut self,
+        run: &mut RunState,
+        text: String,
+        usage: Option<UsageRecord>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Ending> {
+        let final_message_id = ids::new_id(IdKind::Message);
+        if !text.is_empty() {
+            sink.emit(Event::ModelText {
+                run_id: run.id.clone(),
+                message_id: final_message_id.clone(),
+                text: text.clone(),
+            });
+        }
+        let (status, reason, error) = match contract::check(&self.ex.definition.spec.output, &text)
+        {
+            Ok(()) => (RunStatus::Completed, None, None),
+            Err(why) => (
+                RunStatus::Failed,
+                Some(FailReason::OutputContract),
+                Some(RunError {
+                    kind: "outputContract".into(),
+                    message: why,
+                }),
+            ),
+        };
+        let result = RunResult {
+            status,
+            reason,
+            final_text: text,
+            error,
+            final_message_id: Some(final_message_id),
+            final_usage: usage,
+            turns: self.turns,
+            usage: self.usage,
+            at: crate::clock::now_rfc3339(),
+        };
+        self.end(run, result, sink)
+    }
+
+    fn fail(
+        &mut self,
+        run: &mut RunState,
+        reason: FailReason,
+        why: String,
+        sink: &mut dyn EventSink,
+    ) -> Result<Ending> {
+        let kind = match reason {
+            FailReason::BudgetExhausted => "budget",
+            FailReason::OutputContract => "outputContract",
+            FailReason::ProviderFailed => "external",
+        };
+        let result = RunResult {
+            status: RunStatus::Failed,
+            reason: Some(reason),
+            final_text: String::new(),
+            error: Some(RunError {
+                kind: kind.into(),
+                message: why,
+            }),
+            final_message_id: None,
+            final_usage: None,
+            turns: self.turns,
+            usage: self.usage,
+            at: crate::clock::now_rfc3339(),
+        };
+        self.end(run, result, sink)
+    }
+
+    fn end(
+        &mut self,
+        run: &mut RunState,
+        result: RunResult,
+        sink: &mut dyn EventSink,
+    ) -> Result<Ending> {
+        settle::close_attempt(run, crate::clock::duration_millis(self.started.elapsed()));
+        settle::settle(run, &self.run_paths, &mut self.messages, result.clone())?;
+        sink.emit(finished_event(self.ex.session_id, &run.id, &result));
+        Ok(Ending::Finished(result))
+    }
+}
+
+/// The `runFinished` event for a result.
+pub fn finished_event(session_id: &str, run_id: &str, result: &RunResult) -> Event {
+    Event::RunFinished {
+        session_id: session_id.to_string(),
+        run_id: run_id.to_string(),
+        status: result.status.name().to_string(),
+        reason: result.reason.map(|r| {
+            serde_json::to_value(r)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        }),
+        final_text: result.final_text.clone(),
+        error: result.error.as_ref().map(|e| e.message.clone()),
+        turns: result.turns,
+        usage: result.usage,
+    }
+}
+
+fn outcome(output: &ToolOutput) -> ToolOutcome {
+    ToolOutcome {
+        text: output.text.clone(),
+        is_error: output.is_error,
+        blob: output.blob.as_ref().map(|b| BlobPointer {
+            sha256: b.sha256.clone(),
+            bytes: b.bytes,
+        }),
+        interrupted: output.interrupted,
+    }
+}
+
+/// A stored message as the model sees it.
+fn to_chat(m: &Message) -> ChatMessage {
+    match m.role {
+        Role::User => ChatMessage::user(m.content.clone()),
+        Role::Assistant => ChatMessage::assistant(
+            m.content.clone(),
+            m.tool_calls
+                .iter()
+                .map(|c| ToolCall {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                })
+                .collect(),
+        ),
+        Role::Tool => ChatMessage::tool(
+            m.tool_call_id.clone().unwrap_or_default(),
+            m.content.clone(),
+        ),
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

@@ -1,0 +1,127 @@
+//! Starting a new Session and its first run (`kxen-agent run …`).
+//!
+//! [`prepare`] builds and checks everything in memory — task, definition (file or Builder),
+//! merged policy, lock, provider, workspace binding — and writes nothing, so any failure leaves
+//! the state dir untouched (not even created). [`create`] then writes the Session in one
+//! all-or-nothing step and hands back its lease.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::agent::{self, AgentDefinition};
+use crate::error::{Error, Result};
+use crate::git::{self, WorkspaceBinding};
+use crate::ids::{self, IdKind};
+use crate::lock::DcpAgentLock;
+use crate::policy::{self, MergedPolicy, PolicyFlags};
+use crate::provider::{ModelConfig, Provider};
+use crate::run::builder;
+use crate::run::events::Event;
+use crate::run::state::RunState;
+use crate::session::store::{self, NewSession};
+use crate::session::{Lease, Message, Role, SessionMeta, meta};
+use crate::state::StateDir;
+
+/// What the user asked for.
+#[derive(Debug, Clone)]
+pub struct NewRunRequest {
+    pub workspace: PathBuf,
+    pub task: String,
+    pub agent: Option<PathBuf>,
+    pub policy: PolicyFlags,
+    pub config: Option<PathBuf>,
+}
+
+/// A checked, not yet written Session plus what running it needs.
+pub struct Prepared {
+    pub new: NewSession,
+    pub lock: DcpAgentLock,
+    pub merged: MergedPolicy,
+    pub binding: WorkspaceBinding,
+    pub provider: Box<dyn Provider>,
+    pub provider_info: Option<Value>,
+    /// Warnings from capturing the workspace binding.
+    pub warnings: Vec<String>,
+    /// The definition came from the Builder.
+    pub built: bool,
+}
+
+/// Checks everything and builds the Session in memory. Writes nothing.
+pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
+    if req.task.trim().is_empty() {
+        return Err(Error::usage("the task is empty")
+            .with_hint("give the task with --task TEXT, --task-file FILE or --stdin"));
+    }
+    let (binding, warnings) = git::capture(&req.workspace)?;
+    let merged = policy::merge(&req.policy)?;
+    let config = ModelConfig::load(req.config.as_deref())?;
+    let (definition, built): (AgentDefinition, bool) = match &req.agent {
+        Some(path) => (agent::load_definition(path)?, false),
+        None => {
+            let catalog = policy::permitted_catalog(&merged);
+            (
+                builder::build_definition(&config, &req.task, &catalog)?,
+                true,
+            )
+        }
+    };
+    let lock = DcpAgentLock::build(&definition, &merged)?;
+    let role = &lock.definition.spec.execution.model_role;
+    let provider = config.provider_for(role)?;
+    let provider_info = config
+        .provider_info(role)
+        .ok()
+        .and_then(|info| serde_json::to_value(info).ok());
+
+    let session_id = ids::new_id(IdKind::Session);
+    let run_id = ids::new_id(IdKind::Run);
+    let task = Message::new(&run_id, Role::User, req.task.clone());
+    let new = NewSession {
+        meta: SessionMeta {
+            format_version: meta::FORMAT_VERSION,
+            id: session_id.clone(),
+            created_at: crate::clock::now_rfc3339(),
+            workspace: to_value(&binding)?,
+            parent_id: None,
+            branch_root_id: session_id.clone(),
+            fork_point: None,
+            fork_kind: None,
+            lock: to_value(&lock)?,
+            first_run_id: run_id.clone(),
+        },
+        run: RunState::new(&session_id, &run_id, &task.id),
+        task,
+    };
+    Ok(Prepared {
+        new,
+        lock,
+        merged,
+        binding,
+        provider,
+        provider_info,
+        warnings,
+        built,
+    })
+}
+
+/// Writes the prepared Session (all or nothing) and returns its held lease and the
+/// `sessionCreated` event.
+pub fn create(state: &StateDir, prepared: &Prepared) -> Result<(Lease, Event)> {
+    let lease = store::create(state, &prepared.new)?;
+    let event = Event::SessionCreated {
+        session_id: prepared.new.meta.id.clone(),
+        workspace: prepared.new.meta.workspace.clone(),
+        agent: prepared.lock.definition.metadata.name.clone(),
+        definition_hash: prepared.lock.definition_hash.clone(),
+        policy_hash: prepared.lock.policy_hash.clone(),
+        capabilities: prepared.lock.capabilities.clone(),
+        built: prepared.built,
+    };
+    Ok((lease, event))
+}
+
+fn to_value<T: serde::Serialize>(value: &T) -> Result<Value> {
+    serde_json::to_value(value)
+        .map_err(|e| Error::failed(format!("cannot serialize session metadata: {e}")))
+}

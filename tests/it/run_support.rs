@@ -1,0 +1,79 @@
+//! Helpers for the run tests: agent definitions, script configs and state-dir inspection.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::env::TestEnv;
+
+/// Writes an agent definition with `output` (a YAML flow mapping) and returns its path.
+pub fn agent(env: &TestEnv, name: &str, required: &str, optional: &str, output: &str) -> PathBuf {
+    let path = env.path().join(format!("{name}.yaml"));
+    let yaml = format!(
+        "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata:\n  name: {name}\nspec:\n  \
+         objective: Complete the supplied repository task with evidence.\n  instructions:\n    \
+         - Inspect the repository first.\n  successCriteria: []\n  capabilities:\n    \
+         required: [{required}]\n    optional: [{optional}]\n  execution:\n    maxTurns: 16\n  \
+         output: {output}\n"
+    );
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// The usual agent: reads, searches, edits, writes and executes; text output.
+pub fn fixer(env: &TestEnv) -> PathBuf {
+    agent(
+        env,
+        "fixer",
+        "read, glob, grep",
+        "edit, write, exec",
+        "{format: text, requiredFields: []}",
+    )
+}
+
+/// Writes a config whose `execution` (and `planning`) roles replay `turns`; returns its path.
+pub fn script_config(env: &TestEnv, turns: &[Value]) -> PathBuf {
+    let dir = env.path().join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lines: String = turns.iter().map(|t| format!("{t}\n")).collect();
+    std::fs::write(dir.join("turns.jsonl"), lines).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "[providers.script]\nkind = \"script\"\npath = \"turns.jsonl\"\n\n[roles]\nexecution = \"script\"\nplanning = \"script\"\n",
+    )
+    .unwrap();
+    config
+}
+
+/// A model turn calling one tool.
+pub fn call(id: &str, tool: &str, arguments: Value) -> Value {
+    json!({"text": "", "toolCalls": [{"id": id, "name": tool, "arguments": arguments}],
+           "usage": {"inputTokens": 10, "outputTokens": 2}})
+}
+
+/// A final model turn.
+pub fn answer(text: &str) -> Value {
+    json!({"text": text, "usage": {"inputTokens": 20, "outputTokens": 5}})
+}
+
+/// Every file under `dir`, recursively (empty if it does not exist).
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    if !dir.exists() {
+        return Vec::new();
+    }
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().is_file())
+        .map(|e| e.into_path())
+        .collect()
+}
+
+/// The `runFinished` event of a run's stdout.
+pub fn finished(events: &[Value]) -> &Value {
+    events
+        .iter()
+        .find(|e| e["type"] == "runFinished")
+        .expect("a runFinished event")
+}
