@@ -342,13 +342,19 @@ impl Loop<'_, '_> {
             output: outcome(&output),
         })?;
         failpoint::hit("tool.after-outcome-known");
-        self.settle_op(run, &op_id, sink)?;
+        self.settle_op(run, &op_id, false, sink)?;
         Ok(None)
     }
 
     /// Appends the tool result message of an operation whose outcome is recorded (if it is not
-    /// in the Session yet), then records `Settled`.
-    fn settle_op(&mut self, run: &RunState, op_id: &str, sink: &mut dyn EventSink) -> Result<()> {
+    /// in the Session yet: only recovery, `may_exist`, has to look), then records `Settled`.
+    fn settle_op(
+        &mut self,
+        run: &RunState,
+        op_id: &str,
+        may_exist: bool,
+        sink: &mut dyn EventSink,
+    ) -> Result<()> {
         let op = self
             .journal
             .table()
@@ -361,13 +367,16 @@ impl Loop<'_, '_> {
             blob: None,
             interrupted: false,
         });
-        let existing = self
-            .messages
-            .messages()
-            .iter()
-            .rev()
-            .find(|m| m.op_id.as_deref() == Some(op_id))
-            .map(|m| m.id.clone());
+        let existing = may_exist
+            .then(|| {
+                self.messages
+                    .messages()
+                    .iter()
+                    .rev()
+                    .find(|m| m.op_id.as_deref() == Some(op_id))
+                    .map(|m| m.id.clone())
+            })
+            .flatten();
         let turn_id = match existing {
             Some(id) => id,
             None => {
@@ -439,7 +448,7 @@ impl Loop<'_, '_> {
             .map(|op| op.op_id.clone())
             .collect();
         for op_id in ready {
-            self.settle_op(run, &op_id, sink)?;
+            self.settle_op(run, &op_id, true, sink)?;
         }
         // Calls of this run's assistant messages that have no tool result message yet.
         let answered: std::collections::HashSet<(String, usize)> = self

@@ -13,7 +13,7 @@ use crate::agent::{self, AgentDefinition};
 use crate::error::{Error, Result};
 use crate::git::{self, WorkspaceBinding};
 use crate::ids::{self, IdKind};
-use crate::lock::DcpAgentLock;
+use crate::agent::DcpAgentLock;
 use crate::policy::{self, MergedPolicy, PolicyFlags};
 use crate::provider::{ModelConfig, Provider};
 use crate::run::builder;
@@ -82,12 +82,12 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
             format_version: meta::FORMAT_VERSION,
             id: session_id.clone(),
             created_at: crate::clock::now_rfc3339(),
-            workspace: to_value(&binding)?,
+            workspace: binding.clone(),
             parent_id: None,
             branch_root_id: session_id.clone(),
             fork_point: None,
             fork_kind: None,
-            lock: to_value(&lock)?,
+            lock: lock.clone(),
             first_run_id: run_id.clone(),
         },
         run: RunState::new(&session_id, &run_id, &task.id),
@@ -111,7 +111,7 @@ pub fn create(state: &StateDir, prepared: &Prepared) -> Result<(Lease, Event)> {
     let lease = store::create(state, &prepared.new)?;
     let event = Event::SessionCreated {
         session_id: prepared.new.meta.id.clone(),
-        workspace: prepared.new.meta.workspace.clone(),
+        workspace: to_value(&prepared.binding)?,
         agent: prepared.lock.definition.metadata.name.clone(),
         definition_hash: prepared.lock.definition_hash.clone(),
         policy_hash: prepared.lock.policy_hash.clone(),

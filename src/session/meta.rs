@@ -1,7 +1,9 @@
 //! `session.json`: who a Session is, where it is bound, where it came from and what it may do.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+use crate::agent::DcpAgentLock;
+use crate::git::WorkspaceBinding;
 
 use crate::error::{Error, Result};
 use crate::state::SessionPaths;
@@ -17,7 +19,7 @@ pub struct SessionMeta {
     pub id: String,
     pub created_at: String,
     /// The workspace binding captured at creation (kxen-agent.md §7; written by `git::capture`).
-    pub workspace: Value,
+    pub workspace: WorkspaceBinding,
     /// Lineage, set by `session fork`: the Session this one was forked from.
     pub parent_id: Option<String>,
     /// The first Session of the fork tree (this Session's own id when it is not a fork).
@@ -27,7 +29,7 @@ pub struct SessionMeta {
     /// `at` (fork includes the message) or `before`.
     pub fork_kind: Option<String>,
     /// The `DcpAgentLock` fixed for the Session's life.
-    pub lock: Value,
+    pub lock: DcpAgentLock,
     /// The Session's first run (started with the creating task).
     pub first_run_id: String,
 }

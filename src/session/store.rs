@@ -113,8 +113,10 @@ pub fn session_paths(state: &StateDir, session_id: &str) -> Result<SessionPaths>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::{DcpAgentLock, parse_definition};
+    use crate::git::WorkspaceBinding;
+    use crate::policy::{PolicyFlags, merge};
     use crate::session::Role;
-    use serde_json::json;
 
     pub(crate) fn sample(id: &str) -> NewSession {
         let run_id = ids::new_id(IdKind::Run);
@@ -124,17 +126,31 @@ mod tests {
                 format_version: crate::session::meta::FORMAT_VERSION,
                 id: id.to_string(),
                 created_at: crate::clock::now_rfc3339(),
-                workspace: json!({"root": "/w"}),
+                workspace: WorkspaceBinding {
+                    root: "/w".into(),
+                    identity_hash: "sha256:00".into(),
+                    identity_kind: crate::git::IdentityKind::Path,
+                    repository_root: None,
+                    remote_hash: None,
+                    branch: None,
+                    head: None,
+                },
                 parent_id: None,
                 branch_root_id: id.to_string(),
                 fork_point: None,
                 fork_kind: None,
-                lock: json!({}),
+                lock: sample_lock(),
                 first_run_id: run_id.clone(),
             },
             run: RunState::new(id, &run_id, &task.id),
             task,
         }
+    }
+
+    fn sample_lock() -> DcpAgentLock {
+        let yaml = "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: t}\nspec:\n  objective: o\n  instructions: [i]\n  capabilities: {required: [read]}\n";
+        let definition = parse_definition(yaml.as_bytes(), "t.yaml").unwrap();
+        DcpAgentLock::build(&definition, &merge(&PolicyFlags::default()).unwrap()).unwrap()
     }
 
     #[test]

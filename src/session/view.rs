@@ -27,8 +27,8 @@ pub fn list(state: &StateDir) -> Result<Vec<Value>> {
             "type": "session",
             "id": meta.id,
             "createdAt": meta.created_at,
-            "agent": meta.lock.pointer("/definition/metadata/name").cloned().unwrap_or(Value::Null),
-            "workspace": workspace_root(&meta.workspace),
+            "agent": meta.lock.definition.metadata.name,
+            "workspace": meta.workspace.root,
             "parentId": meta.parent_id,
             "runs": runs.len(),
             "lastRunId": last.map(|r| r.id.clone()),
@@ -67,11 +67,4 @@ pub fn show_run(state: &StateDir, session_id: &str, run_id: &str) -> Result<Valu
         "run": run,
         "operations": table.ops(),
     }))
-}
-
-fn workspace_root(binding: &Value) -> Value {
-    ["root", "canonicalRoot", "path"]
-        .iter()
-        .find_map(|k| binding.get(*k).cloned())
-        .unwrap_or(Value::Null)
 }

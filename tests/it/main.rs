@@ -10,6 +10,7 @@ mod env;
 mod init;
 mod policy_check;
 mod run_bad_input;
+mod run_canary;
 mod run_loop;
 mod run_show;
 mod run_support;
