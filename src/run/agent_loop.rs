@@ -78,6 +78,13 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         })?;
         return Ok(Ending::Finished(result));
     }
+    if !messages.contains(&run.task_message_id) {
+        // run.json of a new run is written before its task message; finish that step.
+        let mut task = Message::new(&run.id, Role::User, run.task.clone());
+        task.id = run.task_message_id.clone();
+        messages.append(task)?;
+    }
+    close_crashed_attempts(&mut run, &messages);
     let journal = Journal::open(&run_paths.journal())?;
     let schemas = tools::schemas(ex.capabilities);
     let mut lp = Loop {
@@ -111,6 +118,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         pid: std::process::id(),
         provider: ex.provider_info.clone(),
         ended_at: None,
+        crashed: false,
         wall_clock_ms: None,
     });
     run.save(&lp.run_paths)?;
@@ -606,6 +614,31 @@ impl Loop<'_, '_> {
         settle::settle(run, &self.run_paths, &mut self.messages, result.clone())?;
         sink.emit(finished_event(self.ex.session_id, &run.id, &result));
         Ok(Ending::Finished(result))
+    }
+}
+
+/// Attempts that ended in a crash never recorded their duration. Count them up to the run's
+/// last durable activity (its last message), so budgets keep counting them without counting
+/// the time nothing ran.
+fn close_crashed_attempts(run: &mut RunState, messages: &MessageLog) {
+    let last_activity = messages
+        .messages()
+        .iter()
+        .rev()
+        .find(|m| m.run_id == run.id)
+        .and_then(|m| crate::clock::parse_rfc3339(&m.created_at));
+    for attempt in run
+        .attempts
+        .iter_mut()
+        .filter(|a| a.wall_clock_ms.is_none())
+    {
+        let start = crate::clock::parse_rfc3339(&attempt.started_at);
+        let spent = match (start, last_activity) {
+            (Some(s), Some(l)) if l > s => (l - s) as u64,
+            _ => 0,
+        };
+        attempt.wall_clock_ms = Some(spent);
+        attempt.crashed = true;
     }
 }
 

@@ -9,11 +9,11 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use crate::agent::DcpAgentLock;
 use crate::agent::{self, AgentDefinition};
 use crate::error::{Error, Result};
 use crate::git::{self, WorkspaceBinding};
 use crate::ids::{self, IdKind};
-use crate::agent::DcpAgentLock;
 use crate::policy::{self, MergedPolicy, PolicyFlags};
 use crate::provider::{ModelConfig, Provider};
 use crate::run::builder;
@@ -90,7 +90,7 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
             lock: lock.clone(),
             first_run_id: run_id.clone(),
         },
-        run: RunState::new(&session_id, &run_id, &task.id),
+        run: RunState::new(&session_id, &run_id, &task),
         task,
     };
     Ok(Prepared {

@@ -25,6 +25,19 @@ pub enum Event {
         /// The definition came from the Builder (no `--agent`).
         built: bool,
     },
+    /// `--resume` picked a run to execute (`newRun`: created for the given task).
+    SessionResumed {
+        session_id: String,
+        run_id: String,
+        new_run: bool,
+    },
+    /// An operator recorded the outcome of an UNKNOWN operation (`run resolve`).
+    OperationResolved {
+        session_id: String,
+        run_id: String,
+        op_id: String,
+        is_error: bool,
+    },
     /// Something worth knowing that does not stop the run (e.g. a workspace warning).
     Warning { message: String },
     /// A run starts (or continues) executing.

@@ -9,4 +9,6 @@ pub mod contract;
 pub mod create;
 pub mod events;
 pub mod prompt;
+pub mod resolve;
+pub mod resume;
 pub mod settle;

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::fsx;
-use crate::session::UsageRecord;
+use crate::session::{Message, UsageRecord};
 use crate::state::RunPaths;
 
 pub const FORMAT_VERSION: u32 = 1;
@@ -68,6 +68,10 @@ pub struct Attempt {
     pub provider: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<String>,
+    /// The process died without ending the attempt; `wallClockMs` then counts up to the run's
+    /// last durable activity.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub crashed: bool,
     /// Wall-clock time this attempt spent, known once it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wall_clock_ms: Option<u64>,
@@ -110,8 +114,11 @@ pub struct RunState {
     pub id: String,
     pub session_id: String,
     pub status: RunStatus,
-    /// The user message holding this run's task.
+    /// The user message holding this run's task. It is written after run.json, so a run whose
+    /// task message is missing (a crash in between) gets it appended, from `task`, when it runs.
     pub task_message_id: String,
+    /// The task text.
+    pub task: String,
     pub created_at: String,
     pub updated_at: String,
     #[serde(default)]
@@ -127,14 +134,15 @@ pub struct RunState {
 
 impl RunState {
     /// A queued run for `task_message_id`.
-    pub fn new(session_id: &str, run_id: &str, task_message_id: &str) -> RunState {
+    pub fn new(session_id: &str, run_id: &str, task: &Message) -> RunState {
         let now = crate::clock::now_rfc3339();
         RunState {
             format_version: FORMAT_VERSION,
             id: run_id.to_string(),
             session_id: session_id.to_string(),
             status: RunStatus::Queued,
-            task_message_id: task_message_id.to_string(),
+            task_message_id: task.id.clone(),
+            task: task.content.clone(),
             created_at: now.clone(),
             updated_at: now,
             attempts: Vec::new(),
@@ -181,7 +189,8 @@ mod tests {
         let paths = RunPaths {
             dir: dir.path().to_path_buf(),
         };
-        let mut run = RunState::new("ses_1", "run_1", "msg_1");
+        let task = Message::new("run_1", crate::session::Role::User, "t");
+        let mut run = RunState::new("ses_1", "run_1", &task);
         run.result = Some(RunResult {
             status: RunStatus::Failed,
             reason: Some(FailReason::BudgetExhausted),

@@ -142,7 +142,7 @@ mod tests {
                 lock: sample_lock(),
                 first_run_id: run_id.clone(),
             },
-            run: RunState::new(id, &run_id, &task.id),
+            run: RunState::new(id, &run_id, &task),
             task,
         }
     }

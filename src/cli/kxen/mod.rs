@@ -70,7 +70,7 @@ pub enum Command {
     #[command(subcommand)]
     Session(SessionCommand),
     /// Run an agent on a task in a workspace (a new Session), or inspect runs.
-    Run(RunCmd),
+    Run(Box<RunCmd>),
 }
 
 /// `kxen-agent run …`: either a new run (flags) or a run subcommand.
@@ -96,6 +96,22 @@ pub enum SessionCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum RunCommand {
+    /// Record the verified outcome of an operation whose outcome is UNKNOWN; the operation is
+    /// never re-executed, and the next --resume gives the model exactly this output.
+    Resolve {
+        /// The Session id (`ses_…`).
+        session: String,
+        /// The run id (`run_…`).
+        run: String,
+        /// The operation id (`op_…`), from `run show`.
+        op: String,
+        /// What the tool's output was (what the model will see).
+        #[arg(long, value_name = "TEXT")]
+        output: String,
+        /// The tool failed.
+        #[arg(long)]
+        is_error: bool,
+    },
     /// Print a run's state and every tool-journal operation with its phase (read-only).
     Show {
         /// The Session id (`ses_…`).
@@ -193,13 +209,24 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Session(SessionCommand::Show { session }) => {
             show::session_show(&state()?, &session, format)
         }
-        Command::Run(RunCmd {
-            action: Some(RunCommand::Show { session, run }),
-            ..
-        }) => show::run_show(&state()?, &session, &run, format),
-        Command::Run(RunCmd { args, action: None }) => {
-            run::run(cli.state_dir.as_deref(), args, format)
-        }
+        Command::Run(cmd) => match *cmd {
+            RunCmd {
+                action: Some(RunCommand::Show { session, run }),
+                ..
+            } => show::run_show(&state()?, &session, &run, format),
+            RunCmd {
+                action:
+                    Some(RunCommand::Resolve {
+                        session,
+                        run,
+                        op,
+                        output,
+                        is_error,
+                    }),
+                ..
+            } => show::run_resolve(&state()?, &session, &run, &op, output, is_error, format),
+            RunCmd { args, action: None } => run::run(cli.state_dir.as_deref(), args, format),
+        },
         Command::Agent(AgentCommand::Init { output }) => init::write_starter(
             &output,
             crate::templates::AGENT_YAML,

@@ -35,6 +35,17 @@ impl Renderer {
                 if built { " (built for this task)" } else { "" },
                 capabilities.join(", ")
             )),
+            Event::SessionResumed {
+                session_id,
+                run_id,
+                new_run,
+            } => output::line(&format!(
+                "session {session_id}: {} run {run_id}",
+                if new_run { "new" } else { "continuing" }
+            )),
+            Event::OperationResolved { op_id, run_id, .. } => output::line(&format!(
+                "operation {op_id} of run {run_id} resolved; continue with --resume"
+            )),
             Event::Warning { message } => output::note(&format!("warning: {message}")),
             Event::RunStarted { run_id, .. } => output::line(&format!("run {run_id} started")),
             Event::ModelText { text, .. } => output::line(text.trim_end()),

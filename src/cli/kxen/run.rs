@@ -13,12 +13,20 @@ use crate::policy::PolicyFlags;
 use crate::run::agent_loop::{self, Ending, Execution};
 use crate::run::create::{self, NewRunRequest};
 use crate::run::events::{Event, EventSink};
+use crate::run::resume::{self, ResumeRequest};
 use crate::run::{FailReason, RunResult, RunStatus};
 use crate::state::{StateDir, StateEnv};
 
-/// Flags of a new run. Exactly one task source is required.
+/// Flags of a new run (exactly one task source), or of `--resume SES` (at most one).
 #[derive(Debug, Clone, Default, Args)]
 pub struct RunArgs {
+    /// Continue Session SES: its unfinished run, or (with a task) a new run after a finished one.
+    #[arg(long, value_name = "SES")]
+    pub resume: Option<String>,
+    /// With --resume and --workspace: accept a moved or copied workspace whose identity and
+    /// branch still match.
+    #[arg(long, requires = "resume")]
+    pub rebind_workspace: bool,
     /// The repository (or directory) the agent works in. Default: the current directory.
     #[arg(long, value_name = "PATH")]
     pub workspace: Option<PathBuf>,
@@ -55,7 +63,13 @@ pub struct RunArgs {
 
 /// Runs a new Session's first run; the exit code follows the run's status.
 pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i32> {
-    let task = read_task(&args)?;
+    if args.resume.is_some() {
+        return resume(state_flag, args, format);
+    }
+    let task = read_task(&args)?.ok_or_else(|| {
+        Error::usage("no task given: pass exactly one of --task TEXT, --task-file FILE or --stdin")
+            .with_hint("kxen-agent run --workspace . --task \"Fix the failing check\"")
+    })?;
     let workspace = match args.workspace {
         Some(w) => w,
         None => std::env::current_dir()
@@ -105,6 +119,60 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i
     Ok(exit_code(&session_id, &run_id, &ending))
 }
 
+/// `--resume SES [--task …]`: continue the Session under its lease.
+fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i32> {
+    if args.agent.is_some() {
+        return Err(Error::usage(
+            "--agent cannot be used with --resume: a Session keeps the agent it was created with",
+        )
+        .with_hint("drop --agent, or start a new Session with `kxen-agent run --agent FILE …`"));
+    }
+    let task = read_task(&args)?;
+    let state = StateDir::resolve(state_flag, &StateEnv::from_process())?;
+    let request = ResumeRequest {
+        session_id: args.resume.clone().unwrap_or_default(),
+        task,
+        workspace: args.workspace,
+        rebind: args.rebind_workspace,
+        policy: PolicyFlags {
+            policy_file: args.policy,
+            allow_shell: args.allow_shell,
+            allow_mcp: args.allow_mcp,
+            pass_env: args.pass_env,
+        },
+        config: args.config,
+    };
+    let resumed = resume::prepare(&state, &request)?;
+    let mut renderer = Renderer::new(format);
+    for warning in &resumed.warnings {
+        renderer.emit(Event::Warning {
+            message: warning.clone(),
+        });
+    }
+    renderer.emit(Event::SessionResumed {
+        session_id: resumed.meta.id.clone(),
+        run_id: resumed.run_id.clone(),
+        new_run: resumed.new_run,
+    });
+    let cancel = AtomicBool::new(false);
+    let execution = Execution {
+        state: &state,
+        session_id: &resumed.meta.id,
+        paths: &resumed.paths,
+        definition: &resumed.meta.lock.definition,
+        capabilities: &resumed.meta.lock.capabilities,
+        pass_env: &resumed.merged.pass_env,
+        workspace_root: &resumed.meta.workspace.root,
+        provider: resumed.provider.as_ref(),
+        provider_info: resumed.provider_info.clone(),
+        cancel: &cancel,
+    };
+    let ending = agent_loop::execute(&execution, &resumed.run_id, &mut renderer)?;
+    let code = exit_code(&resumed.meta.id, &resumed.run_id, &ending);
+    drop(resumed);
+    Ok(code)
+}
+
 /// The exit code of a run's ending (0 only for `completed`), with the error line on stderr.
 pub fn exit_code(session_id: &str, run_id: &str, ending: &Ending) -> i32 {
     let inspect = format!("kxen-agent run show {session_id} {run_id}");
@@ -141,8 +209,8 @@ fn finished_code(result: &RunResult, inspect: &str) -> i32 {
     kind.exit_code()
 }
 
-/// The task from exactly one of `--task`, `--task-file`, `--stdin`.
-fn read_task(args: &RunArgs) -> Result<String> {
+/// The task from the one given source of `--task`, `--task-file`, `--stdin` (`None` if none).
+fn read_task(args: &RunArgs) -> Result<Option<String>> {
     let text = if let Some(task) = &args.task {
         task.clone()
     } else if let Some(path) = &args.task_file {
@@ -161,14 +229,11 @@ fn read_task(args: &RunArgs) -> Result<String> {
         })?;
         text
     } else {
-        return Err(Error::usage(
-            "no task given: pass exactly one of --task TEXT, --task-file FILE or --stdin",
-        )
-        .with_hint("kxen-agent run --workspace . --task \"Fix the failing check\""));
+        return Ok(None);
     };
     if text.trim().is_empty() {
         return Err(Error::usage("the task is empty")
             .with_hint("give the task with --task TEXT, --task-file FILE or --stdin"));
     }
-    Ok(text)
+    Ok(Some(text))
 }

@@ -2,8 +2,10 @@
 
 use serde_json::Value;
 
+use super::render::Renderer;
 use crate::cli::output::{self, Format};
 use crate::error::Result;
+use crate::run::events::{Event, EventSink};
 use crate::session::view;
 use crate::state::StateDir;
 
@@ -35,6 +37,27 @@ pub fn session_show(state: &StateDir, session_id: &str, format: Format) -> Resul
 
 pub fn run_show(state: &StateDir, session_id: &str, run_id: &str, format: Format) -> Result<i32> {
     print(&view::show_run(state, session_id, run_id)?, format);
+    Ok(0)
+}
+
+/// `run resolve`: not read-only; takes the Session's lease.
+pub fn run_resolve(
+    state: &StateDir,
+    session_id: &str,
+    run_id: &str,
+    op_id: &str,
+    output: String,
+    is_error: bool,
+    format: Format,
+) -> Result<i32> {
+    crate::run::resolve::resolve(state, session_id, run_id, op_id, output, is_error)?;
+    let event = Event::OperationResolved {
+        session_id: session_id.to_string(),
+        run_id: run_id.to_string(),
+        op_id: op_id.to_string(),
+        is_error,
+    };
+    Renderer::new(format).emit(event);
     Ok(0)
 }
 

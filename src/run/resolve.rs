@@ -1,0 +1,66 @@
+//! `kxen-agent run resolve SES RUN OP --output TEXT [--is-error]`: an operator records the
+//! verified outcome of an operation whose outcome is UNKNOWN (kxen-agent.md §8).
+//!
+//! Bound to that exact operation id, under the run lease; the operation is never re-executed, and
+//! the next `--resume` gives the model exactly this output as the tool's result.
+
+use crate::error::{Error, Result};
+use crate::ids::{self, IdKind};
+use crate::journal::{Journal, JournalRecord, OpPhase, ToolOutcome};
+use crate::run::state::RunState;
+use crate::session::{Lease, store};
+use crate::state::StateDir;
+
+/// Records `output` as the outcome of operation `op_id`.
+pub fn resolve(
+    state: &StateDir,
+    session_id: &str,
+    run_id: &str,
+    op_id: &str,
+    output: String,
+    is_error: bool,
+) -> Result<()> {
+    ids::validate_kind(session_id, IdKind::Session)?;
+    ids::validate_kind(run_id, IdKind::Run)?;
+    ids::validate_kind(op_id, IdKind::Operation)?;
+    let paths = store::session_paths(state, session_id)?;
+    let _lease = Lease::acquire(&paths.dir, session_id)?;
+    let run_paths = paths.run(run_id);
+    RunState::read(&run_paths, run_id)?;
+    let mut journal = Journal::open(&run_paths.journal())?;
+    let inspect = format!("kxen-agent run show {session_id} {run_id}");
+    let Some(op) = journal.table().get(op_id) else {
+        return Err(Error::not_found(format!(
+            "no operation {op_id} in run {run_id} of session {session_id}"
+        ))
+        .with_hint(format!("list the run's operations with `{inspect}`")));
+    };
+    match op.phase {
+        OpPhase::OutcomeUnknown => {}
+        OpPhase::Resolved => {
+            return Err(Error::conflict(format!(
+                "operation {op_id} is already resolved; a resolution is recorded once"
+            ))
+            .with_hint(format!(
+                "continue the run with `kxen-agent --resume {session_id}`"
+            )));
+        }
+        phase => {
+            return Err(Error::conflict(format!(
+                "operation {op_id} is {}, not UNKNOWN: only an operation whose outcome is unknown can be resolved",
+                phase.name()
+            ))
+            .with_hint(format!("see its phase with `{inspect}`")));
+        }
+    }
+    journal.record(JournalRecord::Resolved {
+        op_id: op_id.to_string(),
+        at: crate::clock::now_rfc3339(),
+        output: ToolOutcome {
+            text: output,
+            is_error,
+            blob: None,
+            interrupted: false,
+        },
+    })
+}

@@ -1,0 +1,162 @@
+//! `kxen-agent --resume SES [--task …]`: continue a Session (kxen-agent.md §6).
+//!
+//! Everything happens under the Session's run lease, taken first: lock integrity (exit 10),
+//! policy drift and capability availability (exit 6), the workspace binding (§7), then the choice
+//! of run — the unfinished one, or a new consecutive run for `--task` after a terminal one.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::fsx;
+use crate::git;
+use crate::ids::{self, IdKind};
+use crate::policy::{self, MergedPolicy, PolicyFlags};
+use crate::provider::{ModelConfig, Provider};
+use crate::run::settle;
+use crate::run::state::RunState;
+use crate::session::{Lease, Message, MessageLog, Role, SessionMeta, store};
+use crate::state::{SessionPaths, StateDir};
+use crate::tools;
+
+/// What the user asked for.
+#[derive(Debug, Clone)]
+pub struct ResumeRequest {
+    pub session_id: String,
+    /// A task for a new consecutive run (only after a terminal run).
+    pub task: Option<String>,
+    /// The workspace now (default: the bound root).
+    pub workspace: Option<PathBuf>,
+    /// Accept a moved or copied workspace whose identity and branch check out.
+    pub rebind: bool,
+    pub policy: PolicyFlags,
+    pub config: Option<PathBuf>,
+}
+
+/// A Session ready to execute one run, with its lease held.
+pub struct Resumed {
+    pub lease: Lease,
+    pub paths: SessionPaths,
+    pub meta: SessionMeta,
+    pub merged: MergedPolicy,
+    pub provider: Box<dyn Provider>,
+    pub provider_info: Option<Value>,
+    pub run_id: String,
+    /// The run was created by this resume (from `--task`).
+    pub new_run: bool,
+    pub warnings: Vec<String>,
+}
+
+/// Checks the Session under its lease and picks (or creates) the run to execute.
+pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
+    let id = &req.session_id;
+    ids::validate_kind(id, IdKind::Session)?;
+    if let Some(task) = &req.task
+        && task.trim().is_empty()
+    {
+        return Err(Error::usage("the task is empty")
+            .with_hint("give the task with --task TEXT, --task-file FILE or --stdin"));
+    }
+    let paths = store::session_paths(state, id)?;
+    let lease = Lease::acquire(&paths.dir, id)?;
+    let mut meta = SessionMeta::read(&paths, id)?;
+    meta.lock.verify()?;
+    let merged = policy::merge(&req.policy)?;
+    meta.lock.check_drift(&merged)?;
+    if let Some(missing) = meta
+        .lock
+        .capabilities
+        .iter()
+        .find(|c| !tools::IMPLEMENTED.contains(&c.as_str()))
+    {
+        return Err(Error::policy(format!(
+            "the session's locked capability `{missing}` is no longer available in this runtime"
+        ))
+        .with_hint("use the kxen-agent version that created the session, or start a new session"));
+    }
+    let workspace = req
+        .workspace
+        .clone()
+        .unwrap_or_else(|| meta.workspace.root.clone());
+    let verified = git::verify(&meta.workspace, &workspace, req.rebind)?;
+    if verified.binding != meta.workspace {
+        // HEAD advanced, or the workspace was rebound: the binding records where it is now.
+        meta.workspace = verified.binding.clone();
+        fsx::write_atomic_json(&paths.session_json(), &meta, fsx::STATE_FILE_MODE)?;
+    }
+    let role = &meta.lock.definition.spec.execution.model_role;
+    let config = ModelConfig::load(req.config.as_deref())?;
+    let provider = config.provider_for(role)?;
+    let provider_info = config
+        .provider_info(role)
+        .ok()
+        .and_then(|info| serde_json::to_value(info).ok());
+    let (run_id, new_run) = pick_run(&paths, &meta, req.task.as_deref())?;
+    Ok(Resumed {
+        lease,
+        paths,
+        meta,
+        merged,
+        provider,
+        provider_info,
+        run_id,
+        new_run,
+        warnings: verified.warnings,
+    })
+}
+
+/// The unfinished run, or a new run for `task` after a terminal one.
+fn pick_run(
+    paths: &SessionPaths,
+    meta: &SessionMeta,
+    task: Option<&str>,
+) -> Result<(String, bool)> {
+    let runs = store::list_runs(paths)?;
+    if let Some(last) = runs.last() {
+        if !last.status.is_terminal() {
+            if task.is_some() {
+                return Err(Error::usage(format!(
+                    "run {} of session {} is unfinished ({}); continue it before giving a new task",
+                    last.id,
+                    meta.id,
+                    last.status.name()
+                ))
+                .with_hint(format!("kxen-agent --resume {}", meta.id)));
+            }
+            return Ok((last.id.clone(), false));
+        }
+        if !last.settled {
+            // Terminal but unsettled: finish its settlement (no model, no tool) first.
+            let mut run = last.clone();
+            let mut messages = MessageLog::open(&paths.messages())?;
+            let run_paths = paths.run(&run.id);
+            settle::finish(&mut run, &run_paths, &mut messages)?;
+            if task.is_none() {
+                return Ok((run.id, false));
+            }
+        }
+    }
+    let Some(task) = task else {
+        let last = runs.last().map_or(String::from("none"), |r| {
+            format!("{} is {}", r.id, r.status.name())
+        });
+        return Err(Error::usage(format!(
+            "nothing to resume in session {}: no run is unfinished (last run: {last})",
+            meta.id
+        ))
+        .with_hint(format!(
+            "give the next task: kxen-agent --resume {} --task \"…\"",
+            meta.id
+        )));
+    };
+    let run_id = ids::new_id(IdKind::Run);
+    let message = Message::new(&run_id, Role::User, task.to_string());
+    let mut run = RunState::new(&meta.id, &run_id, &message);
+    let run_paths = paths.run(&run_id);
+    fsx::create_dir_private(&run_paths.dir)?;
+    // run.json first: the task message is appended by the run itself if a crash comes between.
+    run.save(&run_paths)?;
+    MessageLog::open(&paths.messages())?.append(message)?;
+    Ok((run_id, true))
+}
