@@ -37,7 +37,6 @@ const AFTER_HELP: &str = "Exit codes:
     name = "kxen-agent",
     version,
     after_help = AFTER_HELP,
-    args_conflicts_with_subcommands = true,
     arg_required_else_help = true
 )]
 pub struct Cli {
@@ -75,7 +74,6 @@ pub enum Command {
 
 /// `kxen-agent run …`: either a new run (flags) or a run subcommand.
 #[derive(Debug, clap::Args)]
-#[command(args_conflicts_with_subcommands = true)]
 pub struct RunCmd {
     #[command(flatten)]
     pub args: RunArgs,
@@ -204,6 +202,18 @@ fn dispatch(cli: Cli) -> Result<i32> {
     let Some(command) = cli.command else {
         return run::run(cli.state_dir.as_deref(), cli.run, format);
     };
+    // Run flags belong to a run: `kxen-agent --task … session list` is a mistake, not a run.
+    // (clap's args_conflicts_with_subcommands would also refuse the global --format/--state-dir.)
+    let run_flags_with_subcommand = match &command {
+        Command::Run(cmd) => cmd.action.is_some() && !cmd.args.is_empty(),
+        _ => false,
+    };
+    if !cli.run.is_empty() || run_flags_with_subcommand {
+        return Err(crate::error::Error::usage(
+            "run options (--task, --workspace, --agent, --resume, …) cannot be combined with a subcommand",
+        )
+        .with_hint("start a run with `kxen-agent run --task …` (or `kxen-agent --task …`)"));
+    }
     match command {
         Command::Session(SessionCommand::List) => show::session_list(&state()?, format),
         Command::Session(SessionCommand::Show { session }) => {

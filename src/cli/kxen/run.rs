@@ -18,7 +18,7 @@ use crate::run::{FailReason, RunResult, RunStatus};
 use crate::state::{StateDir, StateEnv};
 
 /// Flags of a new run (exactly one task source), or of `--resume SES` (at most one).
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
 pub struct RunArgs {
     /// Continue Session SES: its unfinished run, or (with a task) a new run after a finished one.
     #[arg(long, value_name = "SES")]
@@ -59,6 +59,13 @@ pub struct RunArgs {
     /// ~/.config/kxen-agent/config.toml.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// No run option was given.
+    pub fn is_empty(&self) -> bool {
+        *self == RunArgs::default()
+    }
 }
 
 /// Runs a new Session's first run; the exit code follows the run's status.
