@@ -5,6 +5,7 @@
 pub mod abilities;
 pub mod accounting;
 pub mod addons;
+pub mod backfill;
 pub mod config;
 pub mod manifest;
 pub mod onboard;

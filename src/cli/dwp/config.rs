@@ -35,6 +35,16 @@ pub enum ConfigCommand {
     },
     /// Print the addon keys dwp ships, one per line.
     Keys,
+    /// Audit the addon descriptors: `OK   KEY` or `FAIL KEY: errors` (exit 1 if any fails).
+    Descriptors,
+    /// Propose entries for installed but unrecorded addons (repository installs only).
+    Backfill {
+        /// Record the proposals (default: dry run).
+        #[arg(long)]
+        write: bool,
+        #[command(flatten)]
+        repo: RepoArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -94,8 +104,58 @@ pub fn run(cmd: ConfigCommand) -> Result<i32> {
                 output::line(key);
             }
         }
+        ConfigCommand::Descriptors => return Ok(descriptors()),
+        ConfigCommand::Backfill { write, repo } => backfill(&repo.root_for_writing()?, write)?,
     }
     Ok(0)
+}
+
+fn descriptors() -> i32 {
+    let mut failed = false;
+    for key in addons::KEYS {
+        match addons::load(key) {
+            Ok(_) => output::line(&format!("OK   {key}")),
+            Err(errors) => {
+                failed = true;
+                output::line(&format!("FAIL {key}: {}", errors.join("; ")));
+            }
+        }
+    }
+    i32::from(failed)
+}
+
+fn backfill(root: &std::path::Path, write: bool) -> Result<()> {
+    use crate::dwp::backfill::{self, Item};
+    let items = backfill::plan(root)?;
+    if write {
+        backfill::write(root, &items)?;
+    }
+    let verb = if write { "WROTE" } else { "WOULD" };
+    let mut proposals = 0;
+    for item in &items {
+        match item {
+            Item::Propose { key, version, .. } => {
+                proposals += 1;
+                let v = version
+                    .as_ref()
+                    .map(|v| format!(" {v}"))
+                    .unwrap_or_default();
+                output::line(&format!("{verb} addons.{key} = enabled{v}"));
+            }
+            Item::MachineOnly { key } => {
+                output::line(&format!("SKIP  addons.{key}: present on this machine only"))
+            }
+            Item::Invalid { key, error } => {
+                output::line(&format!("SKIP  addons.{key}: invalid descriptor ({error})"))
+            }
+        }
+    }
+    if proposals == 0 {
+        output::line("OK: nothing to back-fill (every present addon is already recorded)");
+    } else if !write {
+        output::line("dry run - re-run with --write to record these");
+    }
+    Ok(())
 }
 
 fn load(args: &RepoArgs) -> Result<Config> {

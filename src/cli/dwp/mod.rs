@@ -7,9 +7,11 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
+mod abilities;
 mod config;
 mod onboard;
 mod plan;
+mod resources;
 
 use super::output;
 use crate::error::{Error, Result};
@@ -46,6 +48,12 @@ pub enum Command {
     Freshness(plan::FreshnessArgs),
     /// Report the four separate quantities: instruction bytes, provider tokens, cost, wall clock.
     Accounting(plan::AccountingArgs),
+    /// Print the effective abilities, their sources, each enabled addon's verdict and the
+    /// deferred addons. Read-only.
+    Abilities(abilities::AbilitiesArgs),
+    /// The resource frame.
+    #[command(subcommand)]
+    Resources(resources::ResourcesCommand),
 }
 
 /// Where a command finds its repository: `--plan`, else `--repo`, else the git repository
@@ -94,6 +102,8 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Manifest(args) => plan::manifest(args),
         Command::Freshness(args) => plan::freshness(args),
         Command::Accounting(args) => plan::accounting(args),
+        Command::Abilities(args) => abilities::run(args),
+        Command::Resources(cmd) => resources::run(cmd),
     }
 }
 
