@@ -76,6 +76,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
                 run_paths.run_json().display()
             ))
         })?;
+        sink.emit(finished_event(ex.session_id, &run.id, &result));
         return Ok(Ending::Finished(result));
     }
     if !messages.contains(&run.task_message_id) {

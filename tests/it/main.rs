@@ -13,5 +13,6 @@ mod policy_check;
 mod run_bad_input;
 mod run_canary;
 mod run_loop;
+mod run_recovery;
 mod run_show;
 mod run_support;

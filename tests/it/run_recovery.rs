@@ -1,0 +1,500 @@
+//! Recovery: crashes at every named durable step, UNKNOWN outcomes and `run resolve`, resume,
+//! policy drift, the run lease, and budgets that survive a resume.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::env::{Run, TestEnv};
+use crate::run_support::*;
+
+/// The scripted run every crash test replays: an `exec` that counts its executions, a read, an
+/// answer.
+fn counting_script(env: &TestEnv) -> PathBuf {
+    script_config(
+        env,
+        &[
+            call("c1", "exec", json!({"command": "echo ran >> counter.txt"})),
+            call("c2", "read", json!({"path": "counter.txt"})),
+            answer("done"),
+        ],
+    )
+}
+
+fn start(env: &TestEnv, repo: &Path, agent: &Path, config: &Path, failpoint: Option<&str>) -> Run {
+    let mut cmd = env.cmd("kxen-agent");
+    cmd.args([
+        "run",
+        "--workspace",
+        repo.to_str().unwrap(),
+        "--task",
+        "Count",
+        "--agent",
+        agent.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--allow-shell",
+    ]);
+    if let Some(point) = failpoint {
+        cmd.env("KXEN_FAILPOINT", point);
+    }
+    let out = cmd.output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn resume(env: &TestEnv, session: &str, config: &Path, extra: &[&str]) -> Run {
+    let mut args = vec!["--resume", session, "--config", config.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    env.run("kxen-agent", &args)
+}
+
+fn only_session(env: &TestEnv) -> Option<String> {
+    let list = env.run("kxen-agent", &["session", "list"]);
+    list.expect(0);
+    let sessions = list.jsonl();
+    assert!(sessions.len() <= 1);
+    sessions
+        .first()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+}
+
+fn run_show(env: &TestEnv, session: &str, run: &str) -> Value {
+    let show = env.run("kxen-agent", &["run", "show", session, run]);
+    show.expect(0);
+    show.jsonl().remove(0)
+}
+
+/// Every JSON and JSONL file in the state dir parses (a torn last line is allowed only in a
+/// file the next writer repairs; after a completed resume there is none).
+fn assert_state_parses(env: &TestEnv) {
+    for file in files_under(&env.state_dir()) {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(&file).unwrap();
+        if name.ends_with(".jsonl") {
+            for (i, line) in text.lines().enumerate() {
+                serde_json::from_str::<Value>(line)
+                    .unwrap_or_else(|e| panic!("{}:{}: {e}", file.display(), i + 1));
+            }
+            assert!(
+                text.is_empty() || text.ends_with('\n'),
+                "{}",
+                file.display()
+            );
+        } else if name.ends_with(".json") {
+            serde_json::from_str::<Value>(&text)
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        }
+    }
+}
+
+#[test]
+fn a_crash_at_every_failpoint_loses_nothing_and_repeats_nothing() {
+    for point in kxen::fsx::failpoint::ALL {
+        let env = TestEnv::new();
+        let repo = env.git_repo("repo", &[("README", "x\n")]);
+        let agent = fixer(&env);
+        let config = counting_script(&env);
+        let crashed = start(&env, &repo, &agent, &config, Some(point));
+        assert_ne!(
+            crashed.code, 0,
+            "{point}: the failpoint was not reached\n{}",
+            crashed.stdout
+        );
+        let Some(session) = only_session(&env) else {
+            // Before the Session's rename nothing is visible, and nothing else was written.
+            assert_eq!(
+                *point, "session.create.before-rename",
+                "{point}: no session"
+            );
+            assert!(!repo.join("counter.txt").exists());
+            continue;
+        };
+        let mut resolved = Vec::new();
+        let mut finished = None;
+        for _ in 0..4 {
+            let next = resume(&env, &session, &config, &["--allow-shell"]);
+            match next.code {
+                0 => {
+                    finished = Some(finish_event(&next));
+                    break;
+                }
+                // A run that had already settled: there is nothing left to do.
+                2 if next.stderr.contains("nothing to resume") => break,
+                7 => {
+                    let event = next
+                        .jsonl()
+                        .into_iter()
+                        .find(|e| e["type"] == "runInputRequired")
+                        .unwrap_or_else(|| panic!("{point}: {}", next.stdout));
+                    let run = event["runId"].as_str().unwrap().to_string();
+                    for op in event["opIds"].as_array().unwrap() {
+                        let op = op.as_str().unwrap();
+                        env.run(
+                            "kxen-agent",
+                            &[
+                                "run",
+                                "resolve",
+                                &session,
+                                &run,
+                                op,
+                                "--output",
+                                "verified by hand",
+                            ],
+                        )
+                        .expect(0);
+                        resolved.push(op.to_string());
+                    }
+                }
+                other => panic!(
+                    "{point}: resume exited {other}\n{}\n{}",
+                    next.stdout, next.stderr
+                ),
+            }
+        }
+        let list = env.run("kxen-agent", &["session", "list"]);
+        let run_id = list.jsonl()[0]["lastRunId"].as_str().unwrap().to_string();
+        let shown = run_show(&env, &session, &run_id);
+        assert_eq!(shown["run"]["status"], "completed", "{point}: {shown}");
+        assert_eq!(shown["run"]["settled"], true, "{point}");
+        let ops = shown["operations"].as_array().unwrap();
+        assert_eq!(ops.len(), 2, "{point}: {ops:?}");
+        for op in ops {
+            assert_eq!(op["phase"], "settled", "{point}: {op}");
+            if resolved.contains(&op["opId"].as_str().unwrap().to_string()) {
+                assert_eq!(
+                    op["history"],
+                    json!(["started", "outcomeUnknown", "resolved", "settled"]),
+                    "{point}"
+                );
+            }
+        }
+        // No tool ran twice: the exec ran once, or not at all when the crash came before it
+        // (then its UNKNOWN outcome was resolved, never re-executed).
+        let count = std::fs::read_to_string(repo.join("counter.txt"))
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
+        match *point {
+            "tool.after-started" => assert_eq!(count, 0, "{point}"),
+            _ => assert_eq!(count, 1, "{point}"),
+        }
+        if matches!(*point, "tool.after-started" | "tool.after-side-effect") {
+            assert_eq!(
+                resolved.len(),
+                1,
+                "{point}: Started without outcome must become UNKNOWN"
+            );
+        } else {
+            assert!(resolved.is_empty(), "{point}: {resolved:?}");
+        }
+        // Nothing recorded was lost or duplicated: the whole conversation, once.
+        let show = env.run("kxen-agent", &["session", "show", &session]);
+        let messages = show.jsonl()[0]["messages"].as_array().unwrap().clone();
+        let roles: Vec<&str> = messages
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                "user",
+                "assistant",
+                "tool",
+                "assistant",
+                "tool",
+                "assistant"
+            ],
+            "{point}"
+        );
+        assert_eq!(messages[5]["content"], "done", "{point}");
+        if !resolved.is_empty() {
+            assert_eq!(messages[2]["content"], "verified by hand", "{point}");
+        }
+        if let Some(fin) = finished {
+            assert_eq!(fin["status"], "completed");
+        }
+        assert_state_parses(&env);
+    }
+}
+
+fn finish_event(run: &Run) -> Value {
+    finished(&run.jsonl()).clone()
+}
+
+#[test]
+fn unknown_outcome_resolve_and_resume() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = counting_script(&env);
+    start(&env, &repo, &agent, &config, Some("tool.after-side-effect"));
+    let session = only_session(&env).unwrap();
+
+    let first = resume(&env, &session, &config, &["--allow-shell"]);
+    first.expect(7);
+    assert!(first.stderr.contains("run show"), "{}", first.stderr);
+    let events = first.jsonl();
+    let event = events
+        .iter()
+        .find(|e| e["type"] == "runInputRequired")
+        .unwrap();
+    assert!(
+        !events.iter().any(|e| e["type"] == "modelText"),
+        "the model was called"
+    );
+    let run = event["runId"].as_str().unwrap();
+    let op = event["opIds"][0].as_str().unwrap();
+    let shown = run_show(&env, &session, run);
+    assert_eq!(shown["run"]["status"], "inputRequired");
+    assert_eq!(shown["run"]["unknownOps"], json!([op]));
+    assert_eq!(shown["operations"][0]["phase"], "outcomeUnknown");
+    // Still unknown on a second resume: no model call, exit 7 again.
+    resume(&env, &session, &config, &["--allow-shell"]).expect(7);
+
+    // Bad resolutions: wrong id (3), a bad id (4); nothing changes.
+    let wrong = env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "resolve",
+            &session,
+            run,
+            "op_0000000000aaaaaaaaaaaaaaaa",
+            "--output",
+            "x",
+        ],
+    );
+    wrong.expect(3);
+    env.run(
+        "kxen-agent",
+        &["run", "resolve", &session, run, "../op", "--output", "x"],
+    )
+    .expect(4);
+
+    env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "resolve",
+            &session,
+            run,
+            op,
+            "--output",
+            "it ran: counter has one line",
+            "--is-error",
+        ],
+    )
+    .expect(0);
+    // Resolving twice is a conflict.
+    let twice = env.run(
+        "kxen-agent",
+        &["run", "resolve", &session, run, op, "--output", "again"],
+    );
+    twice.expect(5);
+    assert!(
+        twice.stderr.contains("already resolved"),
+        "{}",
+        twice.stderr
+    );
+
+    let done = resume(&env, &session, &config, &["--allow-shell"]);
+    done.expect(0);
+    let shown = run_show(&env, &session, run);
+    let ops = shown["operations"].as_array().unwrap();
+    assert_eq!(
+        ops[0]["output"],
+        json!({"text": "it ran: counter has one line", "isError": true})
+    );
+    // A settled (known) operation cannot be resolved.
+    let known = ops[1]["opId"].as_str().unwrap();
+    env.run(
+        "kxen-agent",
+        &["run", "resolve", &session, run, known, "--output", "x"],
+    )
+    .expect(5);
+    // The model saw exactly the resolution as the tool's result.
+    let show = env.run("kxen-agent", &["session", "show", &session]);
+    let messages = show.jsonl()[0]["messages"].as_array().unwrap().clone();
+    assert_eq!(messages[2]["role"], "tool");
+    assert_eq!(messages[2]["content"], "it ran: counter has one line");
+    assert_eq!(messages[2]["isError"], true);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("counter.txt")).unwrap(),
+        "ran\n"
+    );
+}
+
+#[test]
+fn next_task_drift_and_nothing_to_resume() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = script_config(
+        &env,
+        &[
+            call("c1", "exec", json!({"command": "echo one >> log.txt"})),
+            answer("first done"),
+            call("c2", "read", json!({"path": "log.txt"})),
+            answer("second done"),
+        ],
+    );
+    start(&env, &repo, &agent, &config, None).expect(0);
+    let session = only_session(&env).unwrap();
+
+    // Nothing pending and no task.
+    let nothing = resume(&env, &session, &config, &["--allow-shell"]);
+    nothing.expect(2);
+    assert!(
+        nothing.stderr.contains("nothing to resume"),
+        "{}",
+        nothing.stderr
+    );
+    // --agent with --resume is a usage error.
+    resume(
+        &env,
+        &session,
+        &config,
+        &[
+            "--allow-shell",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--task",
+            "x",
+        ],
+    )
+    .expect(2);
+    // Policy drift: created with --allow-shell, resumed without.
+    let drift = resume(&env, &session, &config, &["--task", "again"]);
+    drift.expect(6);
+    assert!(drift.stderr.contains("policy drift"), "{}", drift.stderr);
+    assert!(drift.stderr.contains("allowShell"), "{}", drift.stderr);
+    // Unknown session: exit 3.
+    resume(
+        &env,
+        &"ses_0000000000aaaaaaaaaaaaaaaa".to_string(),
+        &config,
+        &["--task", "x"],
+    )
+    .expect(3);
+
+    // The next task is a new consecutive run; the script continues at the right line.
+    let second = resume(
+        &env,
+        &session,
+        &config,
+        &["--allow-shell", "--task", "Read the log"],
+    );
+    second.expect(0);
+    let events = second.jsonl();
+    assert_eq!(events[0]["type"], "sessionResumed");
+    assert_eq!(events[0]["newRun"], true);
+    assert_eq!(finished(&events)["finalText"], "second done");
+    assert_eq!(finished(&events)["turns"], 2);
+    let show = env.run("kxen-agent", &["session", "show", &session]);
+    let shown = &show.jsonl()[0];
+    assert_eq!(shown["runs"].as_array().unwrap().len(), 2);
+    let messages = shown["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 8);
+    assert_eq!(messages[4]["content"], "Read the log");
+    assert_eq!(
+        messages[6]["content"],
+        "one\n"
+            .to_string()
+            .lines()
+            .map(|l| format!("     1\t{l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n"
+    );
+}
+
+#[test]
+fn a_second_process_gets_exit_5_naming_the_holder() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "touch started; while [ ! -e release ]; do sleep 0.05; done"}),
+            ),
+            answer("done"),
+        ],
+    );
+    let mut child = env
+        .cmd("kxen-agent")
+        .args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "Wait",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !repo.join("started").exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let session = only_session(&env).unwrap();
+    // Read-only views work while the run holds the lease.
+    env.run("kxen-agent", &["session", "show", &session])
+        .expect(0);
+    let second = resume(&env, &session, &config, &["--allow-shell"]);
+    std::fs::write(repo.join("release"), "").unwrap();
+    second.expect(5);
+    assert!(
+        second.stderr.contains(&format!("pid {}", child.id())),
+        "{}",
+        second.stderr
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn budgets_count_every_attempt() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a", "a\n")]);
+    let agent = env.path().join("short.yaml");
+    std::fs::write(
+        &agent,
+        "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: short}\nspec:\n  objective: o\n  \
+         instructions: [i]\n  capabilities: {required: [read], optional: [exec]}\n  execution: {maxTurns: 3}\n",
+    )
+    .unwrap();
+    let turns: Vec<Value> = (0..10)
+        .map(|i| call(&format!("c{i}"), "read", json!({"path": "a"})))
+        .collect();
+    let config = script_config(&env, &turns);
+    // The first attempt dies right after its first model turn is recorded.
+    start(
+        &env,
+        &repo,
+        &agent,
+        &config,
+        Some("tool.after-assistant-message"),
+    );
+    let session = only_session(&env).unwrap();
+    let run = resume(&env, &session, &config, &["--allow-shell"]);
+    run.expect(8);
+    let events = run.jsonl();
+    let fin = finished(&events);
+    assert_eq!(fin["reason"], "budgetExhausted");
+    assert_eq!(fin["turns"], 3, "the crashed attempt's turn counts too");
+    let shown = run_show(&env, &session, fin["runId"].as_str().unwrap());
+    let attempts = shown["run"]["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0]["crashed"], true);
+    assert_eq!(shown["operations"].as_array().unwrap().len(), 3);
+}
