@@ -374,7 +374,7 @@ fn next_task_drift_and_nothing_to_resume() {
     // Unknown session: exit 3.
     resume(
         &env,
-        &"ses_0000000000aaaaaaaaaaaaaaaa".to_string(),
+        "ses_0000000000aaaaaaaaaaaaaaaa",
         &config,
         &["--task", "x"],
     )
@@ -399,16 +399,7 @@ fn next_task_drift_and_nothing_to_resume() {
     let messages = shown["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 8);
     assert_eq!(messages[4]["content"], "Read the log");
-    assert_eq!(
-        messages[6]["content"],
-        "one\n"
-            .to_string()
-            .lines()
-            .map(|l| format!("     1\t{l}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-            + "\n"
-    );
+    assert_eq!(messages[6]["content"], "     1\tone\n");
 }
 
 #[test]
