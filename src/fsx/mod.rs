@@ -6,11 +6,15 @@
 //! - [`append_line`]: one `write` of a whole line, then fsync. Readers ([`read_jsonl`]) detect a
 //!   torn last line (a crash mid-append) and ignore it; damage anywhere else is corrupt state.
 //!
+//! Append-only logs that must be verifiable end to end (messages, tool journals) go through
+//! [`ChainWriter`]: each line carries the hash of the line before it ([`chain`]).
+//!
 //! Locks ([`FileLock`]) are OS advisory locks on dedicated lock files that are never deleted, so
 //! the kernel releases them when a holder dies.
 
 mod append;
 mod atomic;
+pub mod chain;
 pub mod failpoint;
 mod lock;
 mod tree;
@@ -22,6 +26,7 @@ pub use atomic::{
     create_dir_private, create_dir_with_mode, create_new, fsync_dir, write_atomic,
     write_atomic_json,
 };
+pub use chain::{ChainFile, ChainWriter, read_chain};
 pub use lock::{FileLock, LockWait};
 pub use tree::{remove_staging_dir, rename_dir_into_place};
 

@@ -150,9 +150,10 @@ pub fn fold(path: &Path, records: &[JournalRecord]) -> Result<OpTable> {
     Ok(table)
 }
 
-/// Reads a journal without changing it (read-only commands). A torn last line is ignored.
+/// Reads a journal without changing it (read-only commands). A torn last line is ignored; the
+/// hash chain is checked ([`fsx::chain`]).
 pub fn read(path: &Path) -> Result<OpTable> {
-    let file = fsx::read_jsonl::<JournalRecord>(path)?;
+    let file = fsx::read_chain::<JournalRecord>(path)?;
     fold(path, &file.records)
 }
 
@@ -161,6 +162,8 @@ pub fn read(path: &Path) -> Result<OpTable> {
 #[derive(Debug)]
 pub struct Journal {
     path: PathBuf,
+    /// Appends chain each record to the previous line (`prevHash`).
+    writer: fsx::ChainWriter,
     table: OpTable,
 }
 
@@ -168,13 +171,11 @@ impl Journal {
     /// Opens (or starts) the journal at `path`, repairing a torn last line left by a crash.
     /// Call only under the Session's run lease.
     pub fn open(path: &Path) -> Result<Journal> {
-        let file = fsx::read_jsonl::<JournalRecord>(path)?;
-        if let Some(tail) = &file.torn_tail {
-            fsx::repair_torn_tail(path, tail)?;
-        }
+        let (writer, records) = fsx::ChainWriter::open::<JournalRecord>(path)?;
         Ok(Journal {
             path: path.to_path_buf(),
-            table: fold(path, &file.records)?,
+            writer,
+            table: fold(path, &records)?,
         })
     }
 
@@ -182,9 +183,7 @@ impl Journal {
     /// refused before anything is written.
     pub fn record(&mut self, record: JournalRecord) -> Result<()> {
         self.check(&record)?;
-        let line = serde_json::to_string(&record)
-            .map_err(|e| Error::failed(format!("cannot serialize a journal record: {e}")))?;
-        fsx::append_line(&self.path, &line)?;
+        self.writer.append(&record)?;
         self.table
             .apply(&record)
             .map_err(|why| Error::failed(format!("journal state machine: {why}")))

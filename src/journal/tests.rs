@@ -74,11 +74,16 @@ fn happy_path_and_refusals() {
 fn an_illegal_sequence_on_disk_is_corrupt_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.jsonl");
-    let lines: Vec<String> = [make(1, OpPhase::Started), make(1, OpPhase::Settled)]
-        .iter()
-        .map(|r| serde_json::to_string(r).unwrap() + "\n")
-        .collect();
-    std::fs::write(&path, lines.concat()).unwrap();
+    // Correctly chained lines, so the refusal comes from the state machine, not the chain.
+    let mut prev = fsx::chain::GENESIS.to_string();
+    let mut text = String::new();
+    for r in [make(1, OpPhase::Started), make(1, OpPhase::Settled)] {
+        let line = fsx::chain::chain_line(&serde_json::to_string(&r).unwrap(), &prev);
+        prev = fsx::chain::line_hash(line.as_bytes());
+        text.push_str(&line);
+        text.push('\n');
+    }
+    std::fs::write(&path, text).unwrap();
     let err = read(&path).unwrap_err();
     assert_eq!(err.kind, crate::error::ErrorKind::Corrupt);
     assert!(err.message.contains("journal.jsonl:2"), "{}", err.message);

@@ -100,15 +100,18 @@ impl Message {
     }
 }
 
-/// Reads a Session's messages without changing anything (a torn last line is ignored).
+/// Reads a Session's messages without changing anything (a torn last line is ignored; the hash
+/// chain is checked, see [`fsx::chain`]).
 pub fn read(path: &Path) -> Result<Vec<Message>> {
-    Ok(fsx::read_jsonl::<Message>(path)?.records)
+    Ok(fsx::read_chain::<Message>(path)?.records)
 }
 
 /// The conversation of a Session open for appending (under the run lease).
 #[derive(Debug)]
 pub struct MessageLog {
     path: PathBuf,
+    /// Appends chain each line to the previous one (`prevHash`).
+    writer: fsx::ChainWriter,
     messages: Vec<Message>,
     ids: HashSet<String>,
 }
@@ -116,12 +119,9 @@ pub struct MessageLog {
 impl MessageLog {
     /// Opens the log, repairing a torn last line left by a crash. Call only under the lease.
     pub fn open(path: &Path) -> Result<MessageLog> {
-        let file = fsx::read_jsonl::<Message>(path)?;
-        if let Some(tail) = &file.torn_tail {
-            fsx::repair_torn_tail(path, tail)?;
-        }
-        let mut ids = HashSet::with_capacity(file.records.len());
-        for (i, m) in file.records.iter().enumerate() {
+        let (writer, records) = fsx::ChainWriter::open::<Message>(path)?;
+        let mut ids = HashSet::with_capacity(records.len());
+        for (i, m) in records.iter().enumerate() {
             if !ids.insert(m.id.clone()) {
                 return Err(Error::corrupt(format!(
                     "{}:{}: message id {} appears twice",
@@ -133,7 +133,8 @@ impl MessageLog {
         }
         Ok(MessageLog {
             path: path.to_path_buf(),
-            messages: file.records,
+            writer,
+            messages: records,
             ids,
         })
     }
@@ -148,9 +149,7 @@ impl MessageLog {
                 self.path.display()
             )));
         }
-        let line = serde_json::to_string(&message)
-            .map_err(|e| Error::failed(format!("cannot serialize a message: {e}")))?;
-        fsx::append_line(&self.path, &line)?;
+        self.writer.append(&message)?;
         self.ids.insert(message.id.clone());
         self.messages.push(message);
         Ok(())
@@ -196,5 +195,6 @@ mod tests {
         assert_eq!(MessageLog::open(&path).unwrap().model_responses(), 1);
         let line = std::fs::read_to_string(&path).unwrap();
         assert!(line.contains(r#""inputTokens":3"#), "{line}");
+        assert!(line.contains(fsx::chain::GENESIS), "{line}");
     }
 }

@@ -9,6 +9,7 @@ pub mod lease;
 pub mod messages;
 pub mod meta;
 pub mod store;
+pub mod verify;
 pub mod view;
 
 pub use lease::{Lease, LeaseRecord};

@@ -16,3 +16,6 @@ mod run_loop;
 mod run_recovery;
 mod run_show;
 mod run_support;
+#[allow(dead_code)] // shared with benches/bundle.rs
+mod session_builder;
+mod session_verify;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod agent;
+mod bundle;
 mod init;
 mod render;
 mod run;
@@ -87,6 +88,13 @@ pub enum SessionCommand {
     List,
     /// Print a Session: metadata, workspace binding, lock, runs and messages (read-only).
     Show {
+        /// The Session id (`ses_…`).
+        session: String,
+    },
+    /// Check a Session in place: every JSON file parses, the hash chains of its messages and
+    /// run journals hold, runs and journals agree, the lock's definition hash re-derives and
+    /// every referenced blob is intact. Exit 0, or 10 naming the first broken record (read-only).
+    Verify {
         /// The Session id (`ses_…`).
         session: String,
     },
@@ -218,6 +226,9 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Session(SessionCommand::List) => show::session_list(&state()?, format),
         Command::Session(SessionCommand::Show { session }) => {
             show::session_show(&state()?, &session, format)
+        }
+        Command::Session(SessionCommand::Verify { session }) => {
+            bundle::verify(&state()?, &session, format)
         }
         Command::Run(cmd) => match *cmd {
             RunCmd {

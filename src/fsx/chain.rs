@@ -1,0 +1,433 @@
+//! Hash-chained JSONL: every line carries the SHA-256 of the line before it.
+//!
+//! The message log and every run journal are chained (kxen-agent issue 6, "integrity"), so a
+//! Session or a bundle can be verified end to end: changing, removing, inserting or reordering
+//! any complete line breaks the chain at the line after it. The chain is written at append time
+//! and never by rewriting a file.
+//!
+//! Line format: the record's JSON object with one extra last key,
+//! `…,"prevHash":"sha256:<hex>"}`, where `<hex>` is the SHA-256 of the previous line's exact
+//! bytes (without its newline). The first line chains from [`GENESIS`]. Because the key is always
+//! last and has a fixed length, the record is recovered without re-serializing anything, and the
+//! typed record structs (which refuse unknown fields) never see it.
+//!
+//! Torn tails behave as in [`super::read_jsonl`]: a last line without a newline, or one that does
+//! not parse, is a crash mid-append and is ignored (the chain is checked over the complete
+//! prefix); a last line that parses but names the wrong predecessor is damage, not a crash.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::append::TornTail;
+use crate::error::{Error, Result};
+use crate::hash;
+
+/// The `prevHash` of a file's first line.
+pub const GENESIS: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+/// `"prevHash":"` — the key every chained line ends with (after a `,` unless the record is empty).
+const KEY: &[u8] = b"\"prevHash\":\"";
+/// `sha256:` + 64 hex digits.
+const HASH_LEN: usize = 7 + 64;
+/// Length of `"prevHash":"sha256:<64 hex>"}`.
+const SUFFIX_LEN: usize = KEY.len() + HASH_LEN + 2;
+
+/// The hash a line's successor names: `sha256:` + hex SHA-256 of `line` (no newline).
+pub fn line_hash(line: &[u8]) -> String {
+    hash::sha256_prefixed(line)
+}
+
+/// Adds `prevHash` as the last key of the JSON object `record`.
+pub fn chain_line(record: &str, prev: &str) -> String {
+    debug_assert!(record.starts_with('{') && record.ends_with('}'));
+    debug_assert_eq!(prev.len(), HASH_LEN);
+    let body = &record[..record.len() - 1];
+    let mut out = String::with_capacity(record.len() + SUFFIX_LEN + 1);
+    out.push_str(body);
+    if body.len() > 1 {
+        out.push(',');
+    }
+    out.push_str("\"prevHash\":\"");
+    out.push_str(prev);
+    out.push_str("\"}");
+    out
+}
+
+/// Splits a chained line into the record's JSON (written into `record`) and its `prevHash`.
+pub fn split_line<'a>(
+    line: &'a [u8],
+    record: &mut Vec<u8>,
+) -> std::result::Result<&'a str, String> {
+    let missing = || "no prevHash as its last key (not a chained record)".to_string();
+    if line.len() < SUFFIX_LEN + 1 || !line.starts_with(b"{") {
+        return Err(missing());
+    }
+    let (body, suffix) = line.split_at(line.len() - SUFFIX_LEN);
+    if !suffix.starts_with(KEY) || !suffix.ends_with(b"\"}") {
+        return Err(missing());
+    }
+    let prev =
+        std::str::from_utf8(&suffix[KEY.len()..KEY.len() + HASH_LEN]).map_err(|_| missing())?;
+    let well_formed = prev.starts_with("sha256:")
+        && prev[7..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !well_formed {
+        return Err(format!(
+            "prevHash {prev:?} is not sha256:<64 lowercase hex>"
+        ));
+    }
+    record.clear();
+    match body {
+        b"{" => record.extend_from_slice(b"{}"),
+        _ if body.ends_with(b",") => {
+            record.extend_from_slice(&body[..body.len() - 1]);
+            record.push(b'}');
+        }
+        _ => return Err(missing()),
+    }
+    Ok(prev)
+}
+
+/// A chained JSONL file read back: its complete records, a torn tail if any, and the hash the
+/// next line must name.
+#[derive(Debug, Clone)]
+pub struct ChainFile<T> {
+    pub records: Vec<T>,
+    pub torn_tail: Option<TornTail>,
+    /// `prevHash` for the next append: the hash of the last complete line, or [`GENESIS`].
+    pub last_hash: String,
+    /// Length in bytes of the complete prefix (everything but a torn tail).
+    pub complete_len: u64,
+}
+
+/// Reads and checks a chained JSONL file. A missing file reads as empty.
+///
+/// Every complete line must parse as `T` and name its predecessor; the first broken line is
+/// `Corrupt` naming `path:line`.
+pub fn read_chain<T: DeserializeOwned>(path: &Path) -> Result<ChainFile<T>> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(Error::io("read", path, e)),
+    };
+    parse_chain(&path.display().to_string(), &bytes)
+}
+
+/// [`read_chain`] over bytes already in memory; `name` names the file in errors.
+pub fn parse_chain<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<ChainFile<T>> {
+    let mut records = Vec::new();
+    let mut prev = GENESIS.to_string();
+    let mut offset = 0usize;
+    let mut line_no = 0usize;
+    let mut buf = Vec::new();
+    while offset < bytes.len() {
+        line_no += 1;
+        let rest = &bytes[offset..];
+        let (line, complete) = match rest.iter().position(|&b| b == b'\n') {
+            Some(i) => (&rest[..i], true),
+            None => (rest, false),
+        };
+        let is_last = offset + line.len() + usize::from(complete) >= bytes.len();
+        let parsed = if complete {
+            split_line(line, &mut buf).and_then(|named| {
+                serde_json::from_slice::<T>(&buf)
+                    .map(|record| (named, record))
+                    .map_err(|e| e.to_string())
+            })
+        } else {
+            Err("no trailing newline".to_string())
+        };
+        match parsed {
+            Ok((named, record)) => {
+                if named != prev {
+                    return Err(broken(
+                        name,
+                        line_no,
+                        &format!(
+                            "the chain is broken: prevHash is {named} but the previous line hashes to {prev} (a line before it was changed, removed, inserted or reordered)"
+                        ),
+                    ));
+                }
+                prev = line_hash(line);
+                records.push(record);
+            }
+            Err(_) if is_last => {
+                return Ok(ChainFile {
+                    records,
+                    torn_tail: Some(TornTail {
+                        offset: offset as u64,
+                        line: line_no,
+                        len: rest.len(),
+                    }),
+                    last_hash: prev,
+                    complete_len: offset as u64,
+                });
+            }
+            Err(reason) => {
+                return Err(broken(name, line_no, &format!("damaged record ({reason})")));
+            }
+        }
+        offset += line.len() + 1;
+    }
+    Ok(ChainFile {
+        records,
+        torn_tail: None,
+        last_hash: prev,
+        complete_len: bytes.len() as u64,
+    })
+}
+
+fn broken(name: &str, line_no: usize, why: &str) -> Error {
+    Error::corrupt(format!("{name}:{line_no}: {why}")).with_hint(
+        "this is not a torn last line from a crash; restore the file from a backup or bundle",
+    )
+}
+
+/// The single writer of one chained file: remembers the last line's hash, so an append never
+/// re-reads the file. Open one only under the lock that makes its holder the only writer.
+#[derive(Debug)]
+pub struct ChainWriter {
+    path: PathBuf,
+    last_hash: String,
+}
+
+impl ChainWriter {
+    /// Reads and checks the file, truncates a torn tail left by a crash, and returns the writer
+    /// with the records. Call only under the file's writer lock (the Session's run lease).
+    pub fn open<T: DeserializeOwned>(path: &Path) -> Result<(ChainWriter, Vec<T>)> {
+        let file = read_chain::<T>(path)?;
+        if let Some(tail) = &file.torn_tail {
+            super::repair_torn_tail(path, tail)?;
+        }
+        Ok((
+            ChainWriter {
+                path: path.to_path_buf(),
+                last_hash: file.last_hash,
+            },
+            file.records,
+        ))
+    }
+
+    /// Serializes `record` (a JSON object), chains it to the previous line and appends it
+    /// durably ([`super::append_line`]).
+    pub fn append<S: Serialize>(&mut self, record: &S) -> Result<()> {
+        let json = serde_json::to_string(record).map_err(|e| {
+            Error::failed(format!(
+                "cannot serialize a record for {}: {e}",
+                self.path.display()
+            ))
+        })?;
+        if !json.starts_with('{') {
+            return Err(Error::failed(format!(
+                "only JSON objects can be chained into {}",
+                self.path.display()
+            )));
+        }
+        let line = chain_line(&json, &self.last_hash);
+        super::append_line(&self.path, &line)?;
+        self.last_hash = line_hash(line.as_bytes());
+        Ok(())
+    }
+
+    /// The `prevHash` the next line will carry.
+    pub fn last_hash(&self) -> &str {
+        &self.last_hash
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    fn write(dir: &Path, records: &[Value]) -> PathBuf {
+        let path = dir.join("c.jsonl");
+        let (mut w, existing) = ChainWriter::open::<Value>(&path).unwrap();
+        assert!(existing.is_empty());
+        for r in records {
+            w.append(r).unwrap();
+        }
+        path
+    }
+
+    #[test]
+    fn lines_chain_from_genesis_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), &[json!({"a":1}), json!({}), json!({"b":"x"})]);
+        let text = fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], format!(r#"{{"a":1,"prevHash":"{GENESIS}"}}"#));
+        assert_eq!(
+            lines[1],
+            format!(r#"{{"prevHash":"{}"}}"#, line_hash(lines[0].as_bytes()))
+        );
+        assert!(lines[2].ends_with(&format!(
+            r#""prevHash":"{}"}}"#,
+            line_hash(lines[1].as_bytes())
+        )));
+        let file = read_chain::<Value>(&path).unwrap();
+        assert_eq!(
+            file.records,
+            vec![json!({"a":1}), json!({}), json!({"b":"x"})]
+        );
+        assert_eq!(file.last_hash, line_hash(lines[2].as_bytes()));
+        // A reopened writer continues the chain without re-deriving anything else.
+        let (mut w, recs) = ChainWriter::open::<Value>(&path).unwrap();
+        assert_eq!(recs.len(), 3);
+        w.append(&json!({"c":3})).unwrap();
+        assert_eq!(read_chain::<Value>(&path).unwrap().records.len(), 4);
+    }
+
+    #[test]
+    fn changed_removed_and_reordered_lines_break_the_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            &[
+                json!({"i":1}),
+                json!({"i":2}),
+                json!({"i":3}),
+                json!({"i":4}),
+            ],
+        );
+        let text = fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let cases: Vec<(Vec<String>, usize)> = vec![
+            // changed line 2 ⇒ line 3 names the old hash
+            (
+                vec![
+                    lines[0].into(),
+                    lines[1].replacen(r#""i":2"#, r#""i":5"#, 1),
+                    lines[2].into(),
+                    lines[3].into(),
+                ],
+                3,
+            ),
+            // removed line 2
+            (vec![lines[0].into(), lines[2].into(), lines[3].into()], 2),
+            // swapped lines 2 and 3
+            (
+                vec![
+                    lines[0].into(),
+                    lines[2].into(),
+                    lines[1].into(),
+                    lines[3].into(),
+                ],
+                2,
+            ),
+            // last line changed: parses, wrong predecessor is damage, not a torn tail
+            (vec![lines[0].into(), lines[1].into(), lines[3].into()], 3),
+        ];
+        for (case, line) in cases {
+            let bytes = format!("{}\n", case.join("\n"));
+            let err = parse_chain::<Value>("c.jsonl", bytes.as_bytes()).unwrap_err();
+            assert_eq!(err.kind, crate::error::ErrorKind::Corrupt);
+            assert!(
+                err.message.starts_with(&format!("c.jsonl:{line}:")),
+                "{}",
+                err.message
+            );
+        }
+        // A line without prevHash in the middle is damage too.
+        let bytes = format!("{}\n{{\"i\":2}}\n{}\n", lines[0], lines[2]);
+        let err = parse_chain::<Value>("c", bytes.as_bytes()).unwrap_err();
+        assert!(
+            err.message.contains("c:2: damaged record (no prevHash"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn torn_tail_is_ignored_and_repaired_by_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), &[json!({"i":1}), json!({"i":2})]);
+        let good = fs::read(&path).unwrap();
+        let mut torn = good.clone();
+        torn.extend_from_slice(b"{\"i\":3,\"prev");
+        fs::write(&path, &torn).unwrap();
+        let file = read_chain::<Value>(&path).unwrap();
+        assert_eq!(file.records.len(), 2);
+        assert_eq!(file.torn_tail.as_ref().unwrap().line, 3);
+        assert_eq!(file.complete_len, good.len() as u64);
+        let (mut w, _) = ChainWriter::open::<Value>(&path).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), good);
+        w.append(&json!({"i":3})).unwrap();
+        assert_eq!(read_chain::<Value>(&path).unwrap().records.len(), 3);
+    }
+
+    #[test]
+    fn split_refuses_lookalikes() {
+        let mut buf = Vec::new();
+        for bad in [
+            &b"{}"[..],
+            br#"{"a":1}"#,
+            br#"{"a":1,"prevHash":"sha256:XYZ"}"#,
+            br#"{"a":1"prevHash":"sha256:0000000000000000000000000000000000000000000000000000000000000000"}"#,
+            br#"["prevHash":"sha256:0000000000000000000000000000000000000000000000000000000000000000"}"#,
+        ] {
+            assert!(split_line(bad, &mut buf).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    proptest! {
+        /// Any prefix of a chained file reads as its complete records; never an error.
+        #[test]
+        fn any_prefix_recovers_the_complete_records(n in 1usize..12, cut in 0usize..2000) {
+            let mut bytes = Vec::new();
+            let mut ends = Vec::new();
+            let mut prev = GENESIS.to_string();
+            for i in 0..n {
+                let line = chain_line(&format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(i)), &prev);
+                prev = line_hash(line.as_bytes());
+                bytes.extend_from_slice(line.as_bytes());
+                bytes.push(b'\n');
+                ends.push(bytes.len());
+            }
+            let cut = cut.min(bytes.len());
+            let file = parse_chain::<Value>("p", &bytes[..cut]).unwrap();
+            let complete = ends.iter().filter(|&&e| e <= cut).count();
+            prop_assert_eq!(file.records.len(), complete);
+        }
+
+        /// Flipping any byte of a complete non-last line is always detected or yields the same
+        /// records (never silently different content).
+        #[test]
+        fn a_flipped_byte_never_passes_as_other_content(n in 2usize..6, pos in 0usize..10_000, bit in 0u8..8) {
+            let mut bytes = Vec::new();
+            let mut prev = GENESIS.to_string();
+            let mut records = Vec::new();
+            for i in 0..n {
+                let rec = json!({"i": i, "s": format!("v{i}")});
+                let line = chain_line(&rec.to_string(), &prev);
+                prev = line_hash(line.as_bytes());
+                bytes.extend_from_slice(line.as_bytes());
+                bytes.push(b'\n');
+                records.push(rec);
+            }
+            let last_start = bytes[..bytes.len() - 1].iter().rposition(|&b| b == b'\n').unwrap() + 1;
+            let pos = pos % last_start;
+            bytes[pos] ^= 1 << bit;
+            if let Ok(file) = parse_chain::<Value>("p", &bytes) {
+                // Only a change that turns the damage into a torn tail can read; then it is a prefix.
+                prop_assert!(file.records.len() < n || file.records == records);
+                prop_assert_eq!(&file.records[..], &records[..file.records.len()]);
+            }
+        }
+
+        /// Arbitrary bytes never panic the reader.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = parse_chain::<Value>("p", &bytes);
+        }
+    }
+}

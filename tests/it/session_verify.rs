@@ -1,0 +1,192 @@
+//! `session verify SES`: hash chains, cross-references and the lock, checked in place.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use crate::env::TestEnv;
+use crate::session_builder::{Built, Shape, build};
+
+fn session(env: &TestEnv) -> Built {
+    build(
+        &env.state_dir(),
+        &Shape {
+            workspace: json!({"root": "/w"}),
+            task: "fix the check",
+            tool_calls: 4,
+            output_bytes: 300,
+            blob_every: 2,
+        },
+    )
+}
+
+fn session_dir(env: &TestEnv, b: &Built) -> PathBuf {
+    env.state_dir().join("sessions").join(&b.session_id)
+}
+
+/// Rewrites line `n` (1-based) of a file with `f`.
+fn edit_line(path: &PathBuf, n: usize, f: impl Fn(&str) -> String) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let lines: Vec<String> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| if i + 1 == n { f(l) } else { l.to_string() })
+        .collect();
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+#[test]
+fn an_intact_session_verifies_and_reports_what_it_holds() {
+    let env = TestEnv::new();
+    let b = session(&env);
+    let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+    run.expect(0);
+    let out = &run.jsonl()[0];
+    assert_eq!(out["type"], "sessionVerified");
+    assert_eq!(out["sessionId"], b.session_id.as_str());
+    assert_eq!(out["messages"], 1 + 2 * 4 + 1);
+    assert_eq!(out["runs"], json!([b.run_id]));
+    assert_eq!(out["operations"], 4);
+    assert_eq!(out["blobs"].as_array().unwrap().len(), 2);
+    // Every chained line names its predecessor.
+    let messages = std::fs::read_to_string(session_dir(&env, &b).join("messages.jsonl")).unwrap();
+    assert!(
+        messages
+            .lines()
+            .all(|l| l.contains("\"prevHash\":\"sha256:"))
+    );
+    let text = env.run(
+        "kxen-agent",
+        &["--format", "text", "session", "verify", &b.session_id],
+    );
+    text.expect(0);
+    assert!(
+        text.stdout
+            .contains(": ok (10 messages, 1 runs, 4 operations, 2 blobs)"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+fn a_changed_tool_output_names_the_first_broken_record() {
+    let env = TestEnv::new();
+    let b = session(&env);
+    let path = session_dir(&env, &b).join("messages.jsonl");
+    // Line 3 is the first tool result; line 4 names its old hash.
+    edit_line(&path, 3, |l| {
+        l.replacen("output of step 0", "output of step X", 1)
+    });
+    let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+    run.expect(10);
+    assert!(
+        run.stderr.contains("messages.jsonl:4: the chain is broken"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn reordered_journal_lines_and_an_edited_lock_are_corrupt() {
+    let env = TestEnv::new();
+    let b = session(&env);
+    let journal = session_dir(&env, &b)
+        .join("runs")
+        .join(&b.run_id)
+        .join("journal.jsonl");
+    let original = std::fs::read_to_string(&journal).unwrap();
+    let mut lines: Vec<&str> = original.lines().collect();
+    lines.swap(1, 2);
+    std::fs::write(&journal, lines.join("\n") + "\n").unwrap();
+    let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+    run.expect(10);
+    assert!(run.stderr.contains("journal.jsonl:2:"), "{}", run.stderr);
+    std::fs::write(&journal, &original).unwrap();
+    env.run("kxen-agent", &["session", "verify", &b.session_id])
+        .expect(0);
+
+    let session_json = session_dir(&env, &b).join("session.json");
+    let text = std::fs::read_to_string(&session_json).unwrap();
+    std::fs::write(
+        &session_json,
+        text.replace(
+            "Complete the supplied repository task",
+            "Delete the repository",
+        ),
+    )
+    .unwrap();
+    let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+    run.expect(10);
+    assert!(
+        run.stderr
+            .contains("session.json: the session's agent lock is damaged: definitionHash"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_missing_blob_and_a_dangling_tool_message_are_corrupt() {
+    let env = TestEnv::new();
+    let b = session(&env);
+    let blobs: Vec<_> = std::fs::read_dir(env.state_dir().join("blobs"))
+        .unwrap()
+        .collect();
+    let blob = blobs[0].as_ref().unwrap().path();
+    let bytes = std::fs::read(&blob).unwrap();
+    std::fs::write(&blob, b"changed").unwrap();
+    let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+    run.expect(10);
+    assert!(
+        run.stderr.contains("journal.jsonl:")
+            && run.stderr.contains("does not match its reference"),
+        "{}",
+        run.stderr
+    );
+    std::fs::write(&blob, bytes).unwrap();
+
+    // Drop the journal's last two records (outcome and settlement of the last call): the chain
+    // of what is left holds, but the tool message now answers an operation still `started`…
+    // which is legal mid-run; removing the whole operation is not.
+    let journal = session_dir(&env, &b)
+        .join("runs")
+        .join(&b.run_id)
+        .join("journal.jsonl");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let kept: Vec<&str> = text.lines().take(9).collect();
+    std::fs::write(&journal, kept.join("\n") + "\n").unwrap();
+    let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+    run.expect(10);
+    assert!(
+        run.stderr.contains("messages.jsonl:") && run.stderr.contains("does not hold"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_torn_tail_is_reported_not_refused_and_bad_ids_touch_nothing() {
+    let env = TestEnv::new();
+    let b = session(&env);
+    let path = session_dir(&env, &b).join("messages.jsonl");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(b"{\"id\":\"msg_torn");
+    std::fs::write(&path, &bytes).unwrap();
+    let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+    run.expect(0);
+    assert!(
+        run.jsonl()[0]["tornTails"][0]
+            .as_str()
+            .unwrap()
+            .ends_with("messages.jsonl:11")
+    );
+    // Read-only: the torn tail is still there.
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    env.run("kxen-agent", &["session", "verify", "../x"])
+        .expect(4);
+    env.run(
+        "kxen-agent",
+        &["session", "verify", "ses_0000000000aaaaaaaaaaaaaaaa"],
+    )
+    .expect(3);
+}
