@@ -244,32 +244,21 @@ pub fn verify(
     Ok(out)
 }
 
-/// The lock's definition hash must re-derive from the definition it holds.
-// Replaced by `DcpAgentLock::verify` (which checks more) once the lock type is on main.
+/// The lock must parse and re-derive (definition hash, policy hash, budgets, capabilities):
+/// [`DcpAgentLock::verify`](crate::agent::lock::DcpAgentLock::verify).
 fn check_lock(session_json: &Path, lock: &serde_json::Value) -> Result<()> {
-    let bad = |why: String| {
-        Error::corrupt(format!(
-            "{}: the session's agent lock is damaged: {why}",
-            session_json.display()
-        ))
-        .with_hint("the lock cannot be repaired; restore the session from a backup or bundle")
-    };
-    let definition = lock
-        .get("definition")
-        .ok_or_else(|| bad("it has no definition".into()))?;
-    let stored = lock
-        .get("definitionHash")
-        .and_then(|h| h.as_str())
-        .ok_or_else(|| bad("it has no definitionHash".into()))?;
-    let parsed: crate::agent::AgentDefinition = serde_json::from_value(definition.clone())
-        .map_err(|e| bad(format!("its definition does not parse: {e}")))?;
-    let actual = parsed.definition_hash();
-    if actual != stored {
-        return Err(bad(format!(
-            "definitionHash is {stored} but the definition hashes to {actual}"
-        )));
-    }
-    Ok(())
+    let lock: crate::agent::lock::DcpAgentLock =
+        serde_json::from_value(lock.clone()).map_err(|e| {
+            corrupt(
+                session_json,
+                format!("the session's agent lock does not parse: {e}"),
+            )
+        })?;
+    lock.verify().map_err(|e| {
+        let mut err = Error::corrupt(format!("{}: {}", session_json.display(), e.message));
+        err.hints = e.hints;
+        err
+    })
 }
 
 fn check_blob(blobs_dir: &Path, name: &str, bytes: u64) -> std::result::Result<(), String> {

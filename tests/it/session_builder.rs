@@ -35,16 +35,12 @@ pub struct Built {
     pub run_id: String,
 }
 
-/// A lock whose definition hash re-derives (the starter definition).
+/// A real lock (the starter definition under the default policy): its hashes re-derive.
 pub fn lock() -> Value {
     let def = kxen::agent::parse_definition(kxen::templates::AGENT_YAML.as_bytes(), "agent.yaml")
         .unwrap();
-    json!({
-        "definition": def.to_json(),
-        "definitionHash": def.definition_hash(),
-        "capabilities": ["glob", "grep", "read"],
-        "createdAt": "2026-11-30T18:00:00.000Z",
-    })
+    let merged = kxen::policy::merge(&kxen::policy::PolicyFlags::default()).unwrap();
+    serde_json::to_value(kxen::agent::lock::DcpAgentLock::build(&def, &merged).unwrap()).unwrap()
 }
 
 /// Writes one Session into the state dir at `state` and returns its ids.
