@@ -244,16 +244,9 @@ pub fn verify(
     Ok(out)
 }
 
-/// The lock must parse and re-derive (definition hash, policy hash, budgets, capabilities):
+/// The lock must re-derive (definition hash, policy hash, budgets, capabilities):
 /// [`DcpAgentLock::verify`](crate::agent::lock::DcpAgentLock::verify).
-fn check_lock(session_json: &Path, lock: &serde_json::Value) -> Result<()> {
-    let lock: crate::agent::lock::DcpAgentLock =
-        serde_json::from_value(lock.clone()).map_err(|e| {
-            corrupt(
-                session_json,
-                format!("the session's agent lock does not parse: {e}"),
-            )
-        })?;
+fn check_lock(session_json: &Path, lock: &crate::agent::lock::DcpAgentLock) -> Result<()> {
     lock.verify().map_err(|e| {
         let mut err = Error::corrupt(format!("{}: {}", session_json.display(), e.message));
         err.hints = e.hints;

@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 
 /// What to put in a Session.
 pub struct Shape<'a> {
-    /// The binding stored in `session.json` (`workspace`).
-    pub workspace: Value,
+    /// The workspace the Session is bound to (captured with `git::capture`).
+    pub workspace: &'a Path,
     pub task: &'a str,
     /// Tool calls (each: an assistant message, three journal records, a tool message).
     pub tool_calls: usize,
@@ -53,7 +53,7 @@ pub fn build(state: &Path, shape: &Shape) -> Built {
         "formatVersion": 1,
         "id": session_id,
         "createdAt": kxen::clock::now_rfc3339(),
-        "workspace": shape.workspace,
+        "workspace": kxen::git::capture(shape.workspace).unwrap().0,
         "parentId": null,
         "branchRootId": session_id,
         "forkPoint": null,
@@ -64,7 +64,7 @@ pub fn build(state: &Path, shape: &Shape) -> Built {
     .unwrap();
     let new = NewSession {
         meta,
-        run: RunState::new(&session_id, &run_id, &task.id),
+        run: RunState::new(&session_id, &run_id, &task),
         task,
     };
     let lease = store::create(&state, &new).unwrap();

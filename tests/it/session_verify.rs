@@ -8,10 +8,12 @@ use crate::env::TestEnv;
 use crate::session_builder::{Built, Shape, build};
 
 fn session(env: &TestEnv) -> Built {
+    let workspace = env.path().join("w");
+    std::fs::create_dir_all(&workspace).unwrap();
     build(
         &env.state_dir(),
         &Shape {
-            workspace: json!({"root": "/w"}),
+            workspace: &workspace,
             task: "fix the check",
             tool_calls: 4,
             output_bytes: 300,
