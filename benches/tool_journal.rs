@@ -111,7 +111,7 @@ fn run_agent(root: &Path, calls: usize) -> (f64, usize, usize) {
         capabilities: &prepared.lock.capabilities,
         pass_env: &prepared.merged.pass_env,
         workspace_root: &prepared.binding.root,
-        provider: prepared.provider.as_ref(),
+        provider: std::sync::Arc::clone(&prepared.provider),
         provider_info: None,
         cancel: &cancel,
     };

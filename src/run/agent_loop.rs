@@ -12,7 +12,9 @@
 //! never started runs now; a terminal but unsettled run is only settled.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -47,7 +49,8 @@ pub struct Execution<'a> {
     /// Sensitive environment variables tool subprocesses may see (merged policy).
     pub pass_env: &'a [String],
     pub workspace_root: &'a Path,
-    pub provider: &'a dyn Provider,
+    /// Shared with the thread of an in-flight model call, which a cancel abandons.
+    pub provider: Arc<dyn Provider>,
     /// Describes the provider in run.json (no credential).
     pub provider_info: Option<Value>,
     pub cancel: &'a AtomicBool,
@@ -92,19 +95,19 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         ex,
         run_paths,
         journal,
-        history: Vec::with_capacity(messages.messages().len() + 1),
+        history: Arc::new(Vec::with_capacity(messages.messages().len() + 1)),
         messages,
-        schemas,
+        schemas: Arc::new(schemas),
         blobs: BlobStore::new(ex.state.blobs_dir()),
         tool_home: ex.state.tool_home(),
         started: Instant::now(),
         turns: 0,
         usage: UsageRecord::default(),
     };
-    lp.history
-        .push(ChatMessage::system(prompt::system_prompt(ex.definition)));
+    let history = Arc::make_mut(&mut lp.history);
+    history.push(ChatMessage::system(prompt::system_prompt(ex.definition)));
     for m in lp.messages.messages() {
-        lp.history.push(to_chat(m));
+        history.push(to_chat(m));
         if m.run_id == run.id && m.role == Role::Assistant {
             lp.turns += 1;
             if let Some(u) = m.usage {
@@ -144,9 +147,9 @@ struct Loop<'a, 'b> {
     journal: Journal,
     messages: MessageLog,
     /// What the model sees: the system prompt and the Session's messages, kept in step with
-    /// `messages` so no turn re-reads the files.
-    history: Vec<ChatMessage>,
-    schemas: Vec<ToolSchema>,
+    /// `messages` so no turn re-reads the files. Shared (not copied) with a model call's thread.
+    history: Arc<Vec<ChatMessage>>,
+    schemas: Arc<Vec<ToolSchema>>,
     blobs: BlobStore,
     tool_home: PathBuf,
     started: Instant,
@@ -161,6 +164,17 @@ enum Next {
     Unknown(Vec<String>),
 }
 
+/// Why a model call produced no response.
+enum Stop {
+    /// The run fails (budget, provider).
+    Fail(FailReason, String),
+    /// A cancel arrived while waiting; the call is abandoned (it produced nothing to journal).
+    Canceled,
+}
+
+/// How often a waiting model call looks at the cancel flag.
+const CANCEL_POLL: Duration = Duration::from_millis(50);
+
 impl Loop<'_, '_> {
     fn run(&mut self, run: &mut RunState, sink: &mut dyn EventSink) -> Result<Ending> {
         if let Next::Unknown(ops) = self.recover(run, sink)? {
@@ -169,13 +183,17 @@ impl Loop<'_, '_> {
         let execution = &self.ex.definition.spec.execution;
         let max_turns = u64::from(execution.max_turns);
         loop {
+            if self.canceled() {
+                return self.cancel(run, sink);
+            }
             if self.turns >= max_turns {
                 let why = format!("the run reached its turn budget (maxTurns {max_turns})");
                 return self.fail(run, FailReason::BudgetExhausted, why, sink);
             }
             let response = match self.call_model(run)? {
                 Ok(response) => response,
-                Err((reason, why)) => return self.fail(run, reason, why, sink),
+                Err(Stop::Fail(reason, why)) => return self.fail(run, reason, why, sink),
+                Err(Stop::Canceled) => return self.cancel(run, sink),
             };
             self.turns += 1;
             let usage = response.usage.map(|u| UsageRecord {
@@ -200,7 +218,7 @@ impl Loop<'_, '_> {
                 })
                 .collect();
             let message_id = message.id.clone();
-            self.history.push(to_chat(&message));
+            self.push_history(to_chat(&message));
             self.messages.append(message)?;
             failpoint::hit("tool.after-assistant-message");
             if !response.text.is_empty() {
@@ -212,6 +230,18 @@ impl Loop<'_, '_> {
             }
             let mut unknown = Vec::new();
             for (index, call) in response.tool_calls.iter().enumerate() {
+                if self.canceled() {
+                    // Not started, so nothing happened: say so, and start nothing more.
+                    self.answer_unrun(
+                        run,
+                        &message_id,
+                        index,
+                        call,
+                        "not run: the run was canceled",
+                        sink,
+                    )?;
+                    continue;
+                }
                 if let Some(op) = self.run_call(run, &message_id, index, call, sink)? {
                     unknown.push(op);
                 }
@@ -222,14 +252,103 @@ impl Loop<'_, '_> {
         }
     }
 
+    fn canceled(&self) -> bool {
+        self.ex.cancel.load(Ordering::SeqCst)
+    }
+
+    fn push_history(&mut self, message: ChatMessage) {
+        Arc::make_mut(&mut self.history).push(message);
+    }
+
+    /// One model call on its own thread, so a cancel can abandon it without waiting.
+    fn complete_cancelable(
+        &self,
+        timeout: Option<Duration>,
+        responses_so_far: usize,
+    ) -> std::result::Result<Result<ModelResponse>, Stop> {
+        let provider = Arc::clone(&self.ex.provider);
+        let history = Arc::clone(&self.history);
+        let schemas = Arc::clone(&self.schemas);
+        let role = self.ex.definition.spec.execution.model_role.clone();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let result = {
+                let request = ModelRequest {
+                    role: &role,
+                    messages: &history,
+                    tools: &schemas,
+                    timeout,
+                };
+                provider.complete(&request, responses_so_far)
+            };
+            // Release the shared history before answering, so the loop appends to it in place.
+            drop(history);
+            let _ = tx.send(result);
+        });
+        loop {
+            match rx.recv_timeout(CANCEL_POLL) {
+                Ok(result) => return Ok(result),
+                Err(RecvTimeoutError::Timeout) if self.canceled() => return Err(Stop::Canceled),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Ok(Err(Error::failed(
+                        "the model call ended without an answer (the provider panicked)",
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Answers call `index` with a tool error without running it (no journal operation).
+    fn answer_unrun(
+        &mut self,
+        run: &RunState,
+        message_id: &str,
+        index: usize,
+        call: &ToolCall,
+        why: &str,
+        sink: &mut dyn EventSink,
+    ) -> Result<()> {
+        let mut reply = Message::new(&run.id, Role::Tool, why.to_string());
+        reply.tool_call_id = Some(call.id.clone());
+        reply.reply_to = Some(message_id.to_string());
+        reply.call_index = Some(index);
+        reply.is_error = true;
+        self.push_history(to_chat(&reply));
+        self.messages.append(reply)?;
+        sink.emit(Event::ToolFinished {
+            run_id: run.id.clone(),
+            op_id: None,
+            tool: call.name.clone(),
+            is_error: true,
+            output: preview(why, EVENT_PREVIEW_CHARS),
+        });
+        Ok(())
+    }
+
+    /// A cancel with nothing pending: the run ends `canceled` (exit 130).
+    fn cancel(&mut self, run: &mut RunState, sink: &mut dyn EventSink) -> Result<Ending> {
+        let result = RunResult {
+            status: RunStatus::Canceled,
+            reason: None,
+            final_text: String::new(),
+            error: Some(RunError {
+                kind: "canceled".into(),
+                message: "the run was canceled (SIGINT/SIGTERM); no tool was left running".into(),
+            }),
+            final_message_id: None,
+            final_usage: None,
+            turns: self.turns,
+            usage: self.usage,
+            at: crate::clock::now_rfc3339(),
+        };
+        self.end(run, result, sink)
+    }
+
     /// One model call, retried while it fails and `maxPureRetries` allows (a failed call
     /// produced nothing, so retrying it cannot repeat a side effect). The outer `Result` is an
     /// I/O failure of ours; the inner error ends the run.
-    #[allow(clippy::type_complexity)]
-    fn call_model(
-        &mut self,
-        run: &RunState,
-    ) -> Result<std::result::Result<ModelResponse, (FailReason, String)>> {
+    fn call_model(&mut self, run: &RunState) -> Result<std::result::Result<ModelResponse, Stop>> {
         let execution = &self.ex.definition.spec.execution;
         let retries = execution.max_pure_retries;
         let responses_so_far = self.messages.model_responses();
@@ -237,7 +356,7 @@ impl Loop<'_, '_> {
         for _ in 0..=retries {
             let timeout = match self.remaining_wall_clock(run) {
                 Some(Duration::ZERO) => {
-                    return Ok(Err((
+                    return Ok(Err(Stop::Fail(
                         FailReason::BudgetExhausted,
                         format!(
                             "the run reached its wall-clock budget (maxWallClockMs {})",
@@ -247,13 +366,11 @@ impl Loop<'_, '_> {
                 }
                 other => other,
             };
-            let request = ModelRequest {
-                role: &execution.model_role,
-                messages: &self.history,
-                tools: &self.schemas,
-                timeout,
+            let answer = match self.complete_cancelable(timeout, responses_so_far) {
+                Ok(answer) => answer,
+                Err(stop) => return Ok(Err(stop)),
             };
-            match self.ex.provider.complete(&request, responses_so_far) {
+            match answer {
                 Ok(r) if r.text.trim().is_empty() && r.tool_calls.is_empty() => {
                     last_error = "the model returned an empty response".into();
                 }
@@ -261,7 +378,7 @@ impl Loop<'_, '_> {
                 Err(e) => last_error = e.message,
             }
         }
-        Ok(Err((
+        Ok(Err(Stop::Fail(
             FailReason::ProviderFailed,
             format!(
                 "the model call failed {} time{} (maxPureRetries {retries}): {last_error}",
@@ -290,20 +407,7 @@ impl Loop<'_, '_> {
         sink: &mut dyn EventSink,
     ) -> Result<Option<String>> {
         if let Some(refusal) = self.refusal(call) {
-            let mut reply = Message::new(&run.id, Role::Tool, refusal.clone());
-            reply.tool_call_id = Some(call.id.clone());
-            reply.reply_to = Some(message_id.to_string());
-            reply.call_index = Some(index);
-            reply.is_error = true;
-            self.history.push(to_chat(&reply));
-            self.messages.append(reply)?;
-            sink.emit(Event::ToolFinished {
-                run_id: run.id.clone(),
-                op_id: None,
-                tool: call.name.clone(),
-                is_error: true,
-                output: preview(&refusal, EVENT_PREVIEW_CHARS),
-            });
+            self.answer_unrun(run, message_id, index, call, &refusal, sink)?;
             return Ok(None);
         }
         let op_id = ids::new_id(IdKind::Operation);
@@ -396,7 +500,7 @@ impl Loop<'_, '_> {
                 reply.op_id = Some(op_id.to_string());
                 reply.is_error = output.is_error;
                 let id = reply.id.clone();
-                self.history.push(to_chat(&reply));
+                self.push_history(to_chat(&reply));
                 self.messages.append(reply)?;
                 failpoint::hit("tool.after-turn-append");
                 id

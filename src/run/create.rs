@@ -6,6 +6,7 @@
 //! all-or-nothing step and hands back its lease.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -39,7 +40,7 @@ pub struct Prepared {
     pub lock: DcpAgentLock,
     pub merged: MergedPolicy,
     pub binding: WorkspaceBinding,
-    pub provider: Box<dyn Provider>,
+    pub provider: Arc<dyn Provider>,
     pub provider_info: Option<Value>,
     /// Warnings from capturing the workspace binding.
     pub warnings: Vec<String>,
@@ -68,7 +69,7 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
     };
     let lock = DcpAgentLock::build(&definition, &merged)?;
     let role = &lock.definition.spec.execution.model_role;
-    let provider = config.provider_for(role)?;
+    let provider: Arc<dyn Provider> = Arc::from(config.provider_for(role)?);
     let provider_info = config
         .provider_info(role)
         .ok()

@@ -5,6 +5,7 @@
 //! of run — the unfinished one, or a new consecutive run for `--task` after a terminal one.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -40,7 +41,7 @@ pub struct Resumed {
     pub paths: SessionPaths,
     pub meta: SessionMeta,
     pub merged: MergedPolicy,
-    pub provider: Box<dyn Provider>,
+    pub provider: Arc<dyn Provider>,
     pub provider_info: Option<Value>,
     pub run_id: String,
     /// The run was created by this resume (from `--task`).
@@ -87,7 +88,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
     }
     let role = &meta.lock.definition.spec.execution.model_role;
     let config = ModelConfig::load(req.config.as_deref())?;
-    let provider = config.provider_for(role)?;
+    let provider: Arc<dyn Provider> = Arc::from(config.provider_for(role)?);
     let provider_info = config
         .provider_info(role)
         .ok()

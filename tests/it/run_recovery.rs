@@ -489,3 +489,68 @@ fn budgets_count_every_attempt() {
     assert_eq!(attempts[0]["crashed"], true);
     assert_eq!(shown["operations"].as_array().unwrap().len(), 3);
 }
+
+#[test]
+fn sigint_during_a_long_exec_stops_the_run_cleanly() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = script_config(
+        &env,
+        &[
+            call("c1", "exec", json!({"command": "touch started; sleep 30"})),
+            answer("never reached"),
+        ],
+    );
+    let mut child = env
+        .cmd("kxen-agent")
+        .args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "Wait",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !repo.join("started").exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let signaled = std::time::Instant::now();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    // The 30 s command was not waited for: the cleanup window is 2 s.
+    assert!(signaled.elapsed() < std::time::Duration::from_secs(20));
+    let code = out.status.code();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(matches!(code, Some(130) | Some(7)), "{code:?}\n{stdout}");
+    assert!(!stdout.contains("never reached"));
+    let session = only_session(&env).unwrap();
+    let list = env.run("kxen-agent", &["session", "list"]);
+    let run_id = list.jsonl()[0]["lastRunId"].as_str().unwrap().to_string();
+    let shown = run_show(&env, &session, &run_id);
+    let op = &shown["operations"][0];
+    if code == Some(130) {
+        assert_eq!(shown["run"]["status"], "canceled");
+        assert_eq!(op["phase"], "settled");
+        assert!(
+            op["output"]["text"].as_str().unwrap().contains("canceled"),
+            "{op}"
+        );
+    } else {
+        assert_eq!(shown["run"]["status"], "inputRequired");
+        assert_eq!(op["phase"], "outcomeUnknown");
+    }
+    assert_state_parses(&env);
+}

@@ -10,6 +10,7 @@ mod init;
 mod render;
 mod run;
 mod show;
+mod signals;
 
 pub use run::RunArgs;
 

@@ -2,11 +2,12 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use clap::Args;
 
 use super::render::Renderer;
+use super::signals;
 use crate::cli::output::{self, Format};
 use crate::error::{Error, ErrorKind, Result};
 use crate::policy::PolicyFlags;
@@ -108,7 +109,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i
     let session_id = prepared.new.meta.id.clone();
     let run_id = prepared.new.run.id.clone();
     let paths = state.session(&session_id);
-    let cancel = AtomicBool::new(false);
+    let cancel = signals::cancel_flag();
     let execution = Execution {
         state: &state,
         session_id: &session_id,
@@ -117,9 +118,9 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i
         capabilities: &prepared.lock.capabilities,
         pass_env: &prepared.merged.pass_env,
         workspace_root: &prepared.binding.root,
-        provider: prepared.provider.as_ref(),
+        provider: Arc::clone(&prepared.provider),
         provider_info: prepared.provider_info.clone(),
-        cancel: &cancel,
+        cancel,
     };
     let ending = agent_loop::execute(&execution, &run_id, &mut renderer)?;
     drop(lease);
@@ -161,7 +162,7 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i3
         run_id: resumed.run_id.clone(),
         new_run: resumed.new_run,
     });
-    let cancel = AtomicBool::new(false);
+    let cancel = signals::cancel_flag();
     let execution = Execution {
         state: &state,
         session_id: &resumed.meta.id,
@@ -170,9 +171,9 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i3
         capabilities: &resumed.meta.lock.capabilities,
         pass_env: &resumed.merged.pass_env,
         workspace_root: &resumed.meta.workspace.root,
-        provider: resumed.provider.as_ref(),
+        provider: Arc::clone(&resumed.provider),
         provider_info: resumed.provider_info.clone(),
-        cancel: &cancel,
+        cancel,
     };
     let ending = agent_loop::execute(&execution, &resumed.run_id, &mut renderer)?;
     let code = exit_code(&resumed.meta.id, &resumed.run_id, &ending);
