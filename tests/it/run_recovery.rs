@@ -502,7 +502,7 @@ fn sigint_during_a_long_exec_stops_the_run_cleanly() {
             answer("never reached"),
         ],
     );
-    let mut child = env
+    let child = env
         .cmd("kxen-agent")
         .args([
             "run",
