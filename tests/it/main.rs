@@ -15,6 +15,7 @@ mod run_canary;
 mod run_loop;
 mod run_recovery;
 mod run_show;
+mod run_sigkill;
 mod run_support;
 #[allow(dead_code)] // shared with benches/bundle.rs
 mod session_builder;

@@ -554,3 +554,43 @@ fn sigint_during_a_long_exec_stops_the_run_cleanly() {
     }
     assert_state_parses(&env);
 }
+
+#[test]
+fn damaged_state_is_corrupt_never_guessed() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = counting_script(&env);
+    start(&env, &repo, &agent, &config, Some("tool.after-side-effect"));
+    let session = only_session(&env).unwrap();
+    let dir = env.state_dir().join("sessions").join(&session);
+
+    // A message file damaged in the middle (not a torn tail): exit 10 naming file and line.
+    let messages = dir.join("messages.jsonl");
+    let original = std::fs::read_to_string(&messages).unwrap();
+    let damaged = original.replacen("\"role\":\"user\"", "\"role\":", 1);
+    std::fs::write(&messages, &damaged).unwrap();
+    let run = resume(&env, &session, &config, &["--allow-shell"]);
+    run.expect(10);
+    assert!(run.stderr.contains("messages.jsonl:1"), "{}", run.stderr);
+    std::fs::write(&messages, &original).unwrap();
+
+    // A torn last line (a crash mid-append) is not damage: it is ignored and repaired.
+    std::fs::write(&messages, format!("{original}{{\"id\":\"msg_")).unwrap();
+    resume(&env, &session, &config, &["--allow-shell"]).expect(7);
+    assert_eq!(std::fs::read_to_string(&messages).unwrap(), original);
+
+    // A hand-edited lock (objective changed): exit 10, before anything else.
+    let session_json = dir.join("session.json");
+    let text = std::fs::read_to_string(&session_json).unwrap();
+    let edited = text.replacen(
+        "Complete the supplied repository task",
+        "Do whatever you like",
+        1,
+    );
+    assert_ne!(edited, text);
+    std::fs::write(&session_json, edited).unwrap();
+    let run = resume(&env, &session, &config, &["--allow-shell"]);
+    run.expect(10);
+    assert!(run.stderr.contains("lock"), "{}", run.stderr);
+}

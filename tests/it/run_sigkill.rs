@@ -1,0 +1,215 @@
+//! SIGKILL from outside at arbitrary moments (a bounded loop of 50 kills): no tool runs twice,
+//! nothing recorded is lost, every file parses, and the run still completes after resolving the
+//! UNKNOWN outcomes the kills left.
+
+use std::collections::HashMap;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::env::TestEnv;
+use crate::run_support::*;
+
+const KILLS: usize = 50;
+const CALLS: usize = 30;
+
+fn spawn(env: &TestEnv, args: &[&str]) -> Child {
+    env.cmd("kxen-agent")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn session_and_run(env: &TestEnv) -> Option<(String, String)> {
+    let list = env.run("kxen-agent", &["session", "list"]);
+    list.expect(0);
+    let first = list.jsonl().into_iter().next()?;
+    Some((
+        first["id"].as_str()?.to_string(),
+        first["lastRunId"].as_str()?.to_string(),
+    ))
+}
+
+/// Resolves every UNKNOWN operation of the run; returns how many.
+fn resolve_unknown(env: &TestEnv, session: &str, run: &str) -> usize {
+    let show = env.run("kxen-agent", &["run", "show", session, run]);
+    show.expect(0);
+    let shown = show.jsonl().remove(0);
+    let mut n = 0;
+    for op in shown["operations"].as_array().unwrap() {
+        if op["phase"] == "outcomeUnknown" {
+            let id = op["opId"].as_str().unwrap();
+            env.run(
+                "kxen-agent",
+                &[
+                    "run",
+                    "resolve",
+                    session,
+                    run,
+                    id,
+                    "--output",
+                    "killed; verified by the test",
+                ],
+            )
+            .expect(0);
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn fifty_sigkills_lose_nothing_and_repeat_nothing() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = env.path().join("writer.yaml");
+    std::fs::write(
+        &agent,
+        "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: writer}\nspec:\n  objective: o\n  \
+         instructions: [i]\n  capabilities: {required: [read], optional: [exec]}\n  execution: {maxTurns: 64}\n",
+    )
+    .unwrap();
+    let mut turns: Vec<Value> = (0..CALLS)
+        .map(|i| {
+            call(
+                &format!("c{i}"),
+                "exec",
+                json!({"command": format!("echo token-{i} >> counter.txt")}),
+            )
+        })
+        .collect();
+    turns.push(answer("all tokens written"));
+    let config = script_config(&env, &turns);
+    let (repo_s, agent_s, config_s) = (
+        repo.to_str().unwrap().to_string(),
+        agent.to_str().unwrap().to_string(),
+        config.to_str().unwrap().to_string(),
+    );
+    let run_args = [
+        "run",
+        "--workspace",
+        &repo_s,
+        "--task",
+        "Write the tokens",
+        "--agent",
+        &agent_s,
+        "--config",
+        &config_s,
+        "--allow-shell",
+    ];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut kills = 0;
+    let mut attempts = 0;
+    while kills < KILLS && attempts < KILLS * 3 {
+        attempts += 1;
+        let mut child = match session_and_run(&env) {
+            None => spawn(&env, &run_args),
+            Some((session, run)) => {
+                resolve_unknown(&env, &session, &run);
+                spawn(
+                    &env,
+                    &["--resume", &session, "--config", &config_s, "--allow-shell"],
+                )
+            }
+        };
+        // xorshift: a reproducible spread of kill moments between 0 and 100 ms.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        std::thread::sleep(Duration::from_millis(seed % 100));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            kills += 1;
+        }
+        child.wait().unwrap();
+        if let Some((_, _)) = session_and_run(&env) {
+            let list = env.run("kxen-agent", &["session", "list"]);
+            let status = list.jsonl()[0]["lastRunStatus"].clone();
+            if status == "completed" || status == "failed" {
+                break;
+            }
+        }
+    }
+    // Finish without kills.
+    let (session, run) = session_and_run(&env).expect("a session exists after the kills");
+    let mut resolved_total = 0;
+    for _ in 0..(CALLS + 3) {
+        resolved_total += resolve_unknown(&env, &session, &run);
+        let next = env.run(
+            "kxen-agent",
+            &["--resume", &session, "--config", &config_s, "--allow-shell"],
+        );
+        match next.code {
+            0 => break,
+            2 if next.stderr.contains("nothing to resume") => break,
+            7 => continue,
+            other => panic!("resume exited {other}\n{}\n{}", next.stdout, next.stderr),
+        }
+    }
+    let show = env.run("kxen-agent", &["run", "show", &session, &run]);
+    show.expect(0);
+    let shown = show.jsonl().remove(0);
+    assert_eq!(shown["run"]["status"], "completed", "{shown}");
+    assert_eq!(shown["run"]["settled"], true);
+
+    // No tool ran twice: every token is in the counter file at most once, and exactly once for
+    // each operation whose outcome the tool itself recorded.
+    let counter = std::fs::read_to_string(repo.join("counter.txt")).unwrap_or_default();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for line in counter.lines() {
+        *seen.entry(line).or_default() += 1;
+    }
+    for (token, n) in &seen {
+        assert_eq!(*n, 1, "{token} was executed {n} times (kills: {kills})");
+    }
+    let ops = shown["operations"].as_array().unwrap();
+    assert_eq!(ops.len(), CALLS, "one operation per call");
+    let mut resolved = 0;
+    for op in ops {
+        assert_eq!(op["phase"], "settled", "{op}");
+        let command = op["arguments"]["command"].as_str().unwrap();
+        let token = command.split_whitespace().nth(1).unwrap();
+        if op["history"] == json!(["started", "outcomeKnown", "settled"]) {
+            assert_eq!(
+                seen.get(token),
+                Some(&1),
+                "{token} recorded as run but not in the file"
+            );
+        } else {
+            assert_eq!(
+                op["history"],
+                json!(["started", "outcomeUnknown", "resolved", "settled"])
+            );
+            resolved += 1;
+        }
+    }
+    assert!(resolved <= resolved_total + kills);
+
+    // Nothing lost or duplicated in the conversation: every call answered exactly once.
+    let show = env.run("kxen-agent", &["session", "show", &session]);
+    let messages = show.jsonl()[0]["messages"].as_array().unwrap().clone();
+    let assistant = messages.iter().filter(|m| m["role"] == "assistant").count();
+    let tool = messages.iter().filter(|m| m["role"] == "tool").count();
+    assert_eq!(assistant, CALLS + 1);
+    assert_eq!(tool, CALLS);
+    let mut ids: Vec<&str> = messages.iter().map(|m| m["id"].as_str().unwrap()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), messages.len());
+    // Every JSON file parses.
+    for file in files_under(&env.state_dir()) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.to_string_lossy();
+        if name.ends_with(".jsonl") {
+            for line in text.lines() {
+                serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+        } else if name.ends_with(".json") {
+            serde_json::from_str::<Value>(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+    eprintln!("sigkill loop: {kills} kills, {resolved} operations resolved");
+}
