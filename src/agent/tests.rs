@@ -384,6 +384,17 @@ proptest! {
         }
     }
 
+    /// Random text over YAML's structural alphabet reaches far deeper into the parser than
+    /// random bytes: anchors, aliases, tags, flow and block collections, quotes, documents.
+    #[test]
+    fn yaml_shaped_noise_never_panics(
+        text in "(apiVersion|kind|metadata|spec|name|objective|instructions|capabilities|required|optional|execution|maxTurns|output|format|&a|\\*a|!!str|!!null|!!map|!!seq|<<|---|\\.\\.\\.|[-:,?|>#'\"\\[\\]{} \n\t~0-9a-z]){0,120}"
+    ) {
+        if let Err(e) = parse_definition(text.as_bytes(), "fuzz.yaml") {
+            prop_assert_eq!(e.kind, ErrorKind::InvalidInput);
+        }
+    }
+
     #[test]
     fn mutated_definitions_never_panic(
         flips in proptest::collection::vec((0usize..400, any::<u8>()), 1..8)
