@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod blobs;
+pub mod bundle;
 pub mod canonical;
 pub mod cli;
 pub mod clock;

@@ -32,6 +32,35 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     fsync_dir(dir)
 }
 
+/// Like [`write_atomic`], for content produced as a stream (bundles): `fill` writes into a
+/// buffered temp file in the same directory, which replaces `path` only if `fill` succeeds. On
+/// any error the temp file is removed and `path` keeps its old content (or stays absent).
+pub fn write_atomic_stream(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut dyn Write) -> Result<()>,
+) -> Result<()> {
+    let dir = parent_dir(path);
+    let tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io("create a temp file in", dir, e))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, tmp);
+    fill(&mut out)?;
+    let tmp = out
+        .into_inner()
+        .map_err(|e| Error::io("write", path, e.into_error()))?;
+    tmp.as_file()
+        .set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io("set permissions on", tmp.path(), e))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| Error::io("fsync", tmp.path(), e))?;
+    tmp.persist(path)
+        .map_err(|e| Error::io("rename into place", path, e.error))?;
+    fsync_dir(dir)
+}
+
 /// Creates `path` with `bytes`, refusing (exit 5) if anything exists there already.
 ///
 /// Same durability as [`write_atomic`]; the final step is a no-clobber link, so two racing

@@ -21,6 +21,9 @@ pub const ALL: &[&str] = &[
     "settle.after-result",
     "settle.after-final-message",
     "settle.after-settled",
+    // `session import` (bundle::import): staged and verified, blobs moved, Session renamed.
+    "import.after-staging",
+    "import.before-rename",
 ];
 
 /// Aborts the process if the `KXEN_FAILPOINT` environment variable equals `name`.

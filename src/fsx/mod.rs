@@ -24,11 +24,11 @@ pub use append::{
 };
 pub use atomic::{
     create_dir_private, create_dir_with_mode, create_new, fsync_dir, write_atomic,
-    write_atomic_json,
+    write_atomic_json, write_atomic_stream,
 };
 pub use chain::{ChainFile, ChainWriter, read_chain};
 pub use lock::{FileLock, LockWait};
-pub use tree::{remove_staging_dir, rename_dir_into_place};
+pub use tree::{remove_empty_dir, remove_staging_dir, rename_dir_into_place, rename_file};
 
 /// File mode for state files: readable by the owner only (they hold task text and tool output).
 pub const STATE_FILE_MODE: u32 = 0o600;

@@ -28,6 +28,19 @@ pub fn remove_staging_dir(dir: &Path) -> Result<()> {
     }
 }
 
+/// Moves the file `from` to `to` (same filesystem) and fsyncs `to`'s directory. Used to move
+/// verified, content-addressed blobs out of an import's staging directory.
+pub fn rename_file(from: &Path, to: &Path) -> Result<()> {
+    fs::rename(from, to).map_err(|e| Error::io("move into place", to, e))?;
+    super::fsync_dir(super::atomic::parent_dir(to))
+}
+
+/// Removes `dir` if it exists and is empty (a directory a failed command created and must not
+/// leave behind). A non-empty or missing directory is left alone.
+pub fn remove_empty_dir(dir: &Path) {
+    let _ = fs::remove_dir(dir);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,6 +40,10 @@ pub struct Verified {
     /// Files that end in a torn last line (a crash mid-append; ignored, repaired by the next
     /// writer). Always empty with `strict`.
     pub torn_tails: Vec<String>,
+    /// Length of the complete prefix of each chained file (everything but a torn tail): what an
+    /// export copies.
+    #[serde(skip)]
+    pub complete_lengths: HashMap<std::path::PathBuf, u64>,
 }
 
 /// How to treat incomplete files.
@@ -78,7 +82,7 @@ pub fn verify(
     }
 
     let messages_path = paths.messages();
-    let messages = read_chain::<Message>(&messages_path, mode, &mut out.torn_tails)?;
+    let messages = read_chain::<Message>(&messages_path, mode, &mut out)?;
     let mut by_id: HashMap<&str, (usize, &Message)> = HashMap::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
         if by_id.insert(m.id.as_str(), (i + 1, m)).is_some() {
@@ -140,7 +144,7 @@ pub fn verify(
         }
 
         let journal_path = run_paths.journal();
-        let records = read_chain::<JournalRecord>(&journal_path, mode, &mut out.torn_tails)?;
+        let records = read_chain::<JournalRecord>(&journal_path, mode, &mut out)?;
         let table = journal::fold(&journal_path, &records)?;
         for (i, record) in records.iter().enumerate() {
             let line = i + 1;
@@ -288,12 +292,10 @@ fn check_blob(blobs_dir: &Path, name: &str, bytes: u64) -> std::result::Result<(
     Ok(())
 }
 
-fn read_chain<T: DeserializeOwned>(
-    path: &Path,
-    mode: Mode,
-    torn: &mut Vec<String>,
-) -> Result<Vec<T>> {
+fn read_chain<T: DeserializeOwned>(path: &Path, mode: Mode, out: &mut Verified) -> Result<Vec<T>> {
     let file = fsx::read_chain::<T>(path)?;
+    out.complete_lengths
+        .insert(path.to_path_buf(), file.complete_len);
     if let Some(tail) = &file.torn_tail {
         if mode == Mode::Strict {
             return Err(corrupt_at(
@@ -302,7 +304,8 @@ fn read_chain<T: DeserializeOwned>(
                 "incomplete last line (the file was cut short)".into(),
             ));
         }
-        torn.push(format!("{}:{}", path.display(), tail.line));
+        out.torn_tails
+            .push(format!("{}:{}", path.display(), tail.line));
     }
     Ok(file.records)
 }

@@ -19,4 +19,5 @@ mod run_sigkill;
 mod run_support;
 #[allow(dead_code)] // shared with benches/bundle.rs
 mod session_builder;
+mod session_bundle;
 mod session_verify;

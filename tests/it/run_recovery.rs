@@ -94,6 +94,9 @@ fn assert_state_parses(env: &TestEnv) {
 #[test]
 fn a_crash_at_every_failpoint_loses_nothing_and_repeats_nothing() {
     for point in kxen::fsx::failpoint::ALL {
+        if point.starts_with("import.") {
+            continue; // not on a run's path; tests/it/session_bundle.rs crashes imports there
+        }
         let env = TestEnv::new();
         let repo = env.git_repo("repo", &[("README", "x\n")]);
         let agent = fixer(&env);

@@ -1,7 +1,10 @@
-//! `session verify SES`: check a Session end to end.
+//! `session verify SES`, `session export SES --output FILE`, `session import FILE --workspace PATH`.
+
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use crate::bundle::{self, ImportRequest};
 use crate::cli::output::{self, Format};
 use crate::error::Result;
 use crate::session::{store, verify};
@@ -41,4 +44,52 @@ pub fn verify(state: &StateDir, session_id: &str, format: Format) -> Result<i32>
         }
     }
     Ok(0)
+}
+
+pub fn export(state: &StateDir, session_id: &str, output: &Path, format: Format) -> Result<i32> {
+    let done = bundle::export(state, session_id, output)?;
+    match format {
+        Format::Jsonl => output::json_line(&tagged("sessionExported", &done)),
+        Format::Text => output::line(&format!(
+            "exported {} to {} ({} files, {} blobs); it holds task text, tool arguments and outputs: keep it private",
+            done.session_id,
+            done.output.display(),
+            done.files,
+            done.blobs
+        )),
+    }
+    Ok(0)
+}
+
+pub fn import(state: &StateDir, file: PathBuf, workspace: PathBuf, format: Format) -> Result<i32> {
+    let done = bundle::import(
+        state,
+        &ImportRequest {
+            bundle: file,
+            workspace,
+        },
+    )?;
+    match format {
+        Format::Jsonl => output::json_line(&tagged("sessionImported", &done)),
+        Format::Text => output::line(&format!(
+            "imported {} ({} messages, {} runs), bound to {}; continue with `kxen-agent --resume {} --workspace {}`",
+            done.session_id,
+            done.messages,
+            done.runs,
+            done.workspace.display(),
+            done.session_id,
+            done.workspace.display()
+        )),
+    }
+    Ok(0)
+}
+
+fn tagged<T: serde::Serialize>(kind: &str, value: &T) -> serde_json::Value {
+    let mut out = json!({"type": kind});
+    if let (Some(map), Ok(serde_json::Value::Object(fields))) =
+        (out.as_object_mut(), serde_json::to_value(value))
+    {
+        map.extend(fields);
+    }
+    out
 }

@@ -99,6 +99,28 @@ pub enum SessionCommand {
         /// The Session id (`ses_…`).
         session: String,
     },
+    /// Write the Session into one self-contained, checksummed bundle (mode 0600, replaced
+    /// atomically): its metadata, binding, lock, messages, runs, tool journals and the blobs they
+    /// reference. Never a credential, but task text, tool arguments and outputs: private evidence.
+    /// Refused (exit 5) while a run holds the Session's lease.
+    Export {
+        /// The Session id (`ses_…`).
+        session: String,
+        /// The bundle to write (`*.bundle.json`).
+        #[arg(long, short, value_name = "FILE")]
+        output: PathBuf,
+    },
+    /// Import a bundle into this state dir, bound to PATH (which must be a clone of the Session's
+    /// repository on its branch, exit 5 otherwise). Every checksum, chain and cross-reference
+    /// is verified first; a failed import leaves nothing behind. Continue with
+    /// `kxen-agent --resume SES --workspace PATH`.
+    Import {
+        /// The bundle (`*.bundle.json`).
+        file: PathBuf,
+        /// The workspace to bind the imported Session to.
+        #[arg(long, value_name = "PATH")]
+        workspace: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -230,6 +252,12 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Command::Session(SessionCommand::Verify { session }) => {
             bundle::verify(&state()?, &session, format)
+        }
+        Command::Session(SessionCommand::Export { session, output }) => {
+            bundle::export(&state()?, &session, &output, format)
+        }
+        Command::Session(SessionCommand::Import { file, workspace }) => {
+            bundle::import(&state()?, file, workspace, format)
         }
         Command::Run(cmd) => match *cmd {
             RunCmd {

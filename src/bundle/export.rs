@@ -1,0 +1,157 @@
+//! `session export SES --output FILE`.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::json::write_string_body;
+use super::{BlobSum, FORMAT, FileSum, Manifest};
+use crate::error::{Error, Result};
+use crate::fsx;
+use crate::session::verify::{self, Mode};
+use crate::session::{Lease, store};
+use crate::state::StateDir;
+
+/// What an export wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Exported {
+    pub session_id: String,
+    pub output: PathBuf,
+    pub files: usize,
+    pub blobs: usize,
+    pub messages: usize,
+    pub runs: usize,
+    /// Torn last lines left by a crash that the bundle leaves out.
+    pub torn_tails: Vec<String>,
+}
+
+/// Exports Session `session_id` to `output` (mode 0600, atomically replaced).
+///
+/// Under the Session's run lease (a Session in use is refused, exit 5, naming the holder), the
+/// Session is verified end to end first (a damaged Session is not exported: exit 10), then its
+/// files and referenced blobs are streamed into the bundle. A torn last line (a crash's
+/// leftover) is not part of the bundle.
+pub fn export(state: &StateDir, session_id: &str, output: &Path) -> Result<Exported> {
+    let paths = store::session_paths(state, session_id)?;
+    let _lease = Lease::acquire(&paths.dir, session_id)?;
+    let blobs_dir = state.blobs_dir();
+    let report = verify::verify(&paths, session_id, &blobs_dir, Mode::InPlace)?;
+
+    // (path in the bundle, file on disk, bytes to copy)
+    let mut files: Vec<(String, PathBuf, u64)> = Vec::new();
+    let full = |p: &Path| -> Result<u64> {
+        Ok(std::fs::metadata(p)
+            .map_err(|e| Error::io("stat", p, e))?
+            .len())
+    };
+    let prefix = |p: &Path| report.complete_lengths.get(p).copied().unwrap_or(0);
+    files.push((
+        "session.json".into(),
+        paths.session_json(),
+        full(&paths.session_json())?,
+    ));
+    files.push((
+        "messages.jsonl".into(),
+        paths.messages(),
+        prefix(&paths.messages()),
+    ));
+    for run_id in &report.runs {
+        let run = paths.run(run_id);
+        files.push((
+            format!("runs/{run_id}/run.json"),
+            run.run_json(),
+            full(&run.run_json())?,
+        ));
+        if run.journal().exists() {
+            files.push((
+                format!("runs/{run_id}/journal.jsonl"),
+                run.journal(),
+                prefix(&run.journal()),
+            ));
+        }
+    }
+
+    fsx::write_atomic_stream(output, fsx::STATE_FILE_MODE, |out| {
+        let w = |out: &mut dyn Write, s: &str| {
+            out.write_all(s.as_bytes())
+                .map_err(|e| Error::io("write", output, e))
+        };
+        let header = serde_json::json!({
+            "format": FORMAT,
+            "sessionId": session_id,
+            "exportedAt": crate::clock::now_rfc3339(),
+            "exportedBy": concat!("kxen-agent ", env!("CARGO_PKG_VERSION")),
+        });
+        let header = header.to_string();
+        w(out, &header[..header.len() - 1])?;
+        w(out, ",\n\"files\":[")?;
+        let mut sums = Vec::with_capacity(files.len());
+        for (i, (name, path, len)) in files.iter().enumerate() {
+            w(out, if i == 0 { "\n" } else { ",\n" })?;
+            w(
+                out,
+                &format!("{{\"path\":{},\"content\":\"", json_str(name)),
+            )?;
+            let mut file = File::open(path).map_err(|e| Error::io("read", path, e))?;
+            let hex = write_string_body(out, &mut file, *len, path, output)?;
+            let sum = FileSum {
+                path: name.clone(),
+                bytes: *len,
+                sha256: format!("sha256:{hex}"),
+            };
+            w(
+                out,
+                &format!("\",\"bytes\":{},\"sha256\":\"{}\"}}", sum.bytes, sum.sha256),
+            )?;
+            sums.push(sum);
+        }
+        w(out, "],\n\"blobs\":[")?;
+        let mut blob_sums = Vec::with_capacity(report.blobs.len());
+        for (i, name) in report.blobs.iter().enumerate() {
+            let path = blobs_dir.join(name);
+            let bytes = full(&path)?;
+            w(out, if i == 0 { "\n" } else { ",\n" })?;
+            w(
+                out,
+                &format!("{{\"sha256\":\"{name}\",\"bytes\":{bytes},\"contentBase64\":\""),
+            )?;
+            let mut file = File::open(&path).map_err(|e| Error::io("read", &path, e))?;
+            {
+                let mut enc = base64::write::EncoderWriter::new(
+                    &mut *out,
+                    &base64::engine::general_purpose::STANDARD,
+                );
+                std::io::copy(&mut file, &mut enc).map_err(|e| Error::io("read", &path, e))?;
+                enc.finish().map_err(|e| Error::io("write", output, e))?;
+            }
+            w(out, "\"}")?;
+            blob_sums.push(BlobSum {
+                sha256: name.clone(),
+                bytes,
+            });
+        }
+        let manifest = Manifest::of(sums, blob_sums);
+        let manifest = serde_json::to_string(&manifest)
+            .map_err(|e| Error::failed(format!("cannot serialize the manifest: {e}")))?;
+        w(out, "],\n\"manifest\":")?;
+        w(out, &manifest)?;
+        w(out, "}\n")
+    })?;
+
+    Ok(Exported {
+        session_id: session_id.to_string(),
+        output: output.to_path_buf(),
+        files: files.len(),
+        blobs: report.blobs.len(),
+        messages: report.messages,
+        runs: report.runs.len(),
+        torn_tails: report.torn_tails,
+    })
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::Value::String(s.to_string()).to_string()
+}
