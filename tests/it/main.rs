@@ -2,6 +2,7 @@
 //! [`env::TestEnv`] (temp HOME, state dir, git repositories built with the git CLI).
 
 mod agent_validate;
+mod bundle_corpus;
 mod dwp_abilities;
 mod dwp_config;
 mod dwp_manifest;

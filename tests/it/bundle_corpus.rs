@@ -1,0 +1,509 @@
+//! The damaged-bundle corpus (`fixtures/bundles/`) and a killed import: every damaged bundle is
+//! refused (exit 4 or 10, naming what failed) and the target state dir is left exactly as it was.
+//!
+//! The corpus is derived from a real export of a Session bound to a repository whose identity
+//! and HEAD are the same on every machine ([`fixture_repo`]). Regenerate the committed files
+//! with `KXEN_WRITE_BUNDLE_FIXTURES=1 cargo test --all-features --test it bundle_corpus`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kxen::fsx::chain;
+use serde_json::{Map, Value, json};
+
+use crate::env::TestEnv;
+use crate::session_builder::{Shape, build};
+
+/// A repository with a fixed remote, branch and commit: its identity hash and HEAD are the same
+/// on every machine, so committed bundles bound to it import anywhere.
+pub fn fixture_repo(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("check.sh"), "#!/bin/sh\nexit 0\n").unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "Fixture")
+            .env("GIT_AUTHOR_EMAIL", "fixture@example.com")
+            .env("GIT_COMMITTER_NAME", "Fixture")
+            .env("GIT_COMMITTER_EMAIL", "fixture@example.com")
+            .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+            .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&[
+        "remote",
+        "add",
+        "origin",
+        "https://example.com/kxen/bundle-fixture.git",
+    ]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "fixture"]);
+    dir.to_path_buf()
+}
+
+fn snapshot(dir: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    if !dir.exists() {
+        return out;
+    }
+    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
+        let entry = entry.unwrap();
+        let rel = entry
+            .path()
+            .strip_prefix(dir)
+            .unwrap()
+            .display()
+            .to_string();
+        let content = entry
+            .file_type()
+            .is_file()
+            .then(|| std::fs::read(entry.path()).unwrap());
+        out.insert(rel, content);
+    }
+    out
+}
+
+/// A fresh export of a Session with tool calls and blobs, bound to the fixture repository.
+fn export_good(env: &TestEnv, repo: &Path) -> String {
+    let source = env.path().join("source-state");
+    let b = build(
+        &source,
+        &Shape {
+            workspace: repo,
+            task: "fix the check",
+            tool_calls: 3,
+            output_bytes: 200,
+            blob_every: 2,
+        },
+    );
+    let bundle = env.path().join("good.bundle.json");
+    env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            source.to_str().unwrap(),
+            "session",
+            "export",
+            &b.session_id,
+            "--output",
+            bundle.to_str().unwrap(),
+        ],
+    )
+    .expect(0);
+    std::fs::read_to_string(bundle).unwrap()
+}
+
+fn file_index(bundle: &Value, suffix: &str) -> usize {
+    bundle["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|f| f["path"].as_str().unwrap().ends_with(suffix))
+        .unwrap()
+}
+
+/// Replaces a file's content and fixes its size, hash and the manifest, so that deeper checks
+/// (chains, cross-references, the lock) are what must catch the change.
+fn rewrite(bundle: &mut Value, suffix: &str, f: impl Fn(&str) -> String) {
+    let i = file_index(bundle, suffix);
+    let content = f(bundle["files"][i]["content"].as_str().unwrap());
+    let sha = kxen::hash::sha256_prefixed(content.as_bytes());
+    bundle["files"][i]["bytes"] = json!(content.len());
+    bundle["files"][i]["sha256"] = json!(sha);
+    bundle["files"][i]["content"] = json!(content);
+    bundle["manifest"]["files"][i]["bytes"] = json!(content.len());
+    bundle["manifest"]["files"][i]["sha256"] = json!(sha);
+    let files = serde_json::to_string(&bundle["manifest"]["files"]).unwrap();
+    bundle["manifest"]["filesSha256"] = json!(kxen::hash::sha256_prefixed(files.as_bytes()));
+}
+
+fn map_lines(text: &str, f: impl Fn(Vec<String>) -> Vec<String>) -> String {
+    let lines = f(text.lines().map(str::to_string).collect());
+    lines.join("\n") + "\n"
+}
+
+/// Re-chains JSONL lines (as a forger who knows the format would).
+fn rechain(lines: Vec<String>) -> Vec<String> {
+    let mut prev = chain::GENESIS.to_string();
+    let mut buf = Vec::new();
+    lines
+        .into_iter()
+        .map(|l| {
+            chain::split_line(l.as_bytes(), &mut buf).unwrap();
+            let line = chain::chain_line(std::str::from_utf8(&buf).unwrap(), &prev);
+            prev = chain::line_hash(line.as_bytes());
+            line
+        })
+        .collect()
+}
+
+/// (name, damaged bundle text, expected exit code, what the message must name)
+fn corpus(good: &str) -> Vec<(&'static str, String, i32, &'static str)> {
+    let base: Value = serde_json::from_str(good).unwrap();
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut b = base.clone();
+        f(&mut b);
+        b.to_string()
+    };
+    vec![
+        (
+            "truncated",
+            good[..good.len() / 2].to_string(),
+            4,
+            "not a valid bundle",
+        ),
+        (
+            "changed-objective",
+            with(&|b| {
+                rewrite(b, "session.json", |c| {
+                    c.replace(
+                        "Complete the supplied repository task",
+                        "Delete the repository",
+                    )
+                })
+            }),
+            10,
+            "definitionHash",
+        ),
+        (
+            "changed-tool-output",
+            with(&|b| {
+                rewrite(b, "journal.jsonl", |c| {
+                    map_lines(c, |mut l| {
+                        l[1] = l[1].replacen("output of step 0", "output of step X", 1);
+                        l
+                    })
+                })
+            }),
+            10,
+            "journal.jsonl:3: the chain is broken",
+        ),
+        (
+            "removed-message",
+            with(&|b| {
+                rewrite(b, "messages.jsonl", |c| {
+                    map_lines(c, |mut l| {
+                        l.remove(2);
+                        l
+                    })
+                })
+            }),
+            10,
+            "messages.jsonl:3: the chain is broken",
+        ),
+        (
+            "reordered-journal",
+            with(&|b| {
+                rewrite(b, "journal.jsonl", |c| {
+                    map_lines(c, |mut l| {
+                        l.swap(0, 1);
+                        l
+                    })
+                })
+            }),
+            10,
+            "journal.jsonl:1: the chain is broken",
+        ),
+        (
+            "duplicated-message-id",
+            with(&|b| {
+                rewrite(b, "messages.jsonl", |c| {
+                    map_lines(c, |mut l| {
+                        let d = l[1].clone();
+                        l.insert(2, d);
+                        rechain(l)
+                    })
+                })
+            }),
+            10,
+            "appears twice",
+        ),
+        (
+            "unknown-top-level-field",
+            with(&|b| {
+                let mut m = Map::new();
+                for (k, v) in b.as_object().unwrap() {
+                    m.insert(k.clone(), v.clone());
+                    if k == "exportedBy" {
+                        m.insert("note".into(), json!("hello"));
+                    }
+                }
+                *b = Value::Object(m);
+            }),
+            4,
+            "unknown top-level field \"note\"",
+        ),
+        (
+            "wrong-format-version",
+            with(&|b| b["format"] = json!("kxen-bundle/v2")),
+            4,
+            "format \"kxen-bundle/v2\" is not supported",
+        ),
+        (
+            "session-id-with-dotdot",
+            with(&|b| b["sessionId"] = json!("../../etc")),
+            4,
+            "sessionId",
+        ),
+        (
+            "run-path-with-dotdot",
+            with(&|b| {
+                let i = file_index(b, "run.json");
+                b["files"][i]["path"] = json!("runs/../../../tmp/run.json");
+            }),
+            4,
+            "is not one a Session holds",
+        ),
+        (
+            "checksum-mismatch",
+            with(&|b| {
+                let i = file_index(b, "messages.jsonl");
+                let c = b["files"][i]["content"]
+                    .as_str()
+                    .unwrap()
+                    .replacen("Step 1", "Step 9", 1);
+                b["files"][i]["content"] = json!(c);
+            }),
+            4,
+            "checksum mismatch",
+        ),
+    ]
+}
+
+/// Imports `bundle` into a state dir that already holds a Session; asserts the refusal and that
+/// nothing changed.
+fn assert_refused(env: &TestEnv, repo: &Path, name: &str, bundle: &Path, code: i32, names: &str) {
+    let target = env.path().join("target-state");
+    let before = snapshot(&target);
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            target.to_str().unwrap(),
+            "session",
+            "import",
+            bundle.to_str().unwrap(),
+            "--workspace",
+            repo.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(run.code, code, "{name}: exit code\n{}", run.stderr);
+    assert!(
+        run.stderr.contains(names),
+        "{name}: the message should name {names:?}:\n{}",
+        run.stderr
+    );
+    assert_eq!(
+        snapshot(&target),
+        before,
+        "{name}: the target state dir changed"
+    );
+}
+
+fn setup() -> (TestEnv, PathBuf) {
+    let env = TestEnv::new();
+    let repo = fixture_repo(&env.path().join("repo"));
+    let other = env.path().join("elsewhere");
+    std::fs::create_dir_all(&other).unwrap();
+    build(
+        &env.path().join("target-state"),
+        &Shape {
+            workspace: &other,
+            task: "already here",
+            tool_calls: 1,
+            output_bytes: 10,
+            blob_every: 1,
+        },
+    );
+    (env, repo)
+}
+
+#[test]
+fn a_fresh_corpus_is_refused_and_leaves_the_target_unchanged() {
+    let (env, repo) = setup();
+    let good = export_good(&env, &repo);
+    let write = std::env::var_os("KXEN_WRITE_BUNDLE_FIXTURES").is_some();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bundles");
+    if write {
+        std::fs::create_dir_all(&fixtures).unwrap();
+        std::fs::write(fixtures.join("good.bundle.json"), &good).unwrap();
+    }
+    for (name, text, code, names) in corpus(&good) {
+        let path = env.path().join(format!("{name}.bundle.json"));
+        std::fs::write(&path, &text).unwrap();
+        assert_refused(&env, &repo, name, &path, code, names);
+        if write {
+            std::fs::write(fixtures.join(format!("{name}.bundle.json")), &text).unwrap();
+        }
+    }
+    // A 50 MB junk string in place of a file's content: read, hashed, refused, nothing written.
+    let mut junk: Value = serde_json::from_str(&good).unwrap();
+    let i = file_index(&junk, "messages.jsonl");
+    junk["files"][i]["content"] = json!("x".repeat(50 * 1024 * 1024));
+    let path = env.path().join("junk.bundle.json");
+    std::fs::write(&path, junk.to_string()).unwrap();
+    assert_refused(
+        &env,
+        &repo,
+        "junk-50mb",
+        &path,
+        4,
+        "messages.jsonl: checksum mismatch",
+    );
+    // The undamaged bundle imports into the same target (so the refusals above were about the
+    // damage, not the workspace).
+    let path = env.path().join("good.bundle.json");
+    let target = env.path().join("target-state");
+    env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            target.to_str().unwrap(),
+            "session",
+            "import",
+            path.to_str().unwrap(),
+            "--workspace",
+            repo.to_str().unwrap(),
+        ],
+    )
+    .expect(0);
+}
+
+#[test]
+fn the_committed_corpus_is_refused_and_the_good_bundle_imports() {
+    let (env, repo) = setup();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bundles");
+    let good = std::fs::read_to_string(fixtures.join("good.bundle.json")).unwrap();
+    for (name, _, code, names) in corpus(&good) {
+        assert_refused(
+            &env,
+            &repo,
+            name,
+            &fixtures.join(format!("{name}.bundle.json")),
+            code,
+            names,
+        );
+    }
+    let target = env.path().join("target-state");
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            target.to_str().unwrap(),
+            "session",
+            "import",
+            fixtures.join("good.bundle.json").to_str().unwrap(),
+            "--workspace",
+            repo.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    let id = run.jsonl()[0]["sessionId"].as_str().unwrap().to_string();
+    env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            target.to_str().unwrap(),
+            "session",
+            "verify",
+            &id,
+        ],
+    )
+    .expect(0);
+}
+
+#[test]
+fn a_killed_import_leaves_the_target_unchanged_and_a_retry_succeeds() {
+    for point in ["import.after-staging", "import.before-rename"] {
+        let (env, repo) = setup();
+        let good = export_good(&env, &repo);
+        let bundle = env.path().join("good.bundle.json");
+        assert_eq!(std::fs::read_to_string(&bundle).unwrap(), good);
+        let target = env.path().join("target-state");
+        let visible = |t: &Path| -> BTreeMap<String, Option<Vec<u8>>> {
+            snapshot(t)
+                .into_iter()
+                .filter(|(k, _)| !k.contains(".staging-") && !k.starts_with("blobs"))
+                .collect()
+        };
+        let before = visible(&target);
+        let blobs_before = snapshot(&target.join("blobs"));
+        let out = env
+            .cmd("kxen-agent")
+            .env("KXEN_FAILPOINT", point)
+            .args([
+                "--state-dir",
+                target.to_str().unwrap(),
+                "session",
+                "import",
+                bundle.to_str().unwrap(),
+                "--workspace",
+                repo.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success(),
+            "{point}: the failpoint was not reached"
+        );
+        // Nothing new is visible: no Session, no changed file (a staging directory readers
+        // ignore may remain; blobs may only have been added, never changed).
+        assert_eq!(visible(&target), before, "{point}");
+        let blobs_after = snapshot(&target.join("blobs"));
+        for (k, v) in &blobs_before {
+            assert_eq!(blobs_after.get(k), Some(v), "{point}: blob {k} changed");
+        }
+        if point == "import.after-staging" {
+            assert_eq!(
+                blobs_after, blobs_before,
+                "{point}: blobs moved before the point"
+            );
+        }
+        let list = env.run(
+            "kxen-agent",
+            &["--state-dir", target.to_str().unwrap(), "session", "list"],
+        );
+        assert_eq!(list.jsonl().len(), 1, "{point}: {}", list.stdout);
+        // The retry cleans up the stale staging directory and succeeds.
+        let run = env.run(
+            "kxen-agent",
+            &[
+                "--state-dir",
+                target.to_str().unwrap(),
+                "session",
+                "import",
+                bundle.to_str().unwrap(),
+                "--workspace",
+                repo.to_str().unwrap(),
+            ],
+        );
+        run.expect(0);
+        assert!(
+            !snapshot(&target).keys().any(|k| k.contains(".staging-")),
+            "{point}"
+        );
+        let id = run.jsonl()[0]["sessionId"].as_str().unwrap().to_string();
+        env.run(
+            "kxen-agent",
+            &[
+                "--state-dir",
+                target.to_str().unwrap(),
+                "session",
+                "verify",
+                &id,
+            ],
+        )
+        .expect(0);
+    }
+}
