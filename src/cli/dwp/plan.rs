@@ -70,6 +70,8 @@ pub fn manifest(args: ManifestArgs) -> Result<i32> {
         crate::fsx::write_atomic(out, body.as_bytes(), 0o644)?;
     }
     output::raw(&body);
+    // The records of a long journal take longer to free than to use; the process ends here.
+    std::mem::forget(records);
     Ok(0)
 }
 
@@ -77,6 +79,7 @@ pub fn freshness(args: FreshnessArgs) -> Result<i32> {
     let records = Records::load(&args.plan)?;
     let doc = manifest::derive(&records, &args.task, None)?;
     let current = doc["freshness"]["inputs_fingerprint"].clone();
+    std::mem::forget(records);
     let text = std::fs::read(&args.summary)
         .map_err(|e| Error::io("read the summary", &args.summary, e))?;
     let summary: Value = serde_json::from_slice(&text).map_err(|e| {
@@ -130,5 +133,6 @@ pub fn accounting(args: AccountingArgs) -> Result<i32> {
     let records = Records::load(&args.plan)?;
     let doc = crate::dwp::accounting::account(&records, &args.bundle)?;
     print_document(&doc);
+    std::mem::forget(records);
     Ok(0)
 }

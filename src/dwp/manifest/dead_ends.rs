@@ -14,98 +14,111 @@ use crate::dwp::plan::{Event, EventType};
 
 pub const DEAD_END_CAP: usize = 50;
 
+/// What kind of dead end an event is (decided in one pass; entries are built only for the
+/// survivors of the cap, so a journal with 100k failed gates stays cheap).
+#[derive(Clone, Copy)]
+enum Kind {
+    FailedGate,
+    Refusal,
+    RefusedAdaptation,
+    NonDiscriminating,
+}
+
 pub fn digest(events: &[Event], fingerprints: &HashMap<u64, String>, live_id: &str) -> Vec<Value> {
     let mut passing: HashSet<&str> = HashSet::new();
-    let mut entries: Vec<(u64, Option<&str>, Map<String, Value>)> = Vec::new();
-    // Latest refusal per (subject, stage), in order of first appearance of the key.
-    let mut refusals: Vec<((&str, &str), &Event)> = Vec::new();
-    let mut refusal_index: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut found: Vec<(Kind, &Event)> = Vec::new();
+    // Latest refusal per (subject, stage).
+    let mut refusals: HashMap<(&str, &str), &Event> = HashMap::new();
     for e in events {
         match e.kind {
             EventType::GateRun => {
-                let fp = fingerprints.get(&e.seq).map(String::as_str);
                 if e.raw.get("exit_code").and_then(Value::as_i64) == Some(0) {
-                    if let Some(fp) = fp {
-                        passing.insert(fp);
+                    if let Some(fp) = fingerprints.get(&e.seq) {
+                        passing.insert(fp.as_str());
                     }
-                    continue;
+                } else {
+                    found.push((Kind::FailedGate, e));
                 }
-                let mut m = base(e, "failed_gate");
-                for key in ["task", "criterion", "command", "exit_code"] {
-                    m.insert(key.into(), e.raw.get(key).cloned().unwrap_or(Value::Null));
-                }
-                m.insert(
-                    "cause".into(),
-                    e.raw.get("evidence_path").cloned().unwrap_or(Value::Null),
-                );
-                m.insert("run_fingerprint".into(), json!(fp));
-                entries.push((e.seq, fp, m));
             }
             EventType::Refusal => {
                 let key = (
                     e.str("subject").unwrap_or_default(),
                     e.str("stage").unwrap_or_default(),
                 );
-                match refusal_index.get(&key) {
-                    Some(&i) => refusals[i].1 = e,
-                    None => {
-                        refusal_index.insert(key, refusals.len());
-                        refusals.push((key, e));
-                    }
-                }
+                refusals.insert(key, e);
             }
             EventType::Adaptation if e.str("decision") == Some("refused") => {
-                let mut m = base(e, "refused_adaptation");
-                m.insert(
-                    "subject".into(),
-                    json!(format!("{} adaptation", e.str("kind").unwrap_or_default())),
-                );
-                m.insert(
-                    "reason".into(),
-                    e.raw.get("reason").cloned().unwrap_or(Value::Null),
-                );
-                m.insert("cause".into(), json!(format!("journal seq {}", e.seq)));
-                entries.push((e.seq, None, m));
+                found.push((Kind::RefusedAdaptation, e));
             }
             EventType::ControlPair if e.str("verdict") == Some("non_discriminating") => {
-                let mut m = base(e, "non_discriminating_control");
-                m.insert("criterion".into(), json!(e.str("criterion")));
-                m.insert("verdict".into(), json!("non_discriminating"));
-                m.insert(
-                    "cause".into(),
-                    e.raw.get("evidence_path").cloned().unwrap_or(Value::Null),
-                );
-                m.insert("recorded_contract_id".into(), json!(e.contract_id()));
-                if e.contract_id() != live_id {
-                    m.insert("aged_out".into(), json!("superseded contract revision"));
-                }
-                entries.push((e.seq, None, m));
+                found.push((Kind::NonDiscriminating, e));
             }
             _ => {}
         }
     }
-    entries.retain(|(_, fp, _)| fp.is_none_or(|fp| !passing.contains(fp)));
-    for (_, e) in refusals {
-        let mut m = base(e, "refusal");
-        for key in ["subject", "stage", "reason"] {
-            m.insert(key.into(), e.raw.get(key).cloned().unwrap_or(Value::Null));
-        }
-        m.insert("cause".into(), json!(format!("journal seq {}", e.seq)));
-        entries.push((e.seq, None, m));
-    }
-    entries.sort_by_key(|(seq, _, _)| *seq);
-    let skip = entries.len().saturating_sub(DEAD_END_CAP);
-    entries
+    // Drop failed gates whose run fingerprint later (or ever) passed: same inputs, now passing.
+    found.retain(|(kind, e)| {
+        !matches!(kind, Kind::FailedGate)
+            || fingerprints
+                .get(&e.seq)
+                .is_none_or(|fp| !passing.contains(fp.as_str()))
+    });
+    found.extend(refusals.into_values().map(|e| (Kind::Refusal, e)));
+    found.sort_by_key(|(_, e)| e.seq);
+    let skip = found.len().saturating_sub(DEAD_END_CAP);
+    found
         .into_iter()
         .skip(skip)
-        .map(|(_, _, m)| Value::Object(m))
+        .map(|(kind, e)| Value::Object(entry(kind, e, fingerprints, live_id)))
         .collect()
 }
 
-fn base(e: &Event, kind: &str) -> Map<String, Value> {
+fn entry(
+    kind: Kind,
+    e: &Event,
+    fingerprints: &HashMap<u64, String>,
+    live_id: &str,
+) -> Map<String, Value> {
+    let get = |key: &str| e.raw.get(key).cloned().unwrap_or(Value::Null);
+    let journal_seq = json!(format!("journal seq {}", e.seq));
     let mut m = Map::new();
-    m.insert("kind".into(), json!(kind));
     m.insert("seq".into(), json!(e.seq));
     m.insert("ts".into(), json!(e.ts()));
+    match kind {
+        Kind::FailedGate => {
+            m.insert("kind".into(), json!("failed_gate"));
+            for key in ["task", "criterion", "command", "exit_code"] {
+                m.insert(key.into(), get(key));
+            }
+            m.insert("cause".into(), get("evidence_path"));
+            m.insert("run_fingerprint".into(), json!(fingerprints.get(&e.seq)));
+        }
+        Kind::Refusal => {
+            m.insert("kind".into(), json!("refusal"));
+            for key in ["subject", "stage", "reason"] {
+                m.insert(key.into(), get(key));
+            }
+            m.insert("cause".into(), journal_seq);
+        }
+        Kind::RefusedAdaptation => {
+            m.insert("kind".into(), json!("refused_adaptation"));
+            m.insert(
+                "subject".into(),
+                json!(format!("{} adaptation", e.str("kind").unwrap_or_default())),
+            );
+            m.insert("reason".into(), get("reason"));
+            m.insert("cause".into(), journal_seq);
+        }
+        Kind::NonDiscriminating => {
+            m.insert("kind".into(), json!("non_discriminating_control"));
+            m.insert("criterion".into(), get("criterion"));
+            m.insert("verdict".into(), json!("non_discriminating"));
+            m.insert("cause".into(), get("evidence_path"));
+            m.insert("recorded_contract_id".into(), json!(e.contract_id()));
+            if e.contract_id() != live_id {
+                m.insert("aged_out".into(), json!("superseded contract revision"));
+            }
+        }
+    }
     m
 }

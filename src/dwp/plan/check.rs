@@ -239,7 +239,6 @@ regexes! {
     limit_id = r"^[a-z][a-z0-9_]*$";
     spec_version = r"^\d+\.\d+\.\d+$";
     sha256_hex = r"^[0-9a-f]{64}$";
-    event_ts = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$";
     delegation_id = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$";
     prefixed_sha256 = r"^sha256:[0-9a-f]{64}$";
 }
