@@ -55,9 +55,11 @@ pub struct OpTable {
 }
 
 impl OpTable {
-    /// Applies one record, refusing a transition the state machine does not allow.
-    pub fn apply(&mut self, record: &JournalRecord) -> std::result::Result<(), String> {
-        let op_id = record.op_id();
+    /// Applies one record (consumed: folding a large journal moves its data instead of copying
+    /// it), refusing a transition the state machine does not allow.
+    pub fn apply(&mut self, record: JournalRecord) -> std::result::Result<(), String> {
+        let next = record.phase();
+        let op_id = record.op_id().to_string();
         if let JournalRecord::Started {
             op_id,
             at,
@@ -68,19 +70,19 @@ impl OpTable {
             call_index,
         } = record
         {
-            if self.index.contains_key(op_id) {
+            if self.index.contains_key(&op_id) {
                 return Err(format!("operation {op_id} started twice"));
             }
             self.index.insert(op_id.clone(), self.ops.len());
             self.ops.push(OpState {
-                op_id: op_id.clone(),
+                op_id,
                 phase: OpPhase::Started,
-                tool: tool.clone(),
-                arguments: arguments.clone(),
-                message_id: message_id.clone(),
-                tool_call_id: tool_call_id.clone(),
-                call_index: *call_index,
-                started_at: at.clone(),
+                tool,
+                arguments,
+                message_id,
+                tool_call_id,
+                call_index,
+                started_at: at,
                 output: None,
                 unknown_reason: None,
                 turn_message_id: None,
@@ -88,14 +90,13 @@ impl OpTable {
             });
             return Ok(());
         }
-        let Some(&i) = self.index.get(op_id) else {
+        let Some(&i) = self.index.get(&op_id) else {
             return Err(format!(
                 "{} record for unknown operation {op_id}",
-                record.phase().name()
+                next.name()
             ));
         };
         let op = &mut self.ops[i];
-        let next = record.phase();
         if !op.phase.allows(next) {
             return Err(format!(
                 "operation {op_id} cannot go from {} to {}",
@@ -105,14 +106,12 @@ impl OpTable {
         }
         match record {
             JournalRecord::OutcomeKnown { output, .. } | JournalRecord::Resolved { output, .. } => {
-                op.output = Some(output.clone());
+                op.output = Some(output);
             }
-            JournalRecord::OutcomeUnknown { reason, .. } => {
-                op.unknown_reason = Some(reason.clone())
-            }
+            JournalRecord::OutcomeUnknown { reason, .. } => op.unknown_reason = Some(reason),
             JournalRecord::Settled {
                 turn_message_id, ..
-            } => op.turn_message_id = Some(turn_message_id.clone()),
+            } => op.turn_message_id = Some(turn_message_id),
             JournalRecord::Started { .. } => unreachable!("handled above"),
         }
         op.phase = next;
@@ -129,6 +128,11 @@ impl OpTable {
         &self.ops
     }
 
+    /// All operations, in start order, by value.
+    pub fn into_ops(self) -> Vec<OpState> {
+        self.ops
+    }
+
     /// The operation started for call `call_index` of assistant message `message_id`, if any.
     pub fn for_call(&self, message_id: &str, call_index: usize) -> Option<&OpState> {
         self.ops
@@ -139,9 +143,9 @@ impl OpTable {
 }
 
 /// Folds records into the live state; `path` names the file in a corrupt-state error.
-pub fn fold(path: &Path, records: &[JournalRecord]) -> Result<OpTable> {
+pub fn fold(path: &Path, records: Vec<JournalRecord>) -> Result<OpTable> {
     let mut table = OpTable::default();
-    for (i, record) in records.iter().enumerate() {
+    for (i, record) in records.into_iter().enumerate() {
         table.apply(record).map_err(|why| {
             Error::corrupt(format!("{}:{}: {why}", path.display(), i + 1))
                 .with_hint("the journal was not written by kxen-agent in this order; restore it from a backup or bundle")
@@ -154,7 +158,7 @@ pub fn fold(path: &Path, records: &[JournalRecord]) -> Result<OpTable> {
 /// hash chain is checked ([`fsx::chain`]).
 pub fn read(path: &Path) -> Result<OpTable> {
     let file = fsx::read_chain::<JournalRecord>(path)?;
-    fold(path, &file.records)
+    fold(path, file.records)
 }
 
 /// The journal of one run, open for writing. Only the holder of the Session's run lease opens
@@ -175,7 +179,7 @@ impl Journal {
         Ok(Journal {
             path: path.to_path_buf(),
             writer,
-            table: fold(path, &records)?,
+            table: fold(path, records)?,
         })
     }
 
@@ -185,7 +189,7 @@ impl Journal {
         self.check(&record)?;
         self.writer.append(&record)?;
         self.table
-            .apply(&record)
+            .apply(record)
             .map_err(|why| Error::failed(format!("journal state machine: {why}")))
     }
 

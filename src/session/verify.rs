@@ -145,7 +145,7 @@ pub fn verify(
 
         let journal_path = run_paths.journal();
         let records = read_chain::<JournalRecord>(&journal_path, mode, &mut out)?;
-        let table = journal::fold(&journal_path, &records)?;
+        let table = journal::fold(&journal_path, records.clone())?;
         for (i, record) in records.iter().enumerate() {
             let line = i + 1;
             match record {

@@ -7,7 +7,9 @@ use serde_json::{Value, json};
 
 use crate::error::Result;
 use crate::ids::{self, IdKind};
-use crate::journal;
+use serde::Serialize;
+
+use crate::journal::{self, OpState};
 use crate::run::state::RunState;
 use crate::session::{SessionMeta, messages, store};
 use crate::state::StateDir;
@@ -55,16 +57,26 @@ pub fn show_session(state: &StateDir, session_id: &str) -> Result<Value> {
     Ok(value)
 }
 
+/// What `run show` prints: `{"type":"run","run":…,"operations":[…]}`. Serialized straight from
+/// the folded journal (no intermediate JSON tree: a long journal is not held twice).
+#[derive(Debug, Serialize)]
+pub struct RunView {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub run: RunState,
+    pub operations: Vec<OpState>,
+}
+
 /// A run's state plus every journal operation with its phase.
-pub fn show_run(state: &StateDir, session_id: &str, run_id: &str) -> Result<Value> {
+pub fn show_run(state: &StateDir, session_id: &str, run_id: &str) -> Result<RunView> {
     let paths = store::session_paths(state, session_id)?;
     ids::validate_kind(run_id, IdKind::Run)?;
     let run_paths = paths.run(run_id);
     let run = RunState::read(&run_paths, run_id)?;
     let table = journal::read(&run_paths.journal())?;
-    Ok(json!({
-        "type": "run",
-        "run": run,
-        "operations": table.ops(),
-    }))
+    Ok(RunView {
+        kind: "run",
+        run,
+        operations: table.into_ops(),
+    })
 }

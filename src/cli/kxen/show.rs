@@ -1,7 +1,5 @@
 //! `session list`, `session show SES`, `run show SES RUN`: read-only JSON views.
 
-use serde_json::Value;
-
 use super::render::Renderer;
 use crate::cli::output::{self, Format};
 use crate::error::Result;
@@ -61,9 +59,10 @@ pub fn run_resolve(
     Ok(0)
 }
 
-fn print(value: &Value, format: Format) {
-    match format {
-        Format::Jsonl => output::json_line(value),
-        Format::Text => output::line(&serde_json::to_string_pretty(value).unwrap_or_default()),
-    }
+fn print<T: serde::Serialize>(value: &T, format: Format) {
+    let text = match format {
+        Format::Jsonl => serde_json::to_string(value),
+        Format::Text => serde_json::to_string_pretty(value),
+    };
+    output::line(&text.unwrap_or_else(|_| "{}".into()));
 }

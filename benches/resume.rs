@@ -1,0 +1,306 @@
+//! Benchmark: resume cost against history size (issue 4).
+//!
+//! Builds a Session with 10,000 messages and 100,000 journal records (`KXEN_BENCH_MESSAGES`,
+//! `KXEN_BENCH_RECORDS` override), then measures, each in a fresh child process so peak memory
+//! (VmHWM) is its own:
+//! - `run show` (the read-only view of the run and all its operations),
+//! - resume up to the first model call (lease, lock and policy checks, workspace verification,
+//!   reading and folding messages and journal, recovery, building the model's history),
+//! - the floor: reading the same JSONL bytes and parsing every line with serde_json.
+//!
+//! Target: each ≤ 2× the floor's time, peak memory ≤ 2× the files' size (plus the process's own
+//! baseline, reported separately). Run: `cargo bench --bench resume`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use kxen::Result;
+use kxen::policy::PolicyFlags;
+use kxen::provider::{ModelRequest, ModelResponse, Provider};
+use kxen::run::agent_loop::{self, Execution};
+use kxen::run::create::{self, NewRunRequest};
+use kxen::run::events::Discard;
+use kxen::run::resume::{self, ResumeRequest};
+use kxen::state::StateDir;
+use serde_json::{Value, json};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--child") {
+        let (what, root) = (&args[i + 1], PathBuf::from(&args[i + 2]));
+        let secs = match what.as_str() {
+            "show" => child_show(&root),
+            "resume" => child_resume(&root),
+            _ => child_floor(&root),
+        };
+        println!("{secs} {}", peak_kb());
+        return;
+    }
+    let messages: usize = env_or("KXEN_BENCH_MESSAGES", 10_000);
+    let records: usize = env_or("KXEN_BENCH_RECORDS", 100_000);
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(&base).unwrap();
+    let tmp = tempfile::tempdir_in(&base).unwrap();
+    let root = tmp.path();
+    let bytes = build(root, messages, records);
+    println!(
+        "resume: a Session with {messages} messages and {records} journal records ({:.1} MiB of JSONL)",
+        bytes as f64 / 1048576.0
+    );
+    let mut results = Vec::new();
+    for what in ["floor", "show", "resume"] {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--child", what, root.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let last = text.lines().last().unwrap_or_default().to_string();
+        let mut parts = last.split_whitespace();
+        let Some(secs) = parts.next().and_then(|s| s.parse::<f64>().ok()) else {
+            panic!("{what}: {text} {}", String::from_utf8_lossy(&out.stderr));
+        };
+        let kb: u64 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        results.push((what, secs, kb));
+    }
+    let (floor_secs, floor_kb) = (results[0].1, results[0].2);
+    for (what, secs, kb) in &results {
+        println!(
+            "  {what:<7} {:>8.1} ms  ({:.2}x floor)   peak RSS {:>7.1} MiB ({:.2}x the files)",
+            secs * 1e3,
+            secs / floor_secs,
+            *kb as f64 / 1024.0,
+            (*kb as f64 * 1024.0) / bytes as f64,
+        );
+    }
+    println!(
+        "  (peak RSS includes the process baseline; the floor child's peak is {:.1} MiB)",
+        floor_kb as f64 / 1024.0
+    );
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Peak resident set size of this process, in KiB.
+fn peak_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+struct Fixture {
+    state: StateDir,
+    session: String,
+    run: String,
+    config: PathBuf,
+}
+
+fn fixture(root: &Path) -> Fixture {
+    let ids: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("ids.json")).unwrap()).unwrap();
+    Fixture {
+        state: StateDir::at(root.join("state")),
+        session: ids["session"].as_str().unwrap().into(),
+        run: ids["run"].as_str().unwrap().into(),
+        config: root.join("config.toml"),
+    }
+}
+
+fn child_floor(root: &Path) -> f64 {
+    let f = fixture(root);
+    let paths = f.state.session(&f.session);
+    let start = Instant::now();
+    let mut n = 0usize;
+    for file in [paths.messages(), paths.run(&f.run).journal()] {
+        let bytes = std::fs::read(&file).unwrap();
+        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let v: Value = serde_json::from_slice(line).unwrap();
+            n += usize::from(!v.is_null());
+        }
+    }
+    assert!(n > 0);
+    start.elapsed().as_secs_f64()
+}
+
+fn child_show(root: &Path) -> f64 {
+    let f = fixture(root);
+    let start = Instant::now();
+    let shown = kxen::session::view::show_run(&f.state, &f.session, &f.run).unwrap();
+    let text = serde_json::to_string(&shown).unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    assert!(text.len() > 100);
+    secs
+}
+
+/// Stops the run at its first model call and remembers when that was.
+#[derive(Debug)]
+struct FirstCall(Mutex<Option<Instant>>);
+
+impl Provider for FirstCall {
+    fn complete(&self, _request: &ModelRequest, _n: usize) -> Result<ModelResponse> {
+        self.0.lock().unwrap().get_or_insert_with(Instant::now);
+        Err(kxen::Error::external(
+            "benchmark: stop at the first model call",
+        ))
+    }
+}
+
+fn child_resume(root: &Path) -> f64 {
+    let f = fixture(root);
+    let start = Instant::now();
+    let resumed = resume::prepare(
+        &f.state,
+        &ResumeRequest {
+            session_id: f.session.clone(),
+            task: None,
+            workspace: None,
+            rebind: false,
+            policy: PolicyFlags::default(),
+            config: Some(f.config.clone()),
+        },
+    )
+    .unwrap();
+    let first = Arc::new(FirstCall(Mutex::new(None)));
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let execution = Execution {
+        state: &f.state,
+        session_id: &f.session,
+        paths: &resumed.paths,
+        definition: &resumed.meta.lock.definition,
+        capabilities: &resumed.meta.lock.capabilities,
+        pass_env: &resumed.merged.pass_env,
+        workspace_root: &resumed.meta.workspace.root,
+        provider: first.clone(),
+        provider_info: None,
+        cancel: &cancel,
+    };
+    agent_loop::execute(&execution, &resumed.run_id, &mut Discard).unwrap();
+    let at = first.0.lock().unwrap().expect("the model was called");
+    at.duration_since(start).as_secs_f64()
+}
+
+/// Creates the Session and replaces its history with `messages` messages and `records` journal
+/// records (a consistent history: every call answered and settled). Returns the JSONL bytes.
+fn build(root: &Path, messages: usize, records: usize) -> usize {
+    let repo = root.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("a.txt"), "alpha\n").unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &["commit", "-q", "-m", "bench"],
+    ] {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "b")
+            .env("GIT_AUTHOR_EMAIL", "b@example.invalid")
+            .env("GIT_COMMITTER_NAME", "b")
+            .env("GIT_COMMITTER_EMAIL", "b@example.invalid")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+    let agent = root.join("agent.yaml");
+    std::fs::write(&agent, "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: bench}\nspec:\n  objective: o\n  instructions: [i]\n  capabilities: {required: [read]}\n  execution: {maxTurns: 1024, maxPureRetries: 0}\n").unwrap();
+    std::fs::write(root.join("turns.jsonl"), "{\"text\":\"x\"}\n").unwrap();
+    let config = root.join("config.toml");
+    std::fs::write(
+        &config,
+        "[providers.s]\nkind = \"script\"\npath = \"turns.jsonl\"\n[roles]\nexecution = \"s\"\n",
+    )
+    .unwrap();
+    let state = StateDir::at(root.join("state"));
+    let prepared = create::prepare(&NewRunRequest {
+        workspace: repo,
+        task: "bench".into(),
+        agent: Some(agent),
+        policy: PolicyFlags::default(),
+        config: Some(config),
+    })
+    .unwrap();
+    let (lease, _) = create::create(&state, &prepared).unwrap();
+    drop(lease);
+    let session = prepared.new.meta.id.clone();
+    let run = prepared.new.run.id.clone();
+    let paths = state.session(&session);
+
+    // Messages: the task, then (assistant with one read call, tool answer) pairs. They belong to
+    // an earlier run of the Session, so this run's turn budget is not spent by them.
+    let earlier = "run_0000000000aaaaaaaaaaaaaaaa";
+    let mut msg_lines = Chained::default();
+    msg_lines.push(&serde_json::to_value(&prepared.new.task).unwrap());
+    let pairs = (messages - 1) / 2;
+    let ops = records / 3;
+    let mut journal = Chained::default();
+    let at = "2026-11-30T00:00:00.000Z";
+    for i in 0..ops {
+        let op = format!("op_{i:026}");
+        let (msg, turn) = (format!("msg_a{i:025}"), format!("msg_t{i:025}"));
+        let args = json!({"path": "a.txt"});
+        if i < pairs {
+            msg_lines.push(&json!({"id": msg, "runId": earlier, "role": "assistant", "content": "Reading the file again to be sure.", "toolCalls": [{"id": format!("call_{i}"), "name": "read", "arguments": args}], "usage": {"inputTokens": 1000, "outputTokens": 20}, "createdAt": at}));
+            msg_lines.push(&json!({"id": turn, "runId": earlier, "role": "tool", "content": "     1\talpha\n", "toolCallId": format!("call_{i}"), "replyTo": msg, "callIndex": 0, "opId": op, "createdAt": at}));
+        }
+        for rec in [
+            json!({"phase": "started", "opId": op, "at": at, "tool": "read", "arguments": args, "messageId": msg, "toolCallId": format!("call_{i}"), "callIndex": 0}),
+            json!({"phase": "outcomeKnown", "opId": op, "at": at, "output": {"text": "     1\talpha\n", "isError": false}}),
+            json!({"phase": "settled", "opId": op, "at": at, "turnMessageId": turn}),
+        ] {
+            journal.push(&rec);
+        }
+    }
+    std::fs::write(paths.messages(), &msg_lines.text).unwrap();
+    std::fs::write(paths.run(&run).journal(), &journal.text).unwrap();
+    // The run was interrupted while running.
+    let run_json = paths.run(&run).run_json();
+    let mut state_json: Value =
+        serde_json::from_str(&std::fs::read_to_string(&run_json).unwrap()).unwrap();
+    state_json["status"] = json!("running");
+    std::fs::write(
+        &run_json,
+        serde_json::to_string_pretty(&state_json).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("ids.json"),
+        json!({"session": session, "run": run}).to_string(),
+    )
+    .unwrap();
+    msg_lines.text.len() + journal.text.len()
+}
+
+/// JSONL text with the hash chain the runtime's files carry (`prevHash`, see `fsx::chain`).
+struct Chained {
+    text: String,
+    prev: String,
+}
+
+impl Default for Chained {
+    fn default() -> Chained {
+        Chained {
+            text: String::new(),
+            prev: kxen::fsx::chain::GENESIS.to_string(),
+        }
+    }
+}
+
+impl Chained {
+    fn push(&mut self, record: &Value) {
+        let line = kxen::fsx::chain::chain_line(&record.to_string(), &self.prev);
+        self.prev = kxen::fsx::chain::line_hash(line.as_bytes());
+        self.text.push_str(&line);
+        self.text.push('\n');
+    }
+}
