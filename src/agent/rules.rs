@@ -205,7 +205,7 @@ pub fn model_role<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     d.deserialize_option(NotNull("`modelRole`", Text(rule_model_role)))
 }
 pub fn instructions<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    d.deserialize_seq(List {
+    d.deserialize_option(List {
         item: rule_instruction,
         max_items: Some(MAX_ITEMS),
         min_items: 1,
@@ -213,7 +213,7 @@ pub fn instructions<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::E
     })
 }
 pub fn success_criteria<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    d.deserialize_seq(List {
+    d.deserialize_option(List {
         item: rule_criterion,
         max_items: Some(MAX_ITEMS),
         min_items: 0,
@@ -221,7 +221,7 @@ pub fn success_criteria<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, 
     })
 }
 fn capability_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    d.deserialize_seq(List {
+    d.deserialize_option(List {
         item: rule_capability,
         max_items: None,
         min_items: 0,
@@ -229,7 +229,7 @@ fn capability_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Er
     })
 }
 fn required_fields<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    d.deserialize_seq(List {
+    d.deserialize_option(List {
         item: rule_required_field,
         max_items: None,
         min_items: 0,
@@ -420,10 +420,22 @@ struct List {
     what: &'static str,
 }
 
+/// Lists are read through `deserialize_option`: a YAML null (`successCriteria: ~`) is an empty
+/// list, like an empty value (`successCriteria:`) already is, and then meets the same
+/// minimum-length rule.
 impl<'de> Visitor<'de> for List {
     type Value = Vec<String>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "a list of {} strings", self.what)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Vec<String>, E> {
+        self.finish(Vec::new()).map_err(E::custom)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Vec<String>, E> {
+        self.visit_none()
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Vec<String>, D::Error> {
+        d.deserialize_seq(self)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
         let mut items: Vec<String> = Vec::new();
@@ -433,11 +445,14 @@ impl<'de> Visitor<'de> for List {
         })? {
             items.push(item);
         }
+        self.finish(items).map_err(de::Error::custom)
+    }
+}
+
+impl List {
+    fn finish(&self, items: Vec<String>) -> Result<Vec<String>, String> {
         if items.len() < self.min_items {
-            return Err(de::Error::custom(format!(
-                "must list at least one {}",
-                self.what
-            )));
+            return Err(format!("must list at least one {}", self.what));
         }
         Ok(items)
     }

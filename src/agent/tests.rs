@@ -224,6 +224,20 @@ fn yaml_null_is_absent_where_optional_and_an_error_elsewhere() {
     assert!(
         invalid(&MINIMAL.replace("test_agent", "")).contains("metadata: `name` must not be null")
     );
+    // A null list is an empty list, which then meets the list's own rules.
+    let yaml = format!("{MINIMAL}    optional: ~\n  successCriteria: ~\n");
+    assert_eq!(
+        parse_definition(yaml.as_bytes(), "a.yaml")
+            .unwrap()
+            .definition_hash(),
+        MINIMAL_HASH
+    );
+    assert!(
+        invalid(&MINIMAL.replace("[Return]", "~")).contains("must list at least one instruction")
+    );
+    assert!(
+        invalid(&MINIMAL.replace("[Return]", "")).contains("must list at least one instruction")
+    );
     // Quoted, they are text.
     let def = parse_definition(
         MINIMAL
