@@ -535,3 +535,55 @@ fn accounting_reports_four_separate_quantities() {
     assert_eq!(doc["provider_tokens"]["value"], Value::Null);
     assert_eq!(doc["wall_clock_hours"]["value"], 0.7);
 }
+
+/// A listing of every file under `dir` with its bytes.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out: Vec<(PathBuf, Vec<u8>)> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().is_file())
+        .map(|e| (e.path().to_path_buf(), std::fs::read(e.path()).unwrap()))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn reading_commands_take_no_lock_and_write_nothing() {
+    let env = TestEnv::new();
+    let repo = copy_repo(&env, "v7");
+    let before = snapshot(&repo);
+    manifest(&env, V7, "T-audit-log", &[]).expect(0);
+    manifest(&env, V7, "T-audit-log", &["--md"]).expect(0);
+    env.run("dwp", &["accounting", "--plan", V7]).expect(0);
+    std::fs::write(env.path().join("s.json"), r#"{"inputs_fingerprint":"x"}"#).unwrap();
+    env.run(
+        "dwp",
+        &[
+            "freshness",
+            "--plan",
+            V7,
+            "--task",
+            "T-audit-log",
+            "--summary",
+            "s.json",
+        ],
+    )
+    .expect(1);
+    assert_eq!(
+        snapshot(&repo),
+        before,
+        "the plan and its repository are unchanged"
+    );
+}
+
+#[test]
+fn v6_markdown_matches_its_golden() {
+    let env = TestEnv::new();
+    copy_repo(&env, "v6");
+    let run = manifest(&env, V6, "T-parse", &["--md"]);
+    run.expect(0);
+    golden("v6-T-parse.md", &run.stdout);
+    assert!(run.stdout.contains("- src/parse.rs: "));
+    assert!(run.stdout.ends_with("`\n"));
+}
