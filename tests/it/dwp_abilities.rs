@@ -660,3 +660,31 @@ fn backfill_records_repository_installs_only() {
     out.expect(2);
     assert!(out.stderr.contains("fix it before back-filling"));
 }
+
+#[test]
+fn an_unreadable_registry_gives_one_warning_in_abilities() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[]);
+    let bin = env.path().join("bin");
+    for bad in ["empty.json", "not-json.json", "array.json", "bom.json"] {
+        let bytes = std::fs::read(crate::dwp_config::fixture(&format!("bad/{bad}"))).unwrap();
+        write(&repo.join(".dwp/config.json"), &bytes);
+        write(
+            &env.home().join(".dwp/config.json"),
+            br#"{"host": {"subagents": true}}"#,
+        );
+        let doc = abilities(&env, &bin, &repo, &[], |_| {});
+        assert_eq!(doc["warnings"].as_array().unwrap().len(), 1, "{bad}: {doc}");
+        assert!(
+            doc["warnings"][0]
+                .as_str()
+                .unwrap()
+                .contains(".dwp/config.json")
+        );
+        // The user file still counts.
+        assert_eq!(
+            doc["sources"]["subagents"],
+            json!(["record:~/.dwp/config.json"])
+        );
+    }
+}
