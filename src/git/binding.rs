@@ -62,9 +62,12 @@ pub struct WorkspaceBinding {
 /// The outcome of a successful [`verify`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
-    /// The binding as it is now: the stored identity, the current root, branch and HEAD.
-    /// The caller persists it (HEAD may have advanced; the root changes on a rebind).
+    /// The binding to keep: the stored identity, branch and recorded HEAD, at the current
+    /// location (root and repository root change on a rebind). Equal to the stored binding when
+    /// nothing moved.
     pub binding: WorkspaceBinding,
+    /// The commit HEAD points at now (it may have advanced past the recorded one).
+    pub current_head: Option<String>,
     /// `Some(old root)` when the workspace was rebound to a new root: the session layer records
     /// a `workspaceRebound` history entry (old root, new root, time).
     pub rebound_from: Option<PathBuf>,
@@ -79,6 +82,7 @@ pub struct Verified {
 /// lock file is `Conflict` (exit 5).
 pub fn capture(workspace: &Path) -> Result<(WorkspaceBinding, Vec<String>)> {
     let seen = Observed::of(workspace)?;
+    seen.check_locks()?;
     let mut warnings = Vec::new();
     let Some(git) = &seen.git else {
         let binding = WorkspaceBinding {
@@ -157,6 +161,7 @@ pub fn verify(stored: &WorkspaceBinding, workspace: &Path, rebind: bool) -> Resu
         )));
     }
     let seen = Observed::of(workspace)?;
+    seen.check_locks()?;
     let rebound_from = (seen.root != stored.root).then(|| stored.root.clone());
     if rebound_from.is_some() && !rebind {
         return Err(Error::conflict(format!(
@@ -222,20 +227,52 @@ pub fn verify(stored: &WorkspaceBinding, workspace: &Path, rebind: bool) -> Resu
         Some(git) => git.network_remote(),
         None => (None, Vec::new()),
     };
+    // The identity, branch and recorded HEAD stay as they were at creation (HEAD only has to
+    // be contained in the current one); the location is where the workspace is now.
     let binding = WorkspaceBinding {
         root: seen.root.clone(),
-        identity_hash: stored.identity_hash.clone(),
-        identity_kind: stored.identity_kind,
         repository_root: seen.git.as_ref().map(|g| g.repository_root.clone()),
-        remote_hash: remote.as_deref().map(remote_hash),
-        branch: head.branch,
-        head: head.commit,
+        remote_hash: remote.as_deref().map(remote_hash).or(stored.remote_hash.clone()),
+        ..stored.clone()
     };
     Ok(Verified {
         binding,
+        current_head: head.commit,
         rebound_from,
         warnings,
     })
+}
+
+/// A workspace looked at once and compared with many stored bindings (`session list
+/// --workspace PATH`). Read-only: no lock-file check, nothing written.
+pub struct IdentityProbe {
+    seen: Observed,
+    cache: Vec<((IdentityKind, bool), Option<String>)>,
+}
+
+impl IdentityProbe {
+    /// Looks at `workspace` (which must exist).
+    pub fn new(workspace: &Path) -> Result<IdentityProbe> {
+        Ok(IdentityProbe {
+            seen: Observed::of(workspace)?,
+            cache: Vec::new(),
+        })
+    }
+
+    /// Whether the probed workspace is the repository `stored` is bound to, by the rule `stored`
+    /// was created with (the same comparison [`verify`] makes).
+    pub fn matches(&mut self, stored: &WorkspaceBinding) -> Result<bool> {
+        let key = (stored.identity_kind, stored.repository_root.is_some());
+        let identity = match self.cache.iter().find(|(k, _)| *k == key) {
+            Some((_, identity)) => identity.clone(),
+            None => {
+                let identity = self.seen.identity_as(stored, &mut Vec::new())?;
+                self.cache.push((key, identity.clone()));
+                identity
+            }
+        };
+        Ok(identity.as_deref() == Some(stored.identity_hash.as_str()))
+    }
 }
 
 /// HEAD may advance, never rewind or diverge: the Session's history refers to the recorded
@@ -313,7 +350,6 @@ impl Observed {
             )));
         };
         let repository_root = canonical(workdir)?;
-        locks::check(repo.git_dir(), repo.common_dir())?;
         let head = repo.head()?;
         Ok(Observed {
             root,
@@ -323,6 +359,14 @@ impl Observed {
                 head,
             }),
         })
+    }
+
+    /// Fails naming a leftover git lock file, if there is one.
+    fn check_locks(&self) -> Result<()> {
+        match &self.git {
+            Some(git) => locks::check(git.repo.git_dir(), git.repo.common_dir()),
+            None => Ok(()),
+        }
     }
 
     /// This workspace's identity hash under the rule `stored` was created with; `None` when that

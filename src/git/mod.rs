@@ -16,7 +16,7 @@ mod remote;
 mod repo;
 mod worktree;
 
-pub use binding::{IdentityKind, Verified, WorkspaceBinding, capture, verify};
+pub use binding::{IdentityKind, IdentityProbe, Verified, WorkspaceBinding, capture, verify};
 pub use remote::normalize as normalize_remote;
 pub use worktree::{
     add_worktree, remove_worktree, validate_worktree_name, worktree_branch, worktree_path,

@@ -193,7 +193,7 @@ fn empty_repository_is_bound_to_its_path_with_a_warning() {
     commit(&dir, "first");
     let v = verify(&b, &dir, false).unwrap();
     assert_eq!(v.binding.identity_hash, b.identity_hash);
-    assert!(v.binding.head.is_some());
+    assert!(v.current_head.is_some());
 }
 
 #[test]
@@ -270,7 +270,8 @@ fn head_may_advance_but_not_rewind_diverge_or_switch_branch() {
 
     let advanced = commit(&dir, "third");
     let v = verify(&b, &dir, false).unwrap();
-    assert_eq!(v.binding.head.as_deref(), Some(advanced.as_str()));
+    assert_eq!(v.binding, b, "the recorded HEAD is kept");
+    assert_eq!(v.current_head.as_deref(), Some(advanced.as_str()));
 
     git(&dir, &["reset", "-q", "--hard", "HEAD~2"]);
     let err = expect_err(verify(&b, &dir, false), ErrorKind::Conflict);
@@ -475,4 +476,28 @@ fn failed_worktree_add_leaves_nothing_behind() {
     assert!(err.message.contains("git worktree add"), "{err:?}");
     assert!(!dir.join(".kxen/worktrees/x").exists());
     assert!(!git(&dir, &["worktree", "list"]).contains(".kxen"));
+}
+
+#[test]
+fn identity_probe_matches_by_the_stored_rule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = repo(tmp.path(), "a");
+    let (ba, _) = capture(&a).unwrap();
+    git(tmp.path(), &["clone", "-q", a.to_str().unwrap(), "clone"]);
+    let other = repo(tmp.path(), "other");
+    let (bo, _) = capture(&other).unwrap();
+    let plain = tmp.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let (bp, _) = capture(&plain).unwrap();
+
+    let mut probe = IdentityProbe::new(&tmp.path().join("clone")).unwrap();
+    assert!(probe.matches(&ba).unwrap());
+    assert!(!probe.matches(&bo).unwrap());
+    assert!(!probe.matches(&bp).unwrap());
+    let mut probe = IdentityProbe::new(&plain).unwrap();
+    assert!(probe.matches(&bp).unwrap());
+    assert!(!probe.matches(&ba).unwrap());
+    // Read-only: a leftover lock does not stop a probe.
+    std::fs::write(a.join(".git/index.lock"), "").unwrap();
+    assert!(IdentityProbe::new(&a).unwrap().matches(&ba).unwrap());
 }
