@@ -13,8 +13,9 @@ use crate::error::Error;
 /// Output format of kxen-agent commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum Format {
-    /// One JSON object per line on stdout, each with a "type".
+    /// One JSON object per line on stdout, each with a "type" (`json` is accepted too).
     #[default]
+    #[value(alias = "json")]
     Jsonl,
     /// A human view.
     Text,

@@ -232,7 +232,10 @@ pub fn verify(stored: &WorkspaceBinding, workspace: &Path, rebind: bool) -> Resu
     let binding = WorkspaceBinding {
         root: seen.root.clone(),
         repository_root: seen.git.as_ref().map(|g| g.repository_root.clone()),
-        remote_hash: remote.as_deref().map(remote_hash).or(stored.remote_hash.clone()),
+        remote_hash: remote
+            .as_deref()
+            .map(remote_hash)
+            .or(stored.remote_hash.clone()),
         ..stored.clone()
     };
     Ok(Verified {

@@ -24,14 +24,75 @@ pub struct SessionMeta {
     pub parent_id: Option<String>,
     /// The first Session of the fork tree (this Session's own id when it is not a fork).
     pub branch_root_id: String,
-    /// The message id the fork was taken at.
-    pub fork_point: Option<String>,
-    /// `at` (fork includes the message) or `before`.
-    pub fork_kind: Option<String>,
+    /// Where in the parent's conversation the fork was taken (`session fork`).
+    pub fork_point: Option<ForkPoint>,
+    /// `conversation` (shares the parent's workspace) or `worktree` (its own git worktree).
+    pub fork_kind: Option<ForkKind>,
     /// The `DcpAgentLock` fixed for the Session's life.
     pub lock: DcpAgentLock,
-    /// The Session's first run (started with the creating task).
-    pub first_run_id: String,
+    /// The Session's first run (started with the creating task). A fork starts without runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_run_id: Option<String>,
+    /// Events in the Session's life that are not conversation, oldest first (a rebound
+    /// workspace). Changed only together with the rest of `session.json`, by atomic replace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<HistoryEntry>,
+}
+
+/// The message a fork was taken at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForkPoint {
+    /// The parent's message id given with `--at`.
+    pub message_id: String,
+    /// Its 1-based position in the parent's conversation.
+    pub index: usize,
+    /// `--before`: the fork's history ends just before that message instead of with it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub before: bool,
+}
+
+impl ForkPoint {
+    /// How many of the parent's messages the fork copied: its common prefix with the parent.
+    pub fn copied(&self) -> usize {
+        if self.before {
+            self.index - 1
+        } else {
+            self.index
+        }
+    }
+}
+
+/// How a fork relates to its parent's workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ForkKind {
+    /// Same workspace as the parent (files are not copied).
+    Conversation,
+    /// A new git worktree on branch `kxen/NAME`.
+    Worktree,
+}
+
+impl ForkKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ForkKind::Conversation => "conversation",
+            ForkKind::Worktree => "worktree",
+        }
+    }
+}
+
+/// One entry of [`SessionMeta::history`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase", deny_unknown_fields)]
+pub enum HistoryEntry {
+    /// `--resume SES --workspace NEW --rebind-workspace` moved the Session to a new root.
+    #[serde(rename_all = "camelCase")]
+    WorkspaceRebound {
+        from: String,
+        to: String,
+        at: String,
+    },
 }
 
 impl SessionMeta {

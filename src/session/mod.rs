@@ -5,6 +5,8 @@
 //! staging directory and renamed into place ([`store::create`]). Everything that changes an
 //! existing Session happens under its run lease ([`lease::Lease`]).
 
+pub mod diff;
+pub mod fork;
 pub mod lease;
 pub mod messages;
 pub mod meta;
@@ -14,4 +16,4 @@ pub mod view;
 
 pub use lease::{Lease, LeaseRecord};
 pub use messages::{CallRecord, Message, MessageLog, Role, UsageRecord};
-pub use meta::SessionMeta;
+pub use meta::{ForkKind, ForkPoint, HistoryEntry, SessionMeta};

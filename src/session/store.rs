@@ -25,13 +25,48 @@ pub struct NewSession {
 
 /// Writes a new Session and returns its run lease, already held.
 pub fn create(state: &StateDir, new: &NewSession) -> Result<Lease> {
-    let id = &new.meta.id;
+    create_staged(state, &new.meta.id, |staging| write_staged(staging, new))
+}
+
+/// Writes a forked Session — its metadata and the copied messages, no runs — all or nothing,
+/// and returns its run lease, already held.
+pub fn create_fork(state: &StateDir, meta: &SessionMeta, messages: &[Message]) -> Result<Lease> {
+    create_staged(state, &meta.id, |staging| {
+        let lease = Lease::acquire(staging, &meta.id)?;
+        let paths = SessionPaths {
+            dir: staging.to_path_buf(),
+        };
+        fsx::write_atomic_json(&paths.session_json(), meta, fsx::STATE_FILE_MODE)?;
+        // One write for the whole copy (the file is new and invisible until the rename), hash
+        // chained from the start exactly as appends chain it.
+        let mut jsonl = String::new();
+        let mut prev = fsx::chain::GENESIS.to_string();
+        for message in messages {
+            let record = serde_json::to_string(message)
+                .map_err(|e| Error::failed(format!("cannot serialize a message: {e}")))?;
+            let line = fsx::chain::chain_line(&record, &prev);
+            prev = fsx::chain::line_hash(line.as_bytes());
+            jsonl.push_str(&line);
+            jsonl.push('\n');
+        }
+        fsx::write_atomic(&paths.messages(), jsonl.as_bytes(), fsx::STATE_FILE_MODE)?;
+        fsx::create_dir_private(&paths.runs_dir())?;
+        Ok(lease)
+    })
+}
+
+/// Builds a Session in `sessions/.staging-<id>/` with `write` and renames it into place.
+fn create_staged(
+    state: &StateDir,
+    id: &str,
+    write: impl FnOnce(&Path) -> Result<Lease>,
+) -> Result<Lease> {
     ids::validate_kind(id, IdKind::Session)?;
     state.ensure()?;
     let staging = state.sessions_dir().join(format!(".staging-{id}"));
     let target = state.session(id);
     fsx::create_dir_private(&staging)?;
-    let result = write_staged(&staging, new).and_then(|lease| {
+    let result = write(&staging).and_then(|lease| {
         failpoint::hit("session.create.before-rename");
         fsx::rename_dir_into_place(&staging, &target.dir)?;
         failpoint::hit("session.create.after-rename");
@@ -140,7 +175,8 @@ mod tests {
                 fork_point: None,
                 fork_kind: None,
                 lock: sample_lock(),
-                first_run_id: run_id.clone(),
+                first_run_id: Some(run_id.clone()),
+                history: Vec::new(),
             },
             run: RunState::new(id, &run_id, &task),
             task,

@@ -96,10 +96,13 @@ pub fn verify(
     out.messages = messages.len();
 
     let runs = run_ids(&paths.runs_dir())?;
-    if !runs.contains(&meta.first_run_id) {
+    // A fork starts without runs (its copied messages name the parent's runs).
+    if let Some(first) = &meta.first_run_id
+        && !runs.contains(first)
+    {
         return Err(corrupt(
             &paths.session_json(),
-            format!("firstRunId {} has no run directory", meta.first_run_id),
+            format!("firstRunId {first} has no run directory"),
         ));
     }
     let mut journals = HashMap::new();
@@ -219,7 +222,12 @@ pub fn verify(
         journals.insert(run_id.clone(), table);
     }
 
+    // A fork's copied prefix belongs to its parent's runs (reachable through `parentId`).
+    let inherited = meta.fork_point.as_ref().map_or(0, |p| p.copied());
     for (id, (line, m)) in &by_id {
+        if *line <= inherited {
+            continue;
+        }
         let Some(table) = journals.get(&m.run_id) else {
             return Err(corrupt_at(
                 &messages_path,

@@ -3,9 +3,12 @@
 //! They never write anything, not even the state dir, and take no lock, so they work while a run
 //! holds the lease; a torn last line written by a live run is simply not shown yet.
 
+use std::path::Path;
+
 use serde_json::{Value, json};
 
 use crate::error::Result;
+use crate::git;
 use crate::ids::{self, IdKind};
 use serde::Serialize;
 
@@ -14,15 +17,23 @@ use crate::run::state::RunState;
 use crate::session::{SessionMeta, messages, store};
 use crate::state::StateDir;
 
-/// One summary object per Session, oldest first.
-pub fn list(state: &StateDir) -> Result<Vec<Value>> {
+/// One summary object per Session, newest first, with its lineage and workspace. With
+/// `workspace`, only the Sessions bound to that repository (compared by each Session's own
+/// identity rule, as a resume would).
+pub fn list(state: &StateDir, workspace: Option<&Path>) -> Result<Vec<Value>> {
+    let mut probe = workspace.map(git::IdentityProbe::new).transpose()?;
     let mut out = Vec::new();
-    for id in store::list_ids(state)? {
+    for id in store::list_ids(state)?.into_iter().rev() {
         let paths = state.session(&id);
         if !paths.session_json().is_file() {
             continue;
         }
         let meta = SessionMeta::read(&paths, &id)?;
+        if let Some(probe) = &mut probe
+            && !probe.matches(&meta.workspace)?
+        {
+            continue;
+        }
         let runs = store::list_runs(&paths)?;
         let last = runs.last();
         out.push(json!({
@@ -32,6 +43,8 @@ pub fn list(state: &StateDir) -> Result<Vec<Value>> {
             "agent": meta.lock.definition.metadata.name,
             "workspace": meta.workspace.root,
             "parentId": meta.parent_id,
+            "branchRootId": meta.branch_root_id,
+            "forkKind": meta.fork_kind,
             "runs": runs.len(),
             "lastRunId": last.map(|r| r.id.clone()),
             "lastRunStatus": last.map(|r| r.status.name()),

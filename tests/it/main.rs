@@ -10,6 +10,7 @@ mod dwp_onboard;
 #[allow(dead_code)] // helpers used by some test modules only
 mod env;
 mod init;
+mod lineage;
 mod policy_check;
 mod run_bad_input;
 mod run_canary;

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod agent;
 mod bundle;
 mod init;
+mod lineage;
 mod render;
 mod run;
 mod show;
@@ -85,8 +86,13 @@ pub struct RunCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
-    /// List the Sessions in the state dir, oldest first (read-only).
-    List,
+    /// List the Sessions in the state dir, newest first, with lineage (parent, fork kind) and
+    /// workspace (read-only).
+    List {
+        /// Only the Sessions bound to the repository at PATH (same identity rule as a resume).
+        #[arg(long, value_name = "PATH")]
+        workspace: Option<PathBuf>,
+    },
     /// Print a Session: metadata, workspace binding, lock, runs and messages (read-only).
     Show {
         /// The Session id (`ses_…`).
@@ -120,6 +126,32 @@ pub enum SessionCommand {
         /// The workspace to bind the imported Session to.
         #[arg(long, value_name = "PATH")]
         workspace: PathBuf,
+    },
+    /// Start a new Session from a Session's conversation up to message MSG (the parent is never
+    /// changed). With --worktree NAME the new Session gets its own git worktree
+    /// `<repo>/.kxen/worktrees/NAME` on the new branch `kxen/NAME`.
+    Fork {
+        /// The Session to fork (`ses_…`).
+        session: String,
+        /// The message to fork at (`msg_…`, see `session show`); it is the last one copied.
+        #[arg(long, value_name = "MSG")]
+        at: String,
+        /// Copy the history up to just before MSG instead.
+        #[arg(long)]
+        before: bool,
+        /// Create a git worktree and branch `kxen/NAME` for the new Session
+        /// (NAME: 1-64 of A-Z a-z 0-9 _ -).
+        #[arg(long, value_name = "NAME")]
+        worktree: Option<String>,
+    },
+    /// Compare two Sessions: conversations (one block per message), locks and workspace
+    /// bindings as unified diffs; in jsonl format one object with the common prefix length and the
+    /// diverging messages (read-only).
+    Diff {
+        /// The first Session (`ses_…`).
+        a: String,
+        /// The second Session (`ses_…`).
+        b: String,
     },
 }
 
@@ -246,7 +278,26 @@ fn dispatch(cli: Cli) -> Result<i32> {
         .with_hint("start a run with `kxen-agent run --task …` (or `kxen-agent --task …`)"));
     }
     match command {
-        Command::Session(SessionCommand::List) => show::session_list(&state()?, format),
+        Command::Session(SessionCommand::List { workspace }) => {
+            show::session_list(&state()?, workspace.as_deref(), format)
+        }
+        Command::Session(SessionCommand::Fork {
+            session,
+            at,
+            before,
+            worktree,
+        }) => {
+            let request = crate::session::fork::ForkRequest {
+                parent: session,
+                at,
+                before,
+                worktree,
+            };
+            lineage::session_fork(&state()?, &request, format)
+        }
+        Command::Session(SessionCommand::Diff { a, b }) => {
+            lineage::session_diff(&state()?, &a, &b, format)
+        }
         Command::Session(SessionCommand::Show { session }) => {
             show::session_show(&state()?, &session, format)
         }

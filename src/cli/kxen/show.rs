@@ -1,5 +1,7 @@
 //! `session list`, `session show SES`, `run show SES RUN`: read-only JSON views.
 
+use std::path::Path;
+
 use super::render::Renderer;
 use crate::cli::output::{self, Format};
 use crate::error::Result;
@@ -7,18 +9,23 @@ use crate::run::events::{Event, EventSink};
 use crate::session::view;
 use crate::state::StateDir;
 
-pub fn session_list(state: &StateDir, format: Format) -> Result<i32> {
-    let sessions = view::list(state)?;
+pub fn session_list(state: &StateDir, workspace: Option<&Path>, format: Format) -> Result<i32> {
+    let sessions = view::list(state, workspace)?;
     match format {
         Format::Jsonl => sessions.iter().for_each(output::json_line),
         Format::Text if sessions.is_empty() => output::line("no sessions"),
         Format::Text => {
             for s in &sessions {
+                let lineage = match (s["parentId"].as_str(), s["forkKind"].as_str()) {
+                    (Some(parent), Some(kind)) => format!("  ({kind} fork of {parent})"),
+                    _ => String::new(),
+                };
                 output::line(&format!(
-                    "{}  {}  {}  runs: {} (last: {})",
+                    "{}  {}  {}  {}  runs: {} (last: {}){lineage}",
                     s["id"].as_str().unwrap_or(""),
                     s["createdAt"].as_str().unwrap_or(""),
                     s["agent"].as_str().unwrap_or("-"),
+                    s["workspace"].as_str().unwrap_or("-"),
                     s["runs"],
                     s["lastRunStatus"].as_str().unwrap_or("-"),
                 ));

@@ -1,0 +1,577 @@
+//! Git-native workspaces from the command line: `session fork` (conversation and worktree),
+//! `session diff`, `session list` lineage and `--workspace` filtering, with real repositories.
+//!
+//! Sessions are made by real runs (`kxen-agent run` with the script provider: one glob, then an
+//! answer); every command under test runs as the real binary.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::env::{TestEnv, git};
+use crate::run_support::{answer, call, fixer, script_config};
+
+/// Runs an agent in `workspace` to completion. Its conversation: task, assistant (one glob call),
+/// the call's result, the final answer. Returns the Session id and the message ids in order.
+fn seed(env: &TestEnv, workspace: &Path) -> (String, Vec<String>) {
+    let agent = fixer(env);
+    let config = script_config(
+        env,
+        &[
+            call("call_1", "glob", json!({"pattern": "*"})),
+            answer("all good"),
+        ],
+    );
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "--workspace",
+            workspace.to_str().unwrap(),
+            "--task",
+            "look around",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    let id = run
+        .jsonl()
+        .iter()
+        .find(|e| e["type"] == "sessionCreated")
+        .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ids: Vec<String> = show(env, &id)["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 4, "{:#}", show(env, &id)["messages"]);
+    (id, ids)
+}
+
+/// Every file under `dir` with its bytes, to prove a command changed nothing.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files: Vec<_> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().is_file() && e.file_name() != "lease.json")
+        .map(|e| (e.path().to_path_buf(), std::fs::read(e.path()).unwrap()))
+        .collect();
+    files.sort();
+    files
+}
+
+fn show(env: &TestEnv, id: &str) -> Value {
+    let run = env.run("kxen-agent", &["session", "show", id]);
+    run.expect(0);
+    run.jsonl().remove(0)
+}
+
+fn list(env: &TestEnv, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["session", "list"];
+    all.extend_from_slice(args);
+    let run = env.run("kxen-agent", &all);
+    run.expect(0);
+    run.jsonl()
+}
+
+#[test]
+fn conversation_fork_copies_the_prefix_and_never_touches_the_parent() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let (parent, msgs) = seed(&env, &repo);
+    let before = snapshot(&env.state_dir().join("sessions").join(&parent));
+
+    let run = env.run(
+        "kxen-agent",
+        &["session", "fork", &parent, "--at", &msgs[2]],
+    );
+    run.expect(0);
+    let event = &run.jsonl()[0];
+    assert_eq!(event["type"], "sessionForked");
+    assert_eq!(event["messages"], 3);
+    let child = event["sessionId"].as_str().unwrap().to_string();
+
+    let shown = show(&env, &child);
+    assert_eq!(shown["parentId"], parent.as_str());
+    assert_eq!(shown["branchRootId"], parent.as_str());
+    assert_eq!(
+        shown["forkPoint"],
+        json!({"messageId": msgs[2], "index": 3})
+    );
+    assert_eq!(shown["forkKind"], "conversation");
+    assert_eq!(shown["runs"], json!([]));
+    let copied: Vec<&str> = shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        copied,
+        msgs[..3].iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    let parent_shown = show(&env, &parent);
+    assert_eq!(shown["lock"], parent_shown["lock"]);
+    assert_eq!(
+        shown["workspace"], parent_shown["workspace"],
+        "same workspace"
+    );
+    assert_eq!(
+        snapshot(&env.state_dir().join("sessions").join(&parent)),
+        before,
+        "the parent was modified"
+    );
+
+    // The fork passes the integrity check: its copy is hash chained like any log.
+    env.run("kxen-agent", &["session", "verify", &child])
+        .expect(0);
+    env.run("kxen-agent", &["session", "verify", &parent])
+        .expect(0);
+
+    // --before, and a fork of the fork keeps the lineage root.
+    let run = env.run(
+        "kxen-agent",
+        &["session", "fork", &child, "--at", &msgs[1], "--before"],
+    );
+    run.expect(0);
+    let grandchild = run.jsonl()[0]["sessionId"].as_str().unwrap().to_string();
+    let shown = show(&env, &grandchild);
+    assert_eq!(shown["parentId"], child.as_str());
+    assert_eq!(shown["branchRootId"], parent.as_str());
+    assert_eq!(shown["forkPoint"]["before"], true);
+    assert_eq!(shown["messages"].as_array().unwrap().len(), 1);
+
+    // Lineage in the list, newest first.
+    let listed = list(&env, &[]);
+    let ids: Vec<&str> = listed.iter().map(|s| s["id"].as_str().unwrap()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    sorted.reverse();
+    assert_eq!(ids, sorted);
+    let entry = listed
+        .iter()
+        .find(|s| s["id"] == grandchild.as_str())
+        .unwrap();
+    assert_eq!(entry["parentId"], child.as_str());
+    assert_eq!(entry["forkKind"], "conversation");
+    assert_eq!(
+        entry["workspace"],
+        repo.canonicalize().unwrap().to_str().unwrap()
+    );
+    let text = env.run("kxen-agent", &["--format", "text", "session", "list"]);
+    assert!(
+        text.stdout
+            .contains(&format!("(conversation fork of {child})")),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+fn fork_bad_input() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let (parent, msgs) = seed(&env, &repo);
+    let count = || {
+        std::fs::read_dir(env.state_dir().join("sessions"))
+            .unwrap()
+            .count()
+    };
+    let sessions = count();
+
+    let missing = kxen::ids::new_id(kxen::ids::IdKind::Message);
+    let run = env.run(
+        "kxen-agent",
+        &["session", "fork", &parent, "--at", &missing],
+    );
+    run.expect(3);
+    assert!(run.stderr.contains(&missing), "{}", run.stderr);
+    assert!(run.stderr.contains("session show"), "{}", run.stderr);
+
+    for bad in ["a/b", "", "x y", &"n".repeat(65)] {
+        let run = env.run(
+            "kxen-agent",
+            &[
+                "session",
+                "fork",
+                &parent,
+                "--at",
+                &msgs[3],
+                "--worktree",
+                bad,
+            ],
+        );
+        run.expect(2);
+        assert!(run.stderr.contains("worktree name"), "{}", run.stderr);
+    }
+
+    // Keeping the tool call without its result is refused, naming the message to use.
+    let run = env.run(
+        "kxen-agent",
+        &["session", "fork", &parent, "--at", &msgs[1]],
+    );
+    run.expect(4);
+    assert!(run.stderr.contains(&msgs[2]), "{}", run.stderr);
+
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "fork",
+            "ses_0000000000aaaaaaaaaaaaaaaa",
+            "--at",
+            &msgs[0],
+        ],
+    );
+    run.expect(3);
+    assert_eq!(count(), sessions, "a failed fork wrote a Session");
+    assert_eq!(git(&repo, &["branch", "--list", "kxen/*"]), "");
+}
+
+#[test]
+fn worktree_fork_gets_its_own_branch_and_checkout() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let (parent, msgs) = seed(&env, &repo);
+    // The parent's HEAD advanced since its creation: the worktree starts from the current HEAD.
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "later"]);
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "fork",
+            &parent,
+            "--at",
+            &msgs[3],
+            "--worktree",
+            "try-1",
+        ],
+    );
+    run.expect(0);
+    let event = &run.jsonl()[0];
+    let child = event["sessionId"].as_str().unwrap().to_string();
+    let wt = repo.canonicalize().unwrap().join(".kxen/worktrees/try-1");
+    assert_eq!(event["worktree"], wt.to_str().unwrap());
+    assert_eq!(event["branch"], "kxen/try-1");
+
+    let list = git(&repo, &["worktree", "list"]);
+    assert!(list.contains("[kxen/try-1]"), "{list}");
+    assert_eq!(git(&wt, &["rev-parse", "HEAD"]), head);
+    assert_eq!(
+        git(&repo, &["status", "--porcelain"]),
+        "",
+        ".kxen/ must be excluded"
+    );
+    assert!(
+        std::fs::read_to_string(repo.join(".git/info/exclude"))
+            .unwrap()
+            .contains(".kxen/")
+    );
+
+    let shown = show(&env, &child);
+    assert_eq!(shown["forkKind"], "worktree");
+    assert_eq!(shown["workspace"]["root"], wt.to_str().unwrap());
+    assert_eq!(shown["workspace"]["branch"], "kxen/try-1");
+    assert_eq!(shown["workspace"]["head"], head.as_str());
+    let parent_shown = show(&env, &parent);
+    assert_eq!(
+        shown["workspace"]["identityHash"],
+        parent_shown["workspace"]["identityHash"]
+    );
+
+    // Never reused: the same name again (path and branch exist), or a taken branch.
+    let sessions = std::fs::read_dir(env.state_dir().join("sessions"))
+        .unwrap()
+        .count();
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "fork",
+            &parent,
+            "--at",
+            &msgs[3],
+            "--worktree",
+            "try-1",
+        ],
+    );
+    run.expect(5);
+    assert!(run.stderr.contains("already exists"), "{}", run.stderr);
+    git(&repo, &["branch", "kxen/taken"]);
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "fork",
+            &parent,
+            "--at",
+            &msgs[3],
+            "--worktree",
+            "taken",
+        ],
+    );
+    run.expect(5);
+    assert!(run.stderr.contains("kxen/taken"), "{}", run.stderr);
+    assert!(!repo.join(".kxen/worktrees/taken").exists());
+    assert_eq!(
+        std::fs::read_dir(env.state_dir().join("sessions"))
+            .unwrap()
+            .count(),
+        sessions
+    );
+
+    // A worktree fork of a worktree fork lands beside it and keeps the lineage root.
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "fork",
+            &child,
+            "--at",
+            &msgs[3],
+            "--worktree",
+            "try-2",
+        ],
+    );
+    run.expect(0);
+    let grandchild = run.jsonl()[0]["sessionId"].as_str().unwrap().to_string();
+    let shown = show(&env, &grandchild);
+    assert_eq!(shown["branchRootId"], parent.as_str());
+    assert!(repo.join(".kxen/worktrees/try-2").is_dir());
+}
+
+#[test]
+fn a_failed_worktree_fork_leaves_no_worktree_branch_or_session() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    // The Session works in a subdirectory that is not committed: the new worktree cannot have
+    // it, so the fork fails after the worktree was created and must roll it back.
+    std::fs::create_dir_all(repo.join("scratch")).unwrap();
+    let (parent, msgs) = seed(&env, &repo.join("scratch"));
+    let sessions = std::fs::read_dir(env.state_dir().join("sessions"))
+        .unwrap()
+        .count();
+
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "fork",
+            &parent,
+            "--at",
+            &msgs[3],
+            "--worktree",
+            "doomed",
+        ],
+    );
+    run.expect(3);
+    assert!(run.stderr.contains("scratch"), "{}", run.stderr);
+    assert!(!git(&repo, &["worktree", "list"]).contains("doomed"));
+    assert_eq!(git(&repo, &["branch", "--list", "kxen/*"]), "");
+    assert!(!repo.join(".kxen/worktrees/doomed").exists());
+    assert_eq!(
+        std::fs::read_dir(env.state_dir().join("sessions"))
+            .unwrap()
+            .count(),
+        sessions
+    );
+
+    // A committed subdirectory works, and the fork is bound to the same subdirectory.
+    std::fs::write(repo.join("scratch/keep.txt"), "k\n").unwrap();
+    git(&repo, &["add", "scratch"]);
+    git(&repo, &["commit", "-q", "-m", "scratch"]);
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "fork",
+            &parent,
+            "--at",
+            &msgs[3],
+            "--worktree",
+            "doomed",
+        ],
+    );
+    run.expect(0);
+    let child = run.jsonl()[0]["sessionId"].as_str().unwrap().to_string();
+    let root = repo
+        .canonicalize()
+        .unwrap()
+        .join(".kxen/worktrees/doomed/scratch");
+    assert_eq!(
+        show(&env, &child)["workspace"]["root"],
+        root.to_str().unwrap()
+    );
+}
+
+#[test]
+fn worktree_fork_outside_git_is_refused() {
+    let env = TestEnv::new();
+    let plain = env.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let (parent, msgs) = seed(&env, &plain);
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "fork",
+            &parent,
+            "--at",
+            &msgs[3],
+            "--worktree",
+            "x",
+        ],
+    );
+    run.expect(4);
+    assert!(
+        run.stderr.contains("not a git repository"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn diff_of_a_fork_and_its_parent_shows_the_fork_point() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let (parent, msgs) = seed(&env, &repo);
+    let run = env.run(
+        "kxen-agent",
+        &["session", "fork", &parent, "--at", &msgs[2]],
+    );
+    let child = run.jsonl()[0]["sessionId"].as_str().unwrap().to_string();
+
+    let run = env.run(
+        "kxen-agent",
+        &["--format", "json", "session", "diff", &parent, &child],
+    );
+    run.expect(0);
+    let d = &run.jsonl()[0];
+    assert_eq!(d["type"], "sessionDiff");
+    assert_eq!(d["commonPrefix"], 3);
+    assert_eq!(d["b"]["forkPoint"]["index"], 3);
+    assert_eq!(d["divergingA"].as_array().unwrap().len(), 1);
+    assert_eq!(d["divergingA"][0]["id"], msgs[3].as_str());
+    assert_eq!(d["divergingB"], json!([]));
+    assert_eq!(d["lockEqual"], true);
+    assert_eq!(d["workspaceEqual"], true);
+
+    let text = env.run(
+        "kxen-agent",
+        &["--format", "text", "session", "diff", &parent, &child],
+    );
+    text.expect(0);
+    assert!(
+        text.stdout.contains("3 common message(s)"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains(&format!("-#4 assistant {}", msgs[3])),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("-  | all good"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains(&format!(
+            "{child} is a fork of {parent} at message 3 ({})",
+            msgs[2]
+        )),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("== lock: identical"),
+        "{}",
+        text.stdout
+    );
+
+    // Unrelated Sessions share nothing; their bindings differ.
+    let other = env.git_repo("other", &[("b.txt", "b\n")]);
+    let (unrelated, _) = seed(&env, &other);
+    let run = env.run("kxen-agent", &["session", "diff", &parent, &unrelated]);
+    run.expect(0);
+    let d = &run.jsonl()[0];
+    assert_eq!(d["commonPrefix"], 0);
+    assert_eq!(d["workspaceEqual"], false);
+    assert!(
+        d["workspaceDiff"]
+            .as_str()
+            .unwrap()
+            .contains("identityHash")
+    );
+
+    // Read-only, and unknown ids are exit 3.
+    let before = snapshot(&env.state_dir());
+    env.run(
+        "kxen-agent",
+        &["session", "diff", &parent, "ses_0000000000aaaaaaaaaaaaaaaa"],
+    )
+    .expect(3);
+    assert_eq!(snapshot(&env.state_dir()), before);
+}
+
+#[test]
+fn list_filters_by_repository_identity_across_remote_forms_and_stores_no_token() {
+    let env = TestEnv::new();
+    let forms = [
+        "https://x-access-token:ghp_TOPSECRET42@github.com/acme/widget.git",
+        "git@github.com:acme/widget.git",
+        "ssh://git@github.com/acme/widget",
+    ];
+    let mut same = Vec::new();
+    for (i, url) in forms.iter().enumerate() {
+        let repo = env.git_repo(&format!("clone{i}"), &[("f.txt", &format!("{i}\n"))]);
+        git(&repo, &["remote", "add", "origin", url]);
+        same.push(seed(&env, &repo).0);
+    }
+    let other = env.git_repo("other", &[("g.txt", "g\n")]);
+    git(
+        &other,
+        &["remote", "add", "origin", "git@github.com:acme/gadget.git"],
+    );
+    let (different, _) = seed(&env, &other);
+
+    // Filtering from a subdirectory of one clone finds all three forms and nothing else.
+    let sub = env.path().join("clone2/deep");
+    std::fs::create_dir_all(&sub).unwrap();
+    let found = list(&env, &["--workspace", sub.to_str().unwrap()]);
+    let mut ids: Vec<String> = found
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    let mut expected = same.clone();
+    expected.sort();
+    assert_eq!(ids, expected);
+    let found = list(&env, &["--workspace", other.to_str().unwrap()]);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0]["id"], different.as_str());
+
+    let run = env.run(
+        "kxen-agent",
+        &["session", "list", "--workspace", "/nonexistent/x"],
+    );
+    run.expect(3);
+    assert!(run.stderr.contains("/nonexistent/x"), "{}", run.stderr);
+
+    // No token anywhere in the state dir.
+    for (path, bytes) in snapshot(&env.state_dir()) {
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains("TOPSECRET"), "token in {}", path.display());
+        assert!(
+            !text.contains("x-access-token"),
+            "userinfo in {}",
+            path.display()
+        );
+    }
+}
