@@ -17,7 +17,7 @@ use crate::policy::{self, MergedPolicy, PolicyFlags};
 use crate::provider::{ModelConfig, Provider};
 use crate::run::settle;
 use crate::run::state::RunState;
-use crate::session::{Lease, Message, MessageLog, Role, SessionMeta, store};
+use crate::session::{HistoryEntry, Lease, Message, MessageLog, Role, SessionMeta, store};
 use crate::state::{SessionPaths, StateDir};
 use crate::tools;
 
@@ -82,7 +82,15 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
         .unwrap_or_else(|| meta.workspace.root.clone());
     let verified = git::verify(&meta.workspace, &workspace, req.rebind)?;
     if verified.binding != meta.workspace {
-        // HEAD advanced, or the workspace was rebound: the binding records where it is now.
+        // The workspace was rebound (or its location re-resolved): the binding records where it
+        // is now, and a rebind leaves a `workspaceRebound` entry in the same atomic replace.
+        if let Some(from) = &verified.rebound_from {
+            meta.history.push(HistoryEntry::WorkspaceRebound {
+                from: from.display().to_string(),
+                to: verified.binding.root.display().to_string(),
+                at: crate::clock::now_rfc3339(),
+            });
+        }
         meta.workspace = verified.binding.clone();
         fsx::write_atomic_json(&paths.session_json(), &meta, fsx::STATE_FILE_MODE)?;
     }

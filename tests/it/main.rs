@@ -23,3 +23,4 @@ mod run_support;
 mod session_builder;
 mod session_bundle;
 mod session_verify;
+mod workspace_resume;
