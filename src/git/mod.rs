@@ -19,7 +19,8 @@ mod worktree;
 pub use binding::{IdentityKind, IdentityProbe, Verified, WorkspaceBinding, capture, verify};
 pub use remote::normalize as normalize_remote;
 pub use worktree::{
-    add_worktree, remove_worktree, validate_worktree_name, worktree_branch, worktree_path,
+    add_worktree, has_uncommitted_changes, remove_worktree, validate_worktree_name,
+    worktree_branch, worktree_path,
 };
 
 #[cfg(test)]

@@ -113,6 +113,21 @@ pub fn remove_worktree(repo_root: &Path, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether the working tree at `repo_root` has changes to tracked files that are not committed
+/// (a worktree fork starts at HEAD and does not carry them). Untracked files are not counted.
+pub fn has_uncommitted_changes(repo_root: &Path) -> Result<bool> {
+    let out = cli::run(
+        repo_root,
+        &[
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--ignore-submodules",
+        ],
+    )?;
+    Ok(!out.trim().is_empty())
+}
+
 /// The main working tree of the repository containing `repo_root` (worktrees always go there).
 fn main_workdir(repo_root: &Path) -> Result<PathBuf> {
     let repo = repo::open(repo_root)?;

@@ -174,7 +174,14 @@ fn worktree_base(
             repo_root.display()
         )));
     };
-    Ok((repo_root, head, verified.warnings))
+    let mut warnings = verified.warnings;
+    if git::has_uncommitted_changes(&repo_root)? {
+        warnings.push(format!(
+            "{} has uncommitted changes; the new worktree starts at HEAD {head} without them",
+            repo_root.display()
+        ));
+    }
+    Ok((repo_root, head, warnings))
 }
 
 /// The fork's binding: the same repository (the parent's identity), at the same subdirectory of

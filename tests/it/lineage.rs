@@ -243,6 +243,8 @@ fn worktree_fork_gets_its_own_branch_and_checkout() {
     // The parent's HEAD advanced since its creation: the worktree starts from the current HEAD.
     git(&repo, &["commit", "-q", "--allow-empty", "-m", "later"]);
     let head = git(&repo, &["rev-parse", "HEAD"]);
+    // Uncommitted changes stay behind, with a warning.
+    std::fs::write(repo.join("a.txt"), "changed\n").unwrap();
 
     let run = env.run(
         "kxen-agent",
@@ -257,7 +259,16 @@ fn worktree_fork_gets_its_own_branch_and_checkout() {
         ],
     );
     run.expect(0);
-    let event = &run.jsonl()[0];
+    let warning = &run.jsonl()[0];
+    assert_eq!(warning["type"], "warning");
+    assert!(
+        warning["message"]
+            .as_str()
+            .unwrap()
+            .contains("uncommitted changes"),
+        "{warning}"
+    );
+    let event = &run.jsonl()[1];
     let child = event["sessionId"].as_str().unwrap().to_string();
     let wt = repo.canonicalize().unwrap().join(".kxen/worktrees/try-1");
     assert_eq!(event["worktree"], wt.to_str().unwrap());
@@ -266,6 +277,8 @@ fn worktree_fork_gets_its_own_branch_and_checkout() {
     let list = git(&repo, &["worktree", "list"]);
     assert!(list.contains("[kxen/try-1]"), "{list}");
     assert_eq!(git(&wt, &["rev-parse", "HEAD"]), head);
+    assert_eq!(std::fs::read_to_string(wt.join("a.txt")).unwrap(), "a\n");
+    git(&repo, &["checkout", "--", "a.txt"]);
     assert_eq!(
         git(&repo, &["status", "--porcelain"]),
         "",
