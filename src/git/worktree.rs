@@ -59,7 +59,10 @@ pub fn add_worktree(repo_root: &Path, name: &str, at_commit: &str) -> Result<Pat
             "worktree path {} already exists; a fork never reuses a checkout",
             path.display()
         ))
-        .with_hint("choose another --worktree NAME"));
+        .with_hint(format!(
+            "choose another --worktree NAME, or, if it is a leftover nobody uses, remove it with              `git worktree remove --force {}` and `git branch -D {branch}`",
+            path.display()
+        )));
     }
     if repo.has_branch(&branch)? {
         return Err(Error::conflict(format!(
