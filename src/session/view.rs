@@ -65,9 +65,41 @@ pub fn show_session(state: &StateDir, session_id: &str) -> Result<Value> {
     {
         out.extend(fields);
     }
+    value["lineage"] = lineage(state, &meta)?;
     value["runs"] = serde_json::to_value(&runs).unwrap_or(Value::Null);
     value["messages"] = serde_json::to_value(&messages).unwrap_or(Value::Null);
     Ok(value)
+}
+
+/// Where a Session sits in its fork tree: its ancestors (lineage root first, as far as they are
+/// in this state dir — an imported fork may arrive without its parent) and its direct forks.
+fn lineage(state: &StateDir, meta: &SessionMeta) -> Result<Value> {
+    let mut ancestors = Vec::new();
+    let mut next = meta.parent_id.clone();
+    while let Some(id) = next.take() {
+        if ancestors.contains(&id) || id == meta.id {
+            break; // a cycle can only come from hand-edited state; never loop on it
+        }
+        let paths = state.session(&id);
+        next = if paths.session_json().is_file() {
+            SessionMeta::read(&paths, &id)?.parent_id
+        } else {
+            None
+        };
+        ancestors.push(id);
+    }
+    ancestors.reverse();
+    let mut forks = Vec::new();
+    for id in store::list_ids(state)? {
+        let paths = state.session(&id);
+        if id != meta.id
+            && paths.session_json().is_file()
+            && SessionMeta::read(&paths, &id)?.parent_id.as_deref() == Some(meta.id.as_str())
+        {
+            forks.push(id);
+        }
+    }
+    Ok(json!({"ancestors": ancestors, "forks": forks}))
 }
 
 /// What `run show` prints: `{"type":"run","run":…,"operations":[…]}`. Serialized straight from

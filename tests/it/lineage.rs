@@ -148,6 +148,14 @@ fn conversation_fork_copies_the_prefix_and_never_touches_the_parent() {
     assert_eq!(shown["forkPoint"]["before"], true);
     assert_eq!(shown["messages"].as_array().unwrap().len(), 1);
 
+    // `session show` shows the lineage both ways.
+    let shown = show(&env, &grandchild);
+    assert_eq!(shown["lineage"]["ancestors"], json!([parent, child]));
+    assert_eq!(shown["lineage"]["forks"], json!([]));
+    let shown = show(&env, &parent);
+    assert_eq!(shown["lineage"]["ancestors"], json!([]));
+    assert_eq!(shown["lineage"]["forks"], json!([child]));
+
     // Lineage in the list, newest first.
     let listed = list(&env, &[]);
     let ids: Vec<&str> = listed.iter().map(|s| s["id"].as_str().unwrap()).collect();
