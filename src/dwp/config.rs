@@ -117,7 +117,7 @@ impl Config {
         Config { files, warnings }
     }
 
-    /// Only the files whose label is in `labels` (for `--host-only`-style views).
+    /// The files that parsed to an object, repository first.
     fn with_docs(&self) -> impl Iterator<Item = (&ConfigFile, &Map<String, Value>)> {
         self.files
             .iter()
@@ -573,6 +573,14 @@ fn not_an_object(path: &Path, key: &str) -> Error {
 fn update(root: &Path, change: impl FnOnce(&mut Map<String, Value>) -> Result<()>) -> Result<bool> {
     let dir = root.join(".dwp");
     let path = dir.join("config.json");
+    // A mistyped --repo must not grow a new directory tree.
+    if !root.is_dir() {
+        return Err(Error::not_found(format!(
+            "repository directory {} does not exist",
+            root.display()
+        ))
+        .with_hint("pass --repo with an existing repository root"));
+    }
     let is_link = |p: &Path| {
         p.symlink_metadata()
             .is_ok_and(|m| m.file_type().is_symlink())

@@ -508,3 +508,21 @@ fn keys_lists_the_eight_addons() {
         "agentkit\nai-diff-reviewer\ndailybot\ndependency-upgrade\ndesign-system\ndevcontainer\nherdr\nvim\n"
     );
 }
+
+#[test]
+fn writers_never_create_a_missing_repository() {
+    let env = TestEnv::new();
+    let missing = env.path().join("typo");
+    for args in [
+        vec!["config", "enable", "vim"],
+        vec!["config", "host", "subagents", "true"],
+        vec!["onboard"],
+    ] {
+        let mut full = args.clone();
+        full.extend_from_slice(&["--repo", missing.to_str().unwrap()]);
+        let run = env.run("dwp", &full);
+        run.expect(3);
+        assert!(run.stderr.contains("does not exist"), "{}", run.stderr);
+        assert!(!missing.exists());
+    }
+}
