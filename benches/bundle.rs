@@ -166,7 +166,7 @@ fn main() {
 /// Runs `cmd` to success; returns (seconds, peak RSS of the child in KiB via getrusage).
 fn timed(cmd: &mut Command) -> (f64, u64) {
     let start = Instant::now();
-    let mut child = cmd.spawn().unwrap();
+    let child = cmd.spawn().unwrap();
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 fills it for the child we just spawned.
