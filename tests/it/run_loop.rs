@@ -441,3 +441,55 @@ fn budgets_and_provider_failures_end_the_run() {
         "{fin}"
     );
 }
+
+#[test]
+fn large_tool_output_goes_to_a_blob_and_the_journal_keeps_its_hash() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a", "a\n")]);
+    let agent = fixer(&env);
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "i=0; while [ $i -lt 3000 ]; do echo \"line $i of a long output that fills the buffer\"; i=$((i+1)); done"}),
+            ),
+            answer("done"),
+        ],
+    );
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "Print a lot",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ],
+    );
+    run.expect(0);
+    let events = run.jsonl();
+    let fin = finished(&events);
+    let shown = env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "show",
+            fin["sessionId"].as_str().unwrap(),
+            fin["runId"].as_str().unwrap(),
+        ],
+    );
+    let op = shown.jsonl()[0]["operations"][0].clone();
+    let blob = &op["output"]["blob"];
+    let sha = blob["sha256"].as_str().expect("a blob reference");
+    let stored = std::fs::read(env.state_dir().join("blobs").join(sha)).unwrap();
+    assert_eq!(stored.len() as u64, blob["bytes"].as_u64().unwrap());
+    assert!(String::from_utf8_lossy(&stored).contains("line 2999 of"));
+    assert!(op["output"]["text"].as_str().unwrap().len() <= 64 * 1024 + 1024);
+}
