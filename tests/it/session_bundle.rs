@@ -400,3 +400,150 @@ fn export_is_refused_while_the_lease_is_held() {
     )
     .expect(0);
 }
+
+#[test]
+fn an_unknown_operation_travels_and_is_resolved_on_the_second_runner() {
+    let env = TestEnv::new();
+    let origin = env.git_repo("origin", &[("README.md", "hello\n")]);
+    for clone in ["a", "b"] {
+        git(
+            env.path(),
+            &["clone", "-q", origin.to_str().unwrap(), clone],
+        );
+    }
+    let (ws_a, ws_b) = (env.path().join("a"), env.path().join("b"));
+    let (state_a, state_b) = (env.path().join("state-a"), env.path().join("state-b"));
+    let (sa, sb) = (state_a.to_str().unwrap(), state_b.to_str().unwrap());
+    let agent = fixer(&env);
+    let config = script_config(
+        &env,
+        &[
+            call("c1", "exec", json!({"command": "echo ran >> counter.txt"})),
+            answer("done"),
+        ],
+    );
+    let cfg = config.to_str().unwrap();
+    // Runner A crashes right after the side effect, before its outcome is durable.
+    let crashed = env
+        .cmd("kxen-agent")
+        .env("KXEN_FAILPOINT", "tool.after-side-effect")
+        .args([
+            "--state-dir",
+            sa,
+            "run",
+            "--workspace",
+            ws_a.to_str().unwrap(),
+        ])
+        .args([
+            "--task",
+            "Count",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            cfg,
+            "--allow-shell",
+        ])
+        .output()
+        .unwrap();
+    assert!(!crashed.status.success());
+    let list = env.run("kxen-agent", &["--state-dir", sa, "session", "list"]);
+    let id = list.jsonl()[0]["id"].as_str().unwrap().to_string();
+    let stopped = env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            sa,
+            "--resume",
+            &id,
+            "--config",
+            cfg,
+            "--allow-shell",
+        ],
+    );
+    stopped.expect(7);
+    let event = stopped
+        .jsonl()
+        .into_iter()
+        .find(|e| e["type"] == "runInputRequired")
+        .unwrap();
+    let run = event["runId"].as_str().unwrap().to_string();
+    let op = event["opIds"][0].as_str().unwrap().to_string();
+
+    // The UNKNOWN operation travels in the bundle…
+    let bundle = env.path().join("s.bundle.json");
+    env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            sa,
+            "session",
+            "export",
+            &id,
+            "-o",
+            bundle.to_str().unwrap(),
+        ],
+    )
+    .expect(0);
+    env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            sb,
+            "session",
+            "import",
+            bundle.to_str().unwrap(),
+            "--workspace",
+            ws_b.to_str().unwrap(),
+        ],
+    )
+    .expect(0);
+    let shown = env.run("kxen-agent", &["--state-dir", sb, "run", "show", &id, &run]);
+    assert_eq!(shown.jsonl()[0]["run"]["status"], "inputRequired");
+    assert_eq!(shown.jsonl()[0]["operations"][0]["phase"], "outcomeUnknown");
+    // …is resolved on B, never re-executed, and the run completes there.
+    env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            sb,
+            "run",
+            "resolve",
+            &id,
+            &run,
+            &op,
+            "--output",
+            "it ran once on runner A",
+        ],
+    )
+    .expect(0);
+    let done = env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            sb,
+            "--resume",
+            &id,
+            "--workspace",
+            ws_b.to_str().unwrap(),
+            "--config",
+            cfg,
+            "--allow-shell",
+        ],
+    );
+    done.expect(0);
+    assert_eq!(finished(&done.jsonl())["finalText"], "done");
+    assert!(
+        !ws_b.join("counter.txt").exists(),
+        "the operation ran again on B"
+    );
+    let shown = env.run("kxen-agent", &["--state-dir", sb, "session", "show", &id]);
+    let messages = shown.jsonl()[0]["messages"].as_array().unwrap().clone();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["role"] == "tool" && m["content"] == "it ran once on runner A"),
+        "{messages:?}"
+    );
+    env.run("kxen-agent", &["--state-dir", sb, "session", "verify", &id])
+        .expect(0);
+}
