@@ -1,0 +1,206 @@
+//! `dwp resources report` (dwp-details.md §5.2, §5.3): per limit, where its counter comes from,
+//! its effective mode, spent, pending, reserve, dispatch ceiling, whether it is over the ceiling,
+//! and the first refusal.
+
+use serde_json::{Map, Value, json};
+
+use super::counters::{Family, JournalCounters};
+use super::{Abilities, Num, reservations};
+use crate::dwp::abilities::ABILITIES;
+use crate::dwp::config::py_repr;
+use crate::dwp::plan::contract::Limit;
+use crate::dwp::plan::{Contract, Event};
+
+/// One limit's row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub limit_id: String,
+    pub unit: String,
+    pub limit: Num,
+    pub declared_enforcement: &'static str,
+    pub family: Option<Family>,
+    pub effective_mode: String,
+    pub spent: Option<Num>,
+    pub pending: f64,
+    pub reserve: Num,
+    pub dispatch_ceiling: Num,
+    pub over_ceiling: bool,
+    pub asserted_latest: Option<Num>,
+}
+
+impl Row {
+    pub fn is_enforced(&self) -> bool {
+        self.effective_mode.starts_with("enforced")
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "asserted_latest": self.asserted_latest.map(Num::to_value),
+            "counter_source": self.family.map(|f| if f.is_journal() { "journal" } else { "host" }),
+            "declared_enforcement": self.declared_enforcement,
+            "dispatch_ceiling": self.dispatch_ceiling.to_value(),
+            "effective_mode": self.effective_mode,
+            "host_capability": self.family.and_then(Family::meter),
+            "limit": self.limit.to_value(),
+            "limit_id": self.limit_id,
+            "over_ceiling": self.over_ceiling,
+            "pending": Num::Float(self.pending).to_value(),
+            "reserve": self.reserve.to_value(),
+            "spent": self.spent.map(Num::to_value),
+            "spent_source": if self.family.is_some_and(Family::is_journal) { "journal" } else { "host meter" },
+            "unit": self.unit,
+        })
+    }
+
+    /// The refusal detail for an over-ceiling row.
+    fn refusal_detail(&self) -> String {
+        let mut detail = format!(
+            "enforced limit '{}' over its dispatchable ceiling: spent {} + pending {} > {} \
+             (limit {} - reserve {})",
+            self.limit_id,
+            self.spent.unwrap_or(Num::Float(0.0)).py_str(),
+            Num::Float(self.pending).py_str(),
+            self.dispatch_ceiling.py_str(),
+            self.limit.py_str(),
+            self.reserve.py_str()
+        );
+        if self.spent.is_none() {
+            detail.push_str(" [unmetered spend: pending-side enforcement only]");
+        }
+        detail
+    }
+}
+
+/// The whole report.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub host_capabilities: Vec<(String, bool)>,
+    pub rows: Vec<Row>,
+}
+
+impl Report {
+    /// The first over-ceiling row: the rule that refuses dispatch.
+    pub fn refusal(&self) -> Option<&Row> {
+        self.rows.iter().find(|r| r.over_ceiling)
+    }
+
+    pub fn to_json(&self) -> Value {
+        let caps: Map<String, Value> = self
+            .host_capabilities
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from(*v)))
+            .collect();
+        let refusal = self.refusal().map(|row| {
+            json!({"rule": "limit-exhausted", "detail": row.refusal_detail()})
+        });
+        let unsupported: Vec<&str> = self
+            .rows
+            .iter()
+            .filter(|r| r.family.is_none())
+            .map(|r| r.limit_id.as_str())
+            .collect();
+        json!({
+            "host_capabilities": caps,
+            "limits": self.rows.iter().map(Row::to_json).collect::<Vec<_>>(),
+            "refusal": refusal,
+            "unsupported_counters": unsupported,
+        })
+    }
+}
+
+/// Builds the report from the live contract, the full journal and the effective abilities.
+pub fn build(contract: &Contract, events: &[Event], abilities: &Abilities) -> Report {
+    let counters = JournalCounters::from_events(events);
+    let reservations = reservations::reservations(events);
+    let settlements = reservations::settlements(events);
+    let rows = contract
+        .limits
+        .iter()
+        .map(|limit| {
+            let pending = reservations::pending(&limit.unit, &reservations, &settlements);
+            row(limit, &counters, pending, abilities)
+        })
+        .collect();
+    Report {
+        host_capabilities: ABILITIES
+            .iter()
+            .map(|a| (a.to_string(), abilities.has(a)))
+            .collect(),
+        rows,
+    }
+}
+
+fn row(limit: &Limit, counters: &JournalCounters, pending: f64, abilities: &Abilities) -> Row {
+    let family = Family::of(&limit.unit);
+    let (effective_mode, spent) = mode(limit, family, counters, abilities);
+    let limit_value = Num::from_number(&limit.limit);
+    // `limit.get("reserve") or 0`: a falsy reserve (absent, 0, 0.0) prints as the int 0.
+    let reserve = limit
+        .reserve
+        .as_ref()
+        .map(Num::from_number)
+        .filter(|r| !r.is_zero())
+        .unwrap_or(Num::Int(0));
+    let dispatch_ceiling = limit_value.sub(reserve);
+    let over_ceiling = effective_mode.starts_with("enforced")
+        && spent.map_or(0.0, Num::as_f64) + pending > dispatch_ceiling.as_f64();
+    Row {
+        limit_id: limit.id.clone(),
+        unit: limit.unit.clone(),
+        limit: limit_value,
+        declared_enforcement: if limit.enforced { "enforced" } else { "advisory" },
+        family,
+        effective_mode,
+        spent,
+        pending,
+        reserve,
+        dispatch_ceiling,
+        over_ceiling,
+        asserted_latest: counters.asserted.get(&limit.id).map(|s| s.value),
+    }
+}
+
+/// The effective mode, first match wins (dwp-details.md §5.2), and the spent value it allows.
+/// The first word (`advisory`, `enforced`, `enforced-pending-only`) is what consumers branch on.
+fn mode(
+    limit: &Limit,
+    family: Option<Family>,
+    counters: &JournalCounters,
+    abilities: &Abilities,
+) -> (String, Option<Num>) {
+    if !limit.enforced {
+        return ("advisory (declared advisory)".into(), None);
+    }
+    let Some(family) = family else {
+        return (
+            format!(
+                "advisory (counter family unknown for unit {} — no meter is invented)",
+                py_repr(&limit.unit)
+            ),
+            None,
+        );
+    };
+    if let Some(value) = counters.journal_value(family) {
+        return (
+            "enforced (journal-computed counter)".into(),
+            Some(Num::Float(value)),
+        );
+    }
+    let meter = family.meter().unwrap_or_default();
+    if !abilities.has(meter) {
+        return (
+            format!(
+                "advisory (host cannot meter: no {meter} capability — enforcement parity is \
+                 never claimed)"
+            ),
+            None,
+        );
+    }
+    match counters.observed.get(&limit.id) {
+        None => (
+            "enforced-pending-only (unmetered spend: a missing counter is not free usage)".into(),
+            None,
+        ),
+        Some(sample) => ("enforced (observed meter sample)".into(), Some(sample.value)),
+    }
+}
