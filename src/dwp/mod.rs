@@ -10,5 +10,5 @@ pub mod config;
 pub mod manifest;
 pub mod onboard;
 pub mod plan;
-pub mod resources;
 pub mod repo;
+pub mod resources;

@@ -7,6 +7,7 @@ mod dwp_abilities;
 mod dwp_config;
 mod dwp_manifest;
 mod dwp_onboard;
+mod dwp_resources;
 #[allow(dead_code)] // helpers used by some test modules only
 mod env;
 mod init;

@@ -51,7 +51,8 @@ pub enum Command {
     /// Print the effective abilities, their sources, each enabled addon's verdict and the
     /// deferred addons. Read-only.
     Abilities(abilities::AbilitiesArgs),
-    /// The resource frame.
+    /// The resource frame: capabilities, and per plan report, routing, hold, exhaust, recover,
+    /// settle.
     #[command(subcommand)]
     Resources(resources::ResourcesCommand),
 }

@@ -115,7 +115,10 @@ impl JournalCounters {
                 let task = e.str("task").unwrap_or_default();
                 let criterion = e.str("criterion").unwrap_or_default();
                 // Looked up by reference first: most gate runs repeat a known pair.
-                let known = self.gate_pairs.get(task).is_some_and(|c| c.contains(criterion));
+                let known = self
+                    .gate_pairs
+                    .get(task)
+                    .is_some_and(|c| c.contains(criterion));
                 if !known {
                     self.gate_pairs
                         .entry(task.to_string())

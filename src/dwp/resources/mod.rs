@@ -10,8 +10,8 @@
 
 pub mod counters;
 pub mod limits;
-mod records;
 mod num;
+mod records;
 pub mod report;
 pub mod reservations;
 pub mod routing;

@@ -149,7 +149,10 @@ mod tests {
         assert_eq!(r.detail, None);
         assert!(limit_record(&obs(5, "LIMIT: recovered spend_usd\n")).is_some());
         assert_eq!(
-            limit_record(&obs(5, "LIMIT: exhausted a: ")).unwrap().detail.as_deref(),
+            limit_record(&obs(5, "LIMIT: exhausted a: "))
+                .unwrap()
+                .detail
+                .as_deref(),
             Some("")
         );
         for bad in [

@@ -90,9 +90,9 @@ impl Report {
             .iter()
             .map(|(k, v)| (k.clone(), Value::from(*v)))
             .collect();
-        let refusal = self.refusal().map(|row| {
-            json!({"rule": "limit-exhausted", "detail": row.refusal_detail()})
-        });
+        let refusal = self
+            .refusal()
+            .map(|row| json!({"rule": "limit-exhausted", "detail": row.refusal_detail()}));
         let unsupported: Vec<&str> = self
             .rows
             .iter()
@@ -148,7 +148,11 @@ fn row(limit: &Limit, counters: &JournalCounters, pending: f64, abilities: &Abil
         limit_id: limit.id.clone(),
         unit: limit.unit.clone(),
         limit: limit_value,
-        declared_enforcement: if limit.enforced { "enforced" } else { "advisory" },
+        declared_enforcement: if limit.enforced {
+            "enforced"
+        } else {
+            "advisory"
+        },
         family,
         effective_mode,
         spent,
@@ -201,6 +205,9 @@ fn mode(
             "enforced-pending-only (unmetered spend: a missing counter is not free usage)".into(),
             None,
         ),
-        Some(sample) => ("enforced (observed meter sample)".into(), Some(sample.value)),
+        Some(sample) => (
+            "enforced (observed meter sample)".into(),
+            Some(sample.value),
+        ),
     }
 }

@@ -123,7 +123,9 @@ pub fn decide(
              '{disposition}' is the double-charge ambiguity; refused",
             prior.disposition, prior.seq
         ))
-        .with_hint("investigate the cancelled child's real usage; a settlement is never decided twice"));
+        .with_hint(
+            "investigate the cancelled child's real usage; a settlement is never decided twice",
+        ));
     }
     let statement = statement(key, disposition, detail);
     Ok(
@@ -147,15 +149,47 @@ mod tests {
     #[test]
     fn pending_excludes_released_and_other_units() {
         let events = vec![
-            event(1, EventType::Adaptation, json!({"decision": "authorized", "resource_impact": {"declared": 1.5, "unit": "usd"}})),
-            event(2, EventType::Adaptation, json!({"decision": "authorized", "resource_impact": {"declared": 2, "unit": "usd"}})),
-            event(3, EventType::Adaptation, json!({"decision": "refused", "resource_impact": {"declared": 4, "unit": "usd"}})),
-            event(4, EventType::Adaptation, json!({"decision": "authorized", "resource_impact": {"declared": 8, "unit": "USD"}})),
-            event(5, EventType::Adaptation, json!({"decision": "authorized", "resource_impact": {"declared": 0, "unit": "usd"}})),
+            event(
+                1,
+                EventType::Adaptation,
+                json!({"decision": "authorized", "resource_impact": {"declared": 1.5, "unit": "usd"}}),
+            ),
+            event(
+                2,
+                EventType::Adaptation,
+                json!({"decision": "authorized", "resource_impact": {"declared": 2, "unit": "usd"}}),
+            ),
+            event(
+                3,
+                EventType::Adaptation,
+                json!({"decision": "refused", "resource_impact": {"declared": 4, "unit": "usd"}}),
+            ),
+            event(
+                4,
+                EventType::Adaptation,
+                json!({"decision": "authorized", "resource_impact": {"declared": 8, "unit": "USD"}}),
+            ),
+            event(
+                5,
+                EventType::Adaptation,
+                json!({"decision": "authorized", "resource_impact": {"declared": 0, "unit": "usd"}}),
+            ),
             event(6, EventType::Adaptation, json!({"decision": "authorized"})),
-            event(7, EventType::Observation, json!({"statement": "RESERVATION: seq-1: released"})),
-            event(8, EventType::Observation, json!({"statement": "RESERVATION: seq-2: committed"})),
-            event(9, EventType::Observation, json!({"statement": "RESERVATION: seq-2: released"})),
+            event(
+                7,
+                EventType::Observation,
+                json!({"statement": "RESERVATION: seq-1: released"}),
+            ),
+            event(
+                8,
+                EventType::Observation,
+                json!({"statement": "RESERVATION: seq-2: committed"}),
+            ),
+            event(
+                9,
+                EventType::Observation,
+                json!({"statement": "RESERVATION: seq-2: released"}),
+            ),
         ];
         let r = reservations(&events);
         assert_eq!(

@@ -30,7 +30,11 @@ fn posture(
         missing.push(format!("host capability {ability}"));
     }
     Posture {
-        posture: if missing.is_empty() { authorized } else { default },
+        posture: if missing.is_empty() {
+            authorized
+        } else {
+            default
+        },
         missing,
     }
 }
