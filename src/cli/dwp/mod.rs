@@ -18,12 +18,13 @@ use crate::error::{Error, Result};
 
 const AFTER_HELP: &str = "Exit codes:
    0  success
-   1  failed (a descriptor audit found a FAIL, a stale summary, or an internal error)
+   1  failed (a descriptor audit found a FAIL, a stale summary, a resource hold, or an internal
+      error)
    2  usage error, or a refused config write (the file is left unchanged); a --sections list
       without a mandatory section
-   3  not found (plan folder, contract, task)
+   3  not found (plan folder, contract, task, an undeclared limit, an unknown reservation key)
    4  invalid input (unknown ability in --caps, bad JSON, an invalid contract or journal event)
-   5  conflict (another writer holds the plan's lock)
+   5  conflict (another writer holds the plan's lock; a reservation already settled otherwise)
   10  corrupt (a journal damaged mid-file)";
 
 /// Deep Work Plan 7: the committed addon registry, effective abilities, plan manifests,

@@ -173,10 +173,20 @@ impl JournalCounters {
         self.selections as f64
     }
 
-    /// The journal counter of a journal family.
-    pub fn journal_value(&self, family: Family) -> Option<f64> {
+    /// The journal counter of a journal-family `unit`.
+    ///
+    /// The family table matches `" h"` anywhere in the padded unit, so `hash` lands in the
+    /// wall-clock family too. Hours are computed for `hour`/`wall`/`time` and for a bare word `h`
+    /// (the reference leaves even a bare `h` at `null`, which would make an enforced journal
+    /// limit uncounted); any other `" h"` match keeps `spent: null`, as in the reference.
+    pub fn journal_value(&self, family: Family, unit: &str) -> Option<f64> {
         match family {
-            Family::WallClock => Some(self.wall_clock_hours()),
+            Family::WallClock => {
+                let lower = unit.to_lowercase();
+                let hours = ["hour", "wall", "time"].iter().any(|s| lower.contains(s))
+                    || format!(" {lower} ").contains(" h ");
+                hours.then(|| self.wall_clock_hours())
+            }
             Family::Retries => Some(self.gate_retries()),
             Family::Dispatch => Some(self.dispatch_calls()),
             Family::Spend | Family::Tokens => None,
@@ -216,7 +226,12 @@ mod tests {
         assert_eq!(Family::of("calls"), Some(Family::Dispatch));
         assert_eq!(Family::of("invocations"), Some(Family::Dispatch));
         assert_eq!(Family::of("gpu-s"), None);
-        assert_eq!(Family::of("hash"), None);
+        assert_eq!(Family::of("hash"), Some(Family::WallClock));
+        assert_eq!(Family::of("sha"), None);
+        let c = JournalCounters::default();
+        assert_eq!(c.journal_value(Family::WallClock, "h"), Some(0.0));
+        assert_eq!(c.journal_value(Family::WallClock, "GPU h"), Some(0.0));
+        assert_eq!(c.journal_value(Family::WallClock, "hash"), None);
         assert_eq!(Family::Spend.meter(), Some("meter_spend"));
         assert!(Family::Dispatch.is_journal());
     }

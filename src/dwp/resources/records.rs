@@ -184,3 +184,41 @@ mod tests {
         assert!(limit_record(&e).is_none());
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn obs(statement: &str) -> Event {
+        let mut raw = Map::new();
+        raw.insert("statement".into(), Value::from(statement));
+        Event {
+            seq: 1,
+            kind: EventType::Observation,
+            raw,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn parsers_never_panic(s in "\\PC*") {
+            let _ = limit_record(&obs(&s));
+            let _ = settlement(&obs(&s));
+        }
+
+        #[test]
+        fn written_statements_parse_back(
+            exhausted in any::<bool>(),
+            id in "[a-z][a-z0-9_]{0,12}",
+            detail in proptest::option::of("[^\\n\\r]{0,20}"),
+        ) {
+            let verb = if exhausted { "exhausted" } else { "recovered" };
+            let s = with_detail(format!("LIMIT: {verb} {id}"), detail.as_deref());
+            let r = limit_record(&obs(&s)).unwrap();
+            prop_assert_eq!(r.exhausted, exhausted);
+            prop_assert_eq!(r.limit, id);
+            prop_assert_eq!(r.detail, detail);
+        }
+    }
+}

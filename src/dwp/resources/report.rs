@@ -184,10 +184,10 @@ fn mode(
             None,
         );
     };
-    if let Some(value) = counters.journal_value(family) {
+    if family.is_journal() {
         return (
             "enforced (journal-computed counter)".into(),
-            Some(Num::Float(value)),
+            counters.journal_value(family, &limit.unit).map(Num::Float),
         );
     }
     let meter = family.meter().unwrap_or_default();
@@ -209,5 +209,103 @@ fn mode(
             "enforced (observed meter sample)".into(),
             Some(sample.value),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Number;
+
+    fn limit(id: &str, limit: Value, unit: &str, enforced: bool, reserve: Option<Value>) -> Limit {
+        let num = |v: Value| match v {
+            Value::Number(n) => n,
+            _ => Number::from(0),
+        };
+        Limit {
+            id: id.into(),
+            limit: num(limit),
+            unit: unit.into(),
+            enforced,
+            reserve: reserve.map(num),
+        }
+    }
+
+    #[test]
+    fn modes_first_match_wins() {
+        let none = Abilities::default();
+        let c = JournalCounters::default();
+        let r = row(&limit("a", json!(5), "gpu-s", true, None), &c, 0.0, &none);
+        assert_eq!(
+            r.effective_mode,
+            "advisory (counter family unknown for unit 'gpu-s' — no meter is invented)"
+        );
+        assert_eq!((r.spent, r.over_ceiling), (None, false));
+        // A bare `h` unit is wall-clock hours computed from the journal (0.0 without events).
+        let r = row(&limit("h", json!(5), "h", true, None), &c, 0.0, &none);
+        assert_eq!(r.effective_mode, "enforced (journal-computed counter)");
+        assert_eq!(r.spent, Some(Num::Float(0.0)));
+        // A journal-family limit declared advisory never shows spent.
+        let r = row(
+            &limit("r", json!(5), "retries", false, None),
+            &c,
+            0.0,
+            &none,
+        );
+        assert_eq!(
+            (r.effective_mode.as_str(), r.spent),
+            ("advisory (declared advisory)", None)
+        );
+    }
+
+    #[test]
+    fn reserve_and_ceiling_keep_python_number_kinds() {
+        let c = JournalCounters::default();
+        let a = Abilities::default();
+        let r = row(
+            &limit("a", json!(4000), "calls", true, Some(json!(0.0))),
+            &c,
+            0.0,
+            &a,
+        );
+        assert_eq!(
+            (r.reserve, r.dispatch_ceiling),
+            (Num::Int(0), Num::Int(4000))
+        );
+        let r = row(
+            &limit("a", json!(4000), "calls", true, Some(json!(3995.0))),
+            &c,
+            0.0,
+            &a,
+        );
+        assert_eq!(r.dispatch_ceiling.py_str(), "5.0");
+    }
+
+    #[test]
+    fn unmetered_pending_only_refuses_on_pending_alone() {
+        let mut a = Abilities::default();
+        a.values.insert("meter_spend".into(), true);
+        let c = JournalCounters::default();
+        let r = row(
+            &limit("spend", json!(10), "usd", true, Some(json!(2))),
+            &c,
+            8.5,
+            &a,
+        );
+        assert!(r.effective_mode.starts_with("enforced-pending-only"));
+        assert!(r.over_ceiling);
+        assert_eq!(
+            r.refusal_detail(),
+            "enforced limit 'spend' over its dispatchable ceiling: spent 0.0 + pending 8.5 > 8 \
+             (limit 10 - reserve 2) [unmetered spend: pending-side enforcement only]"
+        );
+        // Exactly at the ceiling is still dispatchable.
+        let r = row(
+            &limit("spend", json!(10), "usd", true, Some(json!(2))),
+            &c,
+            8.0,
+            &a,
+        );
+        assert!(!r.over_ceiling);
     }
 }

@@ -139,7 +139,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{Map, json};
+    use serde_json::json;
 
     fn event(seq: u64, kind: EventType, raw: Value) -> Event {
         let Value::Object(raw) = raw else { panic!() };
@@ -202,6 +202,5 @@ mod tests {
         assert_eq!(pending("usd", &r, &BTreeMap::new()), 3.5);
         assert_eq!(pending("USD", &r, &s), 8.0);
         assert_eq!(pending("tokens", &r, &s), 0.0);
-        let _ = Map::new();
     }
 }
