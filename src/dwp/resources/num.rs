@@ -40,7 +40,7 @@ impl Num {
     }
 
     /// `self - other` with Python promotion (int − int stays int unless it overflows).
-    pub fn sub(self, other: Num) -> Num {
+    pub fn minus(self, other: Num) -> Num {
         match (self, other) {
             (Num::Int(a), Num::Int(b)) => match a.checked_sub(b) {
                 Some(d) => Num::Int(d),
@@ -72,16 +72,16 @@ mod tests {
 
     #[test]
     fn python_promotion_and_printing() {
-        assert_eq!(Num::Int(4000).sub(Num::Float(3995.0)).py_str(), "5.0");
-        assert_eq!(Num::Int(60).sub(Num::Int(5)).py_str(), "55");
-        assert_eq!(Num::Float(0.2).sub(Num::Float(0.0)).py_str(), "0.2");
+        assert_eq!(Num::Int(4000).minus(Num::Float(3995.0)).py_str(), "5.0");
+        assert_eq!(Num::Int(60).minus(Num::Int(5)).py_str(), "55");
+        assert_eq!(Num::Float(0.2).minus(Num::Float(0.0)).py_str(), "0.2");
         assert_eq!(
-            Num::Float(2.5e-05).sub(Num::Float(1e-07)).py_str(),
+            Num::Float(2.5e-05).minus(Num::Float(1e-07)).py_str(),
             "2.4900000000000002e-05"
         );
         assert_eq!(Num::Float(1e-07).py_str(), "1e-07");
         assert_eq!(
-            Num::Int(i64::MIN).sub(Num::Int(1)).py_str(),
+            Num::Int(i64::MIN).minus(Num::Int(1)).py_str(),
             "-9.223372036854776e+18"
         );
     }

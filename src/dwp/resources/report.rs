@@ -141,7 +141,7 @@ fn row(limit: &Limit, counters: &JournalCounters, pending: f64, abilities: &Abil
         .map(Num::from_number)
         .filter(|r| !r.is_zero())
         .unwrap_or(Num::Int(0));
-    let dispatch_ceiling = limit_value.sub(reserve);
+    let dispatch_ceiling = limit_value.minus(reserve);
     let over_ceiling = effective_mode.starts_with("enforced")
         && spent.map_or(0.0, Num::as_f64) + pending > dispatch_ceiling.as_f64();
     Row {
