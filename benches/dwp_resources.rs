@@ -229,6 +229,22 @@ fn main() {
         let r = best_of(runs, || {
             std::hint::black_box(report_lib(&dir, &abilities));
         });
+        let read_only = best_of(runs, || {
+            let plan = Plan::open(&dir).unwrap();
+            let contract = plan.contract().unwrap();
+            std::hint::black_box(journal::read(&plan.dir, &contract).unwrap().events.len());
+        });
+        let plan = Plan::open(&dir).unwrap();
+        let contract = plan.contract().unwrap();
+        let events = journal::read(&plan.dir, &contract).unwrap().events;
+        let build_only = best_of(runs, || {
+            std::hint::black_box(report::build(&contract, &events, &abilities).rows.len());
+        });
+        println!(
+            "{n:>9}   of which: validated journal read {:.1} ms, report build {:.1} ms",
+            read_only.as_secs_f64() * 1000.0,
+            build_only.as_secs_f64() * 1000.0
+        );
         let cli = if dwp.is_file() {
             Some(best_of(runs, || report_cli(&dwp, &dir, &home)))
         } else {
