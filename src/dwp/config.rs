@@ -581,6 +581,15 @@ fn update(root: &Path, change: impl FnOnce(&mut Map<String, Value>) -> Result<()
         ))
         .with_hint("pass --repo with an existing repository root"));
     }
+    // Read-modify-write under a lock on the repository directory itself, so two concurrent
+    // writers (`dwp config enable` in two terminals, onboarding in CI) never lose an update. The
+    // lock needs no file of ours in the user's repository.
+    let _writer = crate::fsx::FileLock::directory(
+        root,
+        crate::fsx::LockWait::Up(std::time::Duration::from_secs(10)),
+        "another dwp config writer",
+        |_| {},
+    )?;
     let is_link = |p: &Path| {
         p.symlink_metadata()
             .is_ok_and(|m| m.file_type().is_symlink())
@@ -641,6 +650,31 @@ fn finish(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn concurrent_writers_never_lose_an_update() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let threads: Vec<_> = KEYS
+            .iter()
+            .map(|key| {
+                let root = root.clone();
+                std::thread::spawn(move || enable(&root, key, None, None).unwrap())
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let doc = read_object(&repo_file(&root)).unwrap().unwrap();
+        let addons = doc["addons"].as_object().unwrap();
+        assert_eq!(addons.len(), KEYS.len(), "{addons:?}");
+        // The lock is on the directory itself: no lock file appears in the repository.
+        let names: Vec<_> = fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from(".dwp")]);
+    }
 
     #[test]
     fn repr_quotes_like_python() {

@@ -33,15 +33,23 @@ const POLL_INTERVAL: Duration = Duration::from_millis(25);
 impl FileLock {
     /// Takes the lock if it is free; `Ok(None)` if another process holds it.
     pub fn try_exclusive(path: &Path) -> Result<Option<FileLock>> {
-        let file = open_lock_file(path)?;
-        match file.try_lock() {
-            Ok(()) => Ok(Some(FileLock {
-                file,
-                path: path.to_path_buf(),
-            })),
-            Err(TryLockError::WouldBlock) => Ok(None),
-            Err(TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
-        }
+        try_lock(open_lock_file(path)?, path)
+    }
+
+    /// Locks an existing directory itself (`flock` on its descriptor) instead of a lock file.
+    ///
+    /// For writers inside a user's repository (`.dwp/config.json`), where a lock file of ours
+    /// would be a stray, possibly committed, file. Waits as [`FileLock::exclusive`] does.
+    pub fn directory(
+        dir: &Path,
+        wait: LockWait,
+        what: &str,
+        on_wait: impl FnOnce(&Path),
+    ) -> Result<FileLock> {
+        acquire(dir, wait, what, on_wait, || {
+            let handle = File::open(dir).map_err(|e| Error::io("open directory", dir, e))?;
+            try_lock(handle, dir)
+        })
     }
 
     /// Takes the lock, waiting as `wait` allows. Before the first wait `on_wait` is called once
@@ -55,23 +63,7 @@ impl FileLock {
         what: &str,
         on_wait: impl FnOnce(&Path),
     ) -> Result<FileLock> {
-        if let Some(lock) = Self::try_exclusive(path)? {
-            return Ok(lock);
-        }
-        let deadline = match wait {
-            LockWait::No => return Err(held(path, what)),
-            LockWait::Up(d) => Instant::now() + d,
-        };
-        on_wait(path);
-        loop {
-            std::thread::sleep(POLL_INTERVAL);
-            if let Some(lock) = Self::try_exclusive(path)? {
-                return Ok(lock);
-            }
-            if Instant::now() >= deadline {
-                return Err(held(path, what));
-            }
-        }
+        acquire(path, wait, what, on_wait, || Self::try_exclusive(path))
     }
 
     /// The lock file's path.
@@ -90,6 +82,44 @@ impl Drop for FileLock {
         // Closing the file releases the lock as well; unlocking first makes the release prompt
         // even if the handle were duplicated.
         let _ = self.file.unlock();
+    }
+}
+
+/// Tries `attempt` once, then (if `wait` allows) polls it until the deadline.
+fn acquire(
+    path: &Path,
+    wait: LockWait,
+    what: &str,
+    on_wait: impl FnOnce(&Path),
+    attempt: impl Fn() -> Result<Option<FileLock>>,
+) -> Result<FileLock> {
+    if let Some(lock) = attempt()? {
+        return Ok(lock);
+    }
+    let deadline = match wait {
+        LockWait::No => return Err(held(path, what)),
+        LockWait::Up(d) => Instant::now() + d,
+    };
+    on_wait(path);
+    loop {
+        std::thread::sleep(POLL_INTERVAL);
+        if let Some(lock) = attempt()? {
+            return Ok(lock);
+        }
+        if Instant::now() >= deadline {
+            return Err(held(path, what));
+        }
+    }
+}
+
+fn try_lock(file: File, path: &Path) -> Result<Option<FileLock>> {
+    match file.try_lock() {
+        Ok(()) => Ok(Some(FileLock {
+            file,
+            path: path.to_path_buf(),
+        })),
+        Err(TryLockError::WouldBlock) => Ok(None),
+        Err(TryLockError::Error(e)) => Err(Error::io("lock", path, e)),
     }
 }
 
@@ -125,6 +155,17 @@ mod tests {
         assert!(FileLock::try_exclusive(&path).unwrap().is_none());
         drop(first);
         assert!(FileLock::try_exclusive(&path).unwrap().is_some());
+    }
+
+    #[test]
+    fn directories_can_be_locked_without_a_lock_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = FileLock::directory(dir.path(), LockWait::No, "the dir", |_| {}).unwrap();
+        let err = FileLock::directory(dir.path(), LockWait::No, "the dir", |_| {}).unwrap_err();
+        assert_eq!(err.kind, crate::error::ErrorKind::Conflict);
+        drop(first);
+        FileLock::directory(dir.path(), LockWait::No, "the dir", |_| {}).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]
