@@ -601,6 +601,14 @@ fn update(root: &Path, change: impl FnOnce(&mut Map<String, Value>) -> Result<()
         ))
         .with_hint("replace the link with a real directory and file, then run the command again"));
     }
+    if dir.symlink_metadata().is_ok_and(|m| !m.is_dir()) {
+        return Err(refusal(format!(
+            "{} is not a directory, so {} cannot be written",
+            dir.display(),
+            path.display()
+        ))
+        .with_hint("move the file named .dwp aside, then run the command again"));
+    }
     let (doc, mode, existed) = match path.symlink_metadata() {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Map::new(), NEW_FILE_MODE, false),
         Err(e) => return Err(Error::io("inspect", &path, e)),

@@ -13,15 +13,33 @@ use crate::error::{Error, Result};
 ///
 /// `Ok(None)` only for a `--plan` folder that does not live under `<root>/.dwp/plans/`.
 pub fn discover(plan: Option<&Path>, repo: Option<&Path>) -> Result<Option<PathBuf>> {
+    // A mistyped --plan or --repo is an error, never an empty registry or a new directory.
     if let Some(plan) = plan {
+        require_dir(plan, "plan folder", "--plan names .dwp/plans/PLAN_<slug>")?;
         return Ok(plan_root(&absolute(plan)?));
     }
     if let Some(repo) = repo {
+        require_dir(
+            repo,
+            "repository directory",
+            "pass --repo with an existing repository root",
+        )?;
         return Ok(Some(absolute(repo)?));
     }
     let cwd = std::env::current_dir()
         .map_err(|e| Error::io("read the current directory", Path::new("."), e))?;
     Ok(Some(git_root(&cwd).unwrap_or(cwd)))
+}
+
+fn require_dir(path: &Path, what: &str, hint: &str) -> Result<()> {
+    if path.is_dir() {
+        Ok(())
+    } else {
+        Err(
+            Error::not_found(format!("{what} {} does not exist", path.display()))
+                .with_hint(hint.to_string()),
+        )
+    }
 }
 
 /// The repository root of a plan folder: walks up from `plan` to a directory whose parent is
@@ -79,14 +97,25 @@ mod tests {
 
     #[test]
     fn plan_beats_repo() {
-        let found = discover(
-            Some(Path::new("/x/.dwp/plans/PLAN_a_b")),
-            Some(Path::new("/y")),
-        )
-        .unwrap();
-        assert_eq!(found.as_deref(), Some(Path::new("/x")));
-        let found = discover(None, Some(Path::new("/y"))).unwrap();
-        assert_eq!(found.as_deref(), Some(Path::new("/y")));
+        let dir = tempfile::tempdir().unwrap();
+        let x = dir.path().join("x");
+        let y = dir.path().join("y");
+        let plan = x.join(".dwp/plans/PLAN_a_b");
+        std::fs::create_dir_all(&plan).unwrap();
+        std::fs::create_dir_all(&y).unwrap();
+        let found = discover(Some(&plan), Some(&y)).unwrap();
+        assert_eq!(found.as_deref(), Some(x.as_path()));
+        let found = discover(None, Some(&y)).unwrap();
+        assert_eq!(found.as_deref(), Some(y.as_path()));
+    }
+
+    #[test]
+    fn missing_plan_or_repo_is_not_found() {
+        let missing = Path::new("/nonexistent/kxen/.dwp/plans/PLAN_a_b");
+        let err = discover(Some(missing), None).unwrap_err();
+        assert_eq!(err.kind, crate::ErrorKind::NotFound);
+        let err = discover(None, Some(Path::new("/nonexistent/kxen"))).unwrap_err();
+        assert_eq!(err.kind, crate::ErrorKind::NotFound);
     }
 
     #[test]

@@ -179,3 +179,29 @@ fn refusals_write_nothing() {
     assert_eq!(read(&repo.join(".dwp/config.json")), "{oops");
     assert!(!repo.join(".gitignore").exists());
 }
+
+#[test]
+fn a_missing_repository_is_refused_and_never_created() {
+    let env = TestEnv::new();
+    let missing = env.path().join("does-not-exist");
+    let run = env.run("dwp", &["onboard", "--repo", missing.to_str().unwrap()]);
+    run.expect(3);
+    assert!(run.stderr.contains("does not exist"), "{}", run.stderr);
+    assert!(!missing.exists());
+    let run = env.run("dwp", &["abilities", "--plan", missing.to_str().unwrap()]);
+    run.expect(3);
+}
+
+#[test]
+fn a_dot_dwp_file_is_a_refusal_that_changes_nothing() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("r", &[("README", "x")]);
+    std::fs::write(repo.join(".dwp"), "not a dir").unwrap();
+    let run = env.run(
+        "dwp",
+        &["config", "enable", "vim", "--repo", repo.to_str().unwrap()],
+    );
+    run.expect(2);
+    assert!(run.stderr.contains("not a directory"), "{}", run.stderr);
+    assert_eq!(read(&repo.join(".dwp")), "not a dir");
+}

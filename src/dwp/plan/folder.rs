@@ -53,6 +53,11 @@ impl Plan {
 
     /// The live contract: the highest integer `revision` among `contracts/*.json` (files taken
     /// in name order, a non-integer revision skipped), otherwise `contract.json`.
+    ///
+    /// Once `contracts/` holds a revision file the chain owns the contract: a revision file that
+    /// cannot be read or is not a JSON object is refused (exit 4) rather than skipped, since
+    /// skipping it would silently derive from an older contract; and a chain with no integer
+    /// revision at all never falls back to `contract.json`.
     pub fn live_contract_path(&self) -> Result<PathBuf> {
         let chain = self.dir.join("contracts");
         if chain.is_dir() {
@@ -63,23 +68,47 @@ impl Plan {
                 .collect();
             names.sort();
             let mut best: Option<(i64, PathBuf)> = None;
-            for path in names {
-                let revision = std::fs::read(&path)
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            for path in &names {
+                let doc = std::fs::read(path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| {
+                        serde_json::from_slice::<serde_json::Value>(&b).map_err(|e| e.to_string())
+                    })
                     .and_then(|v| {
-                        v.get("revision")
-                            .filter(|r| r.is_i64() || r.is_u64())
-                            .and_then(|r| r.as_i64())
-                    });
+                        if v.is_object() {
+                            Ok(v)
+                        } else {
+                            Err("not a JSON object".to_string())
+                        }
+                    })
+                    .map_err(|reason| {
+                        Error::invalid(format!(
+                            "contract invalid: {}: {reason}",
+                            path.display()
+                        ))
+                        .with_hint(
+                            "the contracts/ chain owns the live contract; repair or remove the damaged revision file",
+                        )
+                    })?;
+                let revision = doc
+                    .get("revision")
+                    .filter(|r| r.is_i64() || r.is_u64())
+                    .and_then(|r| r.as_i64());
                 if let Some(rev) = revision
                     && best.as_ref().is_none_or(|(b, _)| rev > *b)
                 {
-                    best = Some((rev, path));
+                    best = Some((rev, path.clone()));
                 }
             }
             if let Some((_, path)) = best {
                 return Ok(path);
+            }
+            if !names.is_empty() {
+                return Err(Error::invalid(format!(
+                    "contract invalid: no file in {} has an integer revision",
+                    chain.display()
+                ))
+                .with_hint("the contracts/ chain owns the live contract; it never falls back to contract.json"));
             }
         }
         let single = self.dir.join("contract.json");
@@ -177,5 +206,35 @@ mod tests {
         std::fs::write(dir.path().join("contract.json"), r#"{"revision": 1}"#).unwrap();
         let plan = Plan::open(dir.path()).unwrap();
         assert_eq!(plan.live_contract_path().unwrap(), chain.join("b.json"));
+    }
+
+    #[test]
+    fn a_damaged_revision_is_refused_never_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let chain = dir.path().join("contracts");
+        std::fs::create_dir_all(&chain).unwrap();
+        std::fs::write(chain.join("001.json"), r#"{"revision": 1}"#).unwrap();
+        std::fs::write(dir.path().join("contract.json"), r#"{"revision": 1}"#).unwrap();
+        for damaged in ["{", "[1]", "null"] {
+            std::fs::write(chain.join("002.json"), damaged).unwrap();
+            let plan = Plan::open(dir.path()).unwrap();
+            let err = plan.live_contract_path().unwrap_err();
+            assert_eq!(err.kind, crate::ErrorKind::InvalidInput, "{damaged}");
+            assert!(err.message.contains("002.json"), "{}", err.message);
+        }
+    }
+
+    #[test]
+    fn a_chain_without_integer_revisions_never_falls_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let chain = dir.path().join("contracts");
+        std::fs::create_dir_all(&chain).unwrap();
+        std::fs::write(chain.join("001.json"), r#"{"revision": "x"}"#).unwrap();
+        std::fs::write(dir.path().join("contract.json"), r#"{"revision": 1}"#).unwrap();
+        let plan = Plan::open(dir.path()).unwrap();
+        assert_eq!(
+            plan.live_contract_path().unwrap_err().kind,
+            crate::ErrorKind::InvalidInput
+        );
     }
 }
