@@ -45,6 +45,45 @@ pub(crate) fn signal_group(pid: u32, signal: i32) {
     }
 }
 
+/// Makes the child die (SIGKILL) when the thread that spawns it dies, on Linux.
+///
+/// Why: if kxen-agent itself is SIGKILLed (an OOM kill, a CI runner torn down) while a tool runs,
+/// the tool must not go on producing side effects after the journal already says its outcome is
+/// unknown — an operator would resolve an operation that is still changing the workspace. The
+/// kernel delivers the signal when the spawning *thread* exits, so the caller must spawn and wait
+/// on the same thread (both `exec` and the command provider do). Grandchildren a shell put in the
+/// background are not covered; the shell itself dies, so the rest of its script never runs.
+pub(crate) fn die_with_parent(cmd: &mut std::process::Command) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure runs in the forked child before exec and only calls the
+        // async-signal-safe functions prctl, getppid and _exit.
+        let parent = unsafe { libc::getpid() };
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died between fork and prctl: then nobody will signal us.
+                if libc::getppid() != parent {
+                    libc::_exit(137);
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
+}
+
 /// Waits for `child` (a process-group leader) until it exits, `timeout` passes or `cancel` is set.
 ///
 /// After the child is gone, the rest of its group is SIGKILLed: background jobs a command started

@@ -1,7 +1,9 @@
 //! Rendering to stdout/stderr, shared by both binaries.
 //!
-//! A closed stdout (`kxen-agent … | head`) is a normal end, not a crash: writes that fail with
-//! `BrokenPipe` end the process with exit 0, as ripgrep does.
+//! A closed stdout (`kxen-agent … | head`) is not a crash and not a reason to stop: once a write
+//! fails with `BrokenPipe`, further output is dropped and the command carries on. A run must
+//! reach a durable terminal state whoever stops reading its events (exiting here would leave it
+//! `running` for `--resume` to untangle); the exit code still tells the outcome.
 
 use std::io::Write;
 
@@ -23,23 +25,28 @@ pub enum Format {
 
 /// Writes one line to stdout.
 pub fn line(text: &str) {
-    let stdout = std::io::stdout();
-    let mut lock = stdout.lock();
-    if let Err(e) = writeln!(lock, "{text}").and_then(|_| lock.flush())
-        && e.kind() == std::io::ErrorKind::BrokenPipe
-    {
-        std::process::exit(0);
-    }
+    write_stdout(format!("{text}\n").as_bytes());
 }
 
 /// Writes raw text to stdout (no newline added).
 pub fn raw(text: &str) {
+    write_stdout(text.as_bytes());
+}
+
+/// Set once stdout is gone; later output is dropped.
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn write_stdout(bytes: &[u8]) {
+    use std::sync::atomic::Ordering;
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
-    if let Err(e) = lock.write_all(text.as_bytes()).and_then(|_| lock.flush())
+    if let Err(e) = lock.write_all(bytes).and_then(|_| lock.flush())
         && e.kind() == std::io::ErrorKind::BrokenPipe
     {
-        std::process::exit(0);
+        STDOUT_CLOSED.store(true, Ordering::Relaxed);
     }
 }
 

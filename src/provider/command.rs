@@ -69,20 +69,21 @@ impl Provider for CommandProvider {
         })
         .map_err(|e| Error::failed(format!("cannot serialize the model request: {e}")))?;
         let timeout = effective_timeout(self.timeout, request.timeout);
-        let mut child = Command::new(&self.argv[0])
+        let mut command = Command::new(&self.argv[0]);
+        command
             .args(&self.argv[1..])
             .current_dir(&self.dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .map_err(|e| {
-                Error::external(format!("cannot start {}: {e}", self.what())).with_hint(format!(
-                    "check `argv` in the model config (it runs in {})",
-                    self.dir.display()
-                ))
-            })?;
+            .process_group(0);
+        process::die_with_parent(&mut command);
+        let mut child = command.spawn().map_err(|e| {
+            Error::external(format!("cannot start {}: {e}", self.what())).with_hint(format!(
+                "check `argv` in the model config (it runs in {})",
+                self.dir.display()
+            ))
+        })?;
         let stdout = Capture::start(child.stdout.take().expect("piped"), MAX_STDOUT);
         let stderr = Capture::start(child.stderr.take().expect("piped"), MAX_STDERR);
         let mut stdin = child.stdin.take().expect("piped");

@@ -57,6 +57,10 @@ impl StateDir {
                     .with_hint("pass --state-dir PATH or set KXEN_AGENT_STATE_DIR"),
             );
         };
+        // Absolute from here on: tools run in the workspace with HOME under the state dir, so a
+        // relative `--state-dir st` would otherwise put the tool home inside the workspace.
+        // `absolute` only reads the current directory; it never touches the state dir itself.
+        let root = std::path::absolute(&root).map_err(|e| Error::io("resolve", &root, e))?;
         Ok(StateDir { root })
     }
 
@@ -181,6 +185,13 @@ mod tests {
             Path::new("/h/.local/state/kxen-agent")
         );
         assert!(StateDir::resolve(None, &env(None, None, None)).is_err());
+    }
+
+    #[test]
+    fn a_relative_state_dir_becomes_absolute() {
+        let resolved = StateDir::resolve(Some(Path::new("rel")), &env(None, None, None)).unwrap();
+        assert!(resolved.root().is_absolute());
+        assert!(resolved.root().ends_with("rel"));
     }
 
     #[test]

@@ -98,6 +98,7 @@ fn run_with_env(
         .stdout(writer)
         .stderr(writer2)
         .process_group(0);
+    process::die_with_parent(&mut cmd);
     let spawned = cmd.spawn();
     // Our copies of the pipe's write end must close, or the reader never sees end-of-file.
     drop(cmd);

@@ -40,3 +40,17 @@ fn version_and_help() {
     assert!(run.stdout.contains("130  canceled"));
     env.run("dwp", &["--version"]).expect(0);
 }
+
+#[test]
+fn clap_usage_errors_also_print_a_jsonl_error_line() {
+    let env = TestEnv::new();
+    let run = env.run("kxen-agent", &["--task", "x", "--task-file", "f"]);
+    run.expect(2);
+    let lines = run.jsonl();
+    assert_eq!(lines[0]["type"], "error");
+    assert_eq!(lines[0]["kind"], "usage");
+    assert!(run.stderr.contains("cannot be used with"), "{}", run.stderr);
+    let run = env.run("kxen-agent", &["--bogus", "--format", "text"]);
+    run.expect(2);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+}

@@ -213,3 +213,127 @@ fn fifty_sigkills_lose_nothing_and_repeat_nothing() {
     }
     eprintln!("sigkill loop: {kills} kills, {resolved} operations resolved");
 }
+
+/// A SIGKILLed runner takes its running tool with it: the side effect the journal calls UNKNOWN
+/// does not quietly happen later, after the operator has resolved it.
+#[test]
+fn a_killed_runner_takes_its_running_tool_with_it() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "touch started; sleep 3; touch late"}),
+            ),
+            answer("done"),
+        ],
+    );
+    let mut child = spawn(
+        &env,
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "t",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !repo.join("started").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(!repo.join("late").exists(), "the tool outlived its runner");
+}
+
+/// A reader that stops reading (`| head -1`) does not stop the run half-way.
+#[test]
+fn a_closed_stdout_does_not_stop_the_run() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = script_config(
+        &env,
+        &[
+            call("c1", "write", json!({"path": "a.txt", "content": "a"})),
+            answer("done"),
+        ],
+    );
+    let mut child = env
+        .cmd("kxen-agent")
+        .args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "t",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let list = env.run("kxen-agent", &["session", "list"]);
+    assert_eq!(list.jsonl()[0]["lastRunStatus"], "completed");
+}
+
+/// A relative --state-dir is made absolute, so the tools' HOME never lands in the workspace.
+#[test]
+fn a_relative_state_dir_keeps_the_tool_home_out_of_the_workspace() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "echo \"$HOME\" > home.txt; mkdir -p ~/.cache"}),
+            ),
+            answer("done"),
+        ],
+    );
+    env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "t",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+            "--state-dir",
+            "rel-state",
+        ],
+    )
+    .expect(0);
+    let home = std::fs::read_to_string(repo.join("home.txt")).unwrap();
+    assert!(home.trim().starts_with('/'), "HOME={home}");
+    assert!(env.path().join("rel-state/tool-home/.cache").is_dir());
+    assert!(!repo.join("rel-state").exists());
+}

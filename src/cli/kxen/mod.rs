@@ -68,7 +68,7 @@ pub enum Command {
     /// Work with runtime permission policies.
     #[command(subcommand)]
     Policy(PolicyCommand),
-    /// Inspect Sessions (read-only).
+    /// Sessions: list, show, verify and diff (read-only); fork, export and import.
     #[command(subcommand)]
     Session(SessionCommand),
     /// Run an agent on a task in a workspace (a new Session), or inspect runs.
@@ -251,12 +251,50 @@ impl PolicyArgs {
 
 /// Entry point of the `kxen-agent` binary; returns the process exit code.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return usage_error(err),
+    };
     let format = cli.format;
     match dispatch(cli) {
         Ok(code) => code,
         Err(err) => output::report_error(&err, format),
     }
+}
+
+/// Reports a command line clap refused. `--help` and `--version` print as usual (exit 0); a
+/// real usage error also gets its `{"type":"error","kind":"usage"}` line on stdout in jsonl mode,
+/// like every other error, so log consumers see why nothing ran.
+fn usage_error(err: clap::Error) -> i32 {
+    use clap::error::ErrorKind as Clap;
+    if matches!(
+        err.kind(),
+        Clap::DisplayHelp | Clap::DisplayVersion | Clap::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = err.print();
+        return if err.use_stderr() { 2 } else { 0 };
+    }
+    let _ = err.print();
+    // The format flag could not be parsed with the rest; look for it by hand.
+    let args: Vec<String> = std::env::args().collect();
+    let text = args
+        .windows(2)
+        .any(|w| w[0] == "--format" && w[1] == "text")
+        || args.iter().any(|a| a == "--format=text");
+    if !text {
+        let message = err
+            .render()
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or("invalid command line")
+            .trim_start_matches("error: ")
+            .to_string();
+        output::json_line(
+            &serde_json::json!({"type": "error", "kind": "usage", "message": message}),
+        );
+    }
+    2
 }
 
 fn dispatch(cli: Cli) -> Result<i32> {
