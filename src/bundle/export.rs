@@ -35,6 +35,16 @@ pub struct Exported {
 /// files and referenced blobs are streamed into the bundle. A torn last line (a crash's
 /// leftover) is not part of the bundle.
 pub fn export(state: &StateDir, session_id: &str, output: &Path) -> Result<Exported> {
+    if output.is_dir() {
+        return Err(Error::usage(format!(
+            "--output {} is a directory; export writes one bundle file",
+            output.display()
+        ))
+        .with_hint(format!(
+            "name a file, e.g. --output {}/{session_id}.bundle.json",
+            output.display()
+        )));
+    }
     let paths = store::session_paths(state, session_id)?;
     let _lease = Lease::acquire(&paths.dir, session_id)?;
     let blobs_dir = state.blobs_dir();

@@ -159,6 +159,12 @@ fn pick_run(
             meta.id
         )));
     };
+    // A new run builds on the whole Session: damage in an earlier run's journal is corrupt state
+    // (exit 10, naming file and line), exactly as `run show` and `session verify` report it,
+    // never something to build on.
+    for earlier in &runs {
+        crate::journal::read(&paths.run(&earlier.id).journal())?;
+    }
     let run_id = ids::new_id(IdKind::Run);
     let message = Message::new(&run_id, Role::User, task.to_string());
     let mut run = RunState::new(&meta.id, &run_id, &message);

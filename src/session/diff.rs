@@ -33,8 +33,19 @@ pub struct SessionDiff {
 
 /// Compares Sessions `a` and `b` (read-only).
 pub fn diff(state: &StateDir, a: &str, b: &str) -> Result<SessionDiff> {
-    let (meta_a, msgs_a) = load(state, a)?;
-    let (meta_b, msgs_b) = load(state, b)?;
+    diff_across(state, a, state, b)
+}
+
+/// Compares Session `a` in `state_a` with Session `b` in `state_b` (read-only): e.g. an original
+/// and its imported copy on another runner, which share one id.
+pub fn diff_across(
+    state_a: &StateDir,
+    a: &str,
+    state_b: &StateDir,
+    b: &str,
+) -> Result<SessionDiff> {
+    let (meta_a, msgs_a) = load(state_a, a)?;
+    let (meta_b, msgs_b) = load(state_b, b)?;
     let common_prefix = msgs_a
         .iter()
         .zip(&msgs_b)

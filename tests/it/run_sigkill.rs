@@ -337,3 +337,72 @@ fn a_relative_state_dir_keeps_the_tool_home_out_of_the_workspace() {
     assert!(env.path().join("rel-state/tool-home/.cache").is_dir());
     assert!(!repo.join("rel-state").exists());
 }
+
+/// Damage in the middle of a finished run's journal stops a new task too (exit 10), instead of
+/// being built upon.
+#[test]
+fn a_damaged_earlier_journal_refuses_the_next_task() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = script_config(
+        &env,
+        &[
+            call("c1", "write", json!({"path": "a.txt", "content": "a"})),
+            answer("done"),
+            answer("second task done"),
+        ],
+    );
+    let (repo_s, agent_s, config_s) = (
+        repo.to_str().unwrap(),
+        agent.to_str().unwrap(),
+        config.to_str().unwrap(),
+    );
+    env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "--workspace",
+            repo_s,
+            "--task",
+            "t",
+            "--agent",
+            agent_s,
+            "--config",
+            config_s,
+        ],
+    )
+    .expect(0);
+    let list = env.run("kxen-agent", &["session", "list"]);
+    let first = list.jsonl().remove(0);
+    let (session, run) = (
+        first["id"].as_str().unwrap(),
+        first["lastRunId"].as_str().unwrap(),
+    );
+    let journal = env
+        .state_dir()
+        .join("sessions")
+        .join(session)
+        .join("runs")
+        .join(run)
+        .join("journal.jsonl");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let damaged = text.replacen('{', "{\"x", 1);
+    std::fs::write(&journal, damaged).unwrap();
+    let before = files_under(&env.state_dir()).len();
+    let resumed = env.run(
+        "kxen-agent",
+        &["--resume", session, "--task", "next", "--config", config_s],
+    );
+    resumed.expect(10);
+    assert!(
+        resumed.stderr.contains("journal.jsonl:1"),
+        "{}",
+        resumed.stderr
+    );
+    assert_eq!(
+        files_under(&env.state_dir()).len(),
+        before,
+        "a new run was started"
+    );
+}

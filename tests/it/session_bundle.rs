@@ -206,6 +206,28 @@ fn round_trip_between_two_runners_and_resume_on_the_second() {
     .expect(0);
     assert!(!snapshot(&state_b).keys().any(|k| k.contains(".staging")));
 
+    // `session diff` across the two state dirs: the same conversation and lock; only the
+    // workspace binding's root differs (B's clone).
+    let diffed = env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            state_a.to_str().unwrap(),
+            "session",
+            "diff",
+            &id,
+            &id,
+            "--other-state-dir",
+            state_b.to_str().unwrap(),
+        ],
+    );
+    diffed.expect(0);
+    let d = diffed.jsonl().remove(0);
+    assert_eq!(d["conversationDiff"], "", "{d}");
+    assert_eq!(d["divergingA"], json!([]));
+    assert_eq!(d["divergingB"], json!([]));
+    assert_eq!(d["lockEqual"], true);
+
     // The same Session again: refused, nothing changes.
     let before = snapshot(&state_b);
     let again = env.run(
@@ -399,6 +421,19 @@ fn export_is_refused_while_the_lease_is_held() {
         ],
     )
     .expect(0);
+    // A directory as --output is a usage error that names it, not an internal failure.
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "export",
+            &b.session_id,
+            "--output",
+            env.path().to_str().unwrap(),
+        ],
+    );
+    run.expect(2);
+    assert!(run.stderr.contains("is a directory"), "{}", run.stderr);
 }
 
 #[test]

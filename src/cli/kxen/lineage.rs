@@ -52,8 +52,14 @@ pub fn session_fork(state: &StateDir, request: &ForkRequest, format: Format) -> 
     Ok(0)
 }
 
-pub fn session_diff(state: &StateDir, a: &str, b: &str, format: Format) -> Result<i32> {
-    let d = diff::diff(state, a, b)?;
+pub fn session_diff(
+    state_a: &StateDir,
+    a: &str,
+    state_b: &StateDir,
+    b: &str,
+    format: Format,
+) -> Result<i32> {
+    let d = diff::diff_across(state_a, a, state_b, b)?;
     match format {
         Format::Jsonl => output::json_line(&d.to_json()),
         Format::Text => output::raw(&d.to_text()),

@@ -152,6 +152,10 @@ pub enum SessionCommand {
         a: String,
         /// The second Session (`ses_…`).
         b: String,
+        /// Read the second Session from this state dir instead (e.g. compare a Session with its
+        /// imported copy on another runner).
+        #[arg(long, value_name = "PATH")]
+        other_state_dir: Option<PathBuf>,
     },
 }
 
@@ -333,8 +337,17 @@ fn dispatch(cli: Cli) -> Result<i32> {
             };
             lineage::session_fork(&state()?, &request, format)
         }
-        Command::Session(SessionCommand::Diff { a, b }) => {
-            lineage::session_diff(&state()?, &a, &b, format)
+        Command::Session(SessionCommand::Diff {
+            a,
+            b,
+            other_state_dir,
+        }) => {
+            let state_a = state()?;
+            let state_b = match other_state_dir {
+                Some(dir) => StateDir::resolve(Some(&dir), &StateEnv::from_process())?,
+                None => state_a.clone(),
+            };
+            lineage::session_diff(&state_a, &a, &state_b, &b, format)
         }
         Command::Session(SessionCommand::Show { session }) => {
             show::session_show(&state()?, &session, format)
