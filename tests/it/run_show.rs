@@ -1,6 +1,9 @@
 //! Read-only views: `session list`, `session show`, `run show` never write.
 
+use serde_json::json;
+
 use crate::env::TestEnv;
+use crate::run_support::*;
 
 #[test]
 fn read_only_commands_on_an_empty_state_dir_write_nothing() {
@@ -22,4 +25,69 @@ fn read_only_commands_on_an_empty_state_dir_write_nothing() {
     let run = env.run("kxen-agent", &["run", "show", "../etc", "run_x"]);
     run.expect(4);
     assert!(!env.state_dir().exists());
+}
+
+/// `--format text` on `session show` and `run show` is a human summary, not JSON.
+#[test]
+fn text_views_summarize_session_and_run() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = script_config(
+        &env,
+        &[
+            call("c1", "write", json!({"path": "a.txt", "content": "a"})),
+            answer("all written"),
+        ],
+    );
+    env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "write a",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    )
+    .expect(0);
+    let list = env
+        .run("kxen-agent", &["session", "list"])
+        .jsonl()
+        .remove(0);
+    let (session, run) = (
+        list["id"].as_str().unwrap(),
+        list["lastRunId"].as_str().unwrap(),
+    );
+    let shown = env.run(
+        "kxen-agent",
+        &["--format", "text", "session", "show", session],
+    );
+    shown.expect(0);
+    assert!(
+        shown.stdout.starts_with(&format!("session {session}")),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        shown.stdout.contains("[assistant] all written"),
+        "{}",
+        shown.stdout
+    );
+    assert!(shown.stdout.contains("-> write"), "{}", shown.stdout);
+    let shown = env.run(
+        "kxen-agent",
+        &["--format", "text", "run", "show", session, run],
+    );
+    shown.expect(0);
+    assert!(
+        shown.stdout.contains("result: all written"),
+        "{}",
+        shown.stdout
+    );
+    assert!(shown.stdout.contains("settled"), "{}", shown.stdout);
 }

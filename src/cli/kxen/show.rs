@@ -1,6 +1,9 @@
-//! `session list`, `session show SES`, `run show SES RUN`: read-only JSON views.
+//! `session list`, `session show SES`, `run show SES RUN`: read-only views — one JSON object per
+//! line (jsonl), or a human summary (`--format text`).
 
 use std::path::Path;
+
+use serde_json::Value;
 
 use super::render::Renderer;
 use crate::cli::output::{self, Format};
@@ -36,13 +39,144 @@ pub fn session_list(state: &StateDir, workspace: Option<&Path>, format: Format) 
 }
 
 pub fn session_show(state: &StateDir, session_id: &str, format: Format) -> Result<i32> {
-    print(&view::show_session(state, session_id)?, format);
+    let shown = view::show_session(state, session_id)?;
+    match format {
+        Format::Jsonl => print(&shown),
+        Format::Text => output::raw(&session_text(&to_value(&shown))),
+    }
     Ok(0)
 }
 
 pub fn run_show(state: &StateDir, session_id: &str, run_id: &str, format: Format) -> Result<i32> {
-    print(&view::show_run(state, session_id, run_id)?, format);
+    let shown = view::show_run(state, session_id, run_id)?;
+    match format {
+        Format::Jsonl => print(&shown),
+        Format::Text => output::raw(&run_text(&to_value(&shown))),
+    }
     Ok(0)
+}
+
+fn to_value<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v[key].as_str().unwrap_or("-")
+}
+
+/// One line, at most `max` characters, for a summary.
+fn clip(text: &str, max: usize) -> String {
+    let one_line = text.replace('\n', " ");
+    if one_line.chars().count() <= max {
+        one_line
+    } else {
+        let cut: String = one_line.chars().take(max).collect();
+        format!("{cut}…")
+    }
+}
+
+/// The human view of a Session: identity, binding, lock, runs, then the conversation.
+fn session_text(s: &Value) -> String {
+    let mut out = format!(
+        "session {}  created {}\n",
+        str_of(s, "id"),
+        str_of(s, "createdAt")
+    );
+    let ws = &s["workspace"];
+    out.push_str(&format!(
+        "workspace {}  ({} identity, branch {}, head {})\n",
+        str_of(ws, "root"),
+        str_of(ws, "identityKind"),
+        ws["branch"].as_str().unwrap_or("(detached)"),
+        str_of(ws, "head"),
+    ));
+    let lock = &s["lock"];
+    out.push_str(&format!(
+        "agent {}  {}  capabilities: {}\n",
+        lock["definition"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or("-"),
+        str_of(lock, "definitionHash"),
+        lock["capabilities"]
+            .as_array()
+            .map(|c| c
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default(),
+    ));
+    if let Some(parent) = s["parentId"].as_str() {
+        out.push_str(&format!(
+            "fork of {parent} ({}) at {}\n",
+            str_of(s, "forkKind"),
+            s["forkPoint"]["messageId"].as_str().unwrap_or("-")
+        ));
+    }
+    for run in s["runs"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "run {}  {}{}  task: {}\n",
+            str_of(run, "id"),
+            str_of(run, "status"),
+            if run["settled"] == Value::Bool(true) {
+                ""
+            } else {
+                " (unsettled)"
+            },
+            clip(str_of(run, "task"), 60),
+        ));
+    }
+    out.push('\n');
+    for m in s["messages"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "[{}] {}",
+            str_of(m, "role"),
+            clip(str_of(m, "content"), 100)
+        ));
+        for call in m["toolCalls"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  -> {} {}",
+                str_of(call, "name"),
+                clip(&call["arguments"].to_string(), 60)
+            ));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The human view of a run: status, result, attempts, then every journal operation.
+fn run_text(r: &Value) -> String {
+    let run = &r["run"];
+    let mut out = format!(
+        "run {}  {}  of session {}\ntask: {}\n",
+        str_of(run, "id"),
+        str_of(run, "status"),
+        str_of(run, "sessionId"),
+        clip(str_of(run, "task"), 100),
+    );
+    if let Some(result) = run["result"].as_object() {
+        let final_text = result
+            .get("finalText")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        out.push_str(&format!("result: {}\n", clip(final_text, 100)));
+        if let Some(error) = result.get("error").and_then(Value::as_str) {
+            out.push_str(&format!("error: {error}\n"));
+        }
+    }
+    let attempts = run["attempts"].as_array().map_or(0, Vec::len);
+    out.push_str(&format!("attempts: {attempts}\n"));
+    for op in r["operations"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{}  {:<14} {} {}\n",
+            str_of(op, "opId"),
+            str_of(op, "phase"),
+            str_of(op, "tool"),
+            clip(&op["arguments"].to_string(), 60),
+        ));
+    }
+    out
 }
 
 /// `run resolve`: not read-only; takes the Session's lease.
@@ -66,10 +200,6 @@ pub fn run_resolve(
     Ok(0)
 }
 
-fn print<T: serde::Serialize>(value: &T, format: Format) {
-    let text = match format {
-        Format::Jsonl => serde_json::to_string(value),
-        Format::Text => serde_json::to_string_pretty(value),
-    };
-    output::line(&text.unwrap_or_else(|_| "{}".into()));
+fn print<T: serde::Serialize>(value: &T) {
+    output::line(&serde_json::to_string(value).unwrap_or_else(|_| "{}".into()));
 }
