@@ -11,7 +11,7 @@
 //! failure removes the staging directory (and a state dir this import created), so the target
 //! is left as it was.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -173,20 +173,27 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Imported> {
     let paths = SessionPaths {
         dir: staging.dir.clone(),
     };
-    let report = verify::verify(&paths, &id, &staging.blobs, Mode::Strict).map_err(|e| {
-        // Name the file as the bundle knows it, not by its staging path.
-        let prefix = format!("{}/", staging.dir.display());
-        let mut err = Error::new(
-            e.kind,
-            format!(
-                "{}: {}",
-                ctx.req.bundle.display(),
-                e.message.replace(&prefix, "")
-            ),
-        );
-        err.hints = vec!["the bundle is damaged; export it again from the original".into()];
-        err
-    })?;
+    // Every staged blob was hashed against its name as it arrived (`accept_blob`).
+    let hashed: HashMap<String, u64> = ctx
+        .blobs
+        .iter()
+        .map(|b| (b.sha256.clone(), b.bytes))
+        .collect();
+    let report =
+        verify::verify_with(&paths, &id, &staging.blobs, Mode::Strict, &hashed).map_err(|e| {
+            // Name the file as the bundle knows it, not by its staging path.
+            let prefix = format!("{}/", staging.dir.display());
+            let mut err = Error::new(
+                e.kind,
+                format!(
+                    "{}: {}",
+                    ctx.req.bundle.display(),
+                    e.message.replace(&prefix, "")
+                ),
+            );
+            err.hints = vec!["the bundle is damaged; export it again from the original".into()];
+            err
+        })?;
     if let Some(extra) = ctx.blob_names.iter().find(|b| !report.blobs.contains(*b)) {
         return Err(invalid(
             ctx.req,
@@ -218,12 +225,17 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Imported> {
     if !ctx.blob_names.is_empty() {
         fsx::create_dir_private(&blobs_dir)?;
     }
+    // One sync makes every staged file and directory durable before any of them is moved.
+    fsx::sync_staged(&staging.dir)?;
     for name in &ctx.blob_names {
         let to = blobs_dir.join(name);
         if to.is_file() {
             continue;
         }
-        fsx::rename_file(&staging.blobs.join(name), &to)?;
+        fsx::rename_file_unsynced(&staging.blobs.join(name), &to)?;
+    }
+    if !ctx.blob_names.is_empty() {
+        fsx::fsync_dir(&blobs_dir)?;
     }
     fsx::remove_staging_dir(&staging.blobs)?;
     failpoint::hit("import.before-rename");
@@ -414,9 +426,9 @@ impl Ctx<'_> {
         let staging = self.staging.as_ref().expect("created by begin");
         let path = staging.dir.join(&rel);
         if let Some(parent) = path.parent() {
-            fsx::create_dir_private(parent)?;
+            fsx::create_staged_dir(parent)?;
         }
-        fsx::write_atomic(&path, entry.content.as_bytes(), fsx::STATE_FILE_MODE)?;
+        fsx::write_staged(&path, entry.content.as_bytes(), fsx::STATE_FILE_MODE)?;
         self.files.push(FileSum {
             path: entry.path,
             bytes: entry.bytes,
@@ -452,8 +464,8 @@ impl Ctx<'_> {
         let Some(staging) = &self.staging else {
             return Err(invalid(self.req, "blobs come after the files".into()));
         };
-        fsx::create_dir_private(&staging.blobs)?;
-        fsx::write_atomic(&staging.blobs.join(name), &bytes, fsx::STATE_FILE_MODE)?;
+        fsx::create_staged_dir(&staging.blobs)?;
+        fsx::write_staged(&staging.blobs.join(name), &bytes, fsx::STATE_FILE_MODE)?;
         self.blobs.push(BlobSum {
             sha256: entry.sha256,
             bytes: entry.bytes,

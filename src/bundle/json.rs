@@ -22,6 +22,7 @@ pub fn write_string_body(
 ) -> Result<String> {
     let mut hasher = Sha256Stream::new();
     let mut buf = vec![0u8; 1 << 16];
+    let mut escaped = Vec::with_capacity(2 << 16);
     let mut left = len;
     let werr = |e| Error::io("write", sink, e);
     while left > 0 {
@@ -38,26 +39,32 @@ pub fn write_string_body(
         left -= n as u64;
         let chunk = &buf[..n];
         hasher.update(chunk);
+        // Escape into one buffer per chunk so the sink sees one large write, not one per run of
+        // plain bytes (JSON state files are dense with `"` and `\\`).
+        escaped.clear();
         let mut start = 0;
         for (i, &b) in chunk.iter().enumerate() {
-            let escaped: &[u8] = match b {
-                b'"' => b"\\\"",
-                b'\\' => b"\\\\",
-                b'\n' => b"\\n",
-                b'\r' => b"\\r",
-                b'\t' => b"\\t",
-                0..=0x1f => b"",
-                _ => continue,
-            };
-            out.write_all(&chunk[start..i]).map_err(werr)?;
-            if escaped.is_empty() {
-                write!(out, "\\u{:04x}", b).map_err(werr)?;
-            } else {
-                out.write_all(escaped).map_err(werr)?;
+            if b >= 0x20 && b != b'"' && b != b'\\' {
+                continue;
+            }
+            escaped.extend_from_slice(&chunk[start..i]);
+            match b {
+                b'"' => escaped.extend_from_slice(b"\\\""),
+                b'\\' => escaped.extend_from_slice(b"\\\\"),
+                b'\n' => escaped.extend_from_slice(b"\\n"),
+                b'\r' => escaped.extend_from_slice(b"\\r"),
+                b'\t' => escaped.extend_from_slice(b"\\t"),
+                _ => {
+                    const HEX: &[u8; 16] = b"0123456789abcdef";
+                    escaped.extend_from_slice(b"\\u00");
+                    escaped.push(HEX[usize::from(b >> 4)]);
+                    escaped.push(HEX[usize::from(b & 0xf)]);
+                }
             }
             start = i + 1;
         }
-        out.write_all(&chunk[start..]).map_err(werr)?;
+        escaped.extend_from_slice(&chunk[start..]);
+        out.write_all(&escaped).map_err(werr)?;
     }
     Ok(hasher.finish_hex())
 }

@@ -35,6 +35,53 @@ pub fn rename_file(from: &Path, to: &Path) -> Result<()> {
     super::fsync_dir(super::atomic::parent_dir(to))
 }
 
+/// Creates `dir` (and missing parents) with mode 0700 inside a staging directory, without
+/// fsyncing: a staging directory is made durable as a whole by [`sync_staged`] before it is
+/// renamed into place, and is removed if anything fails, so per-entry fsyncs would only cost
+/// one journal commit each.
+pub fn create_staged_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(super::STATE_DIR_MODE)
+        .create(dir)
+        .map_err(|e| Error::io("create directory", dir, e))
+}
+
+/// Writes a new file inside a staging directory (refusing to overwrite one), without fsyncing;
+/// see [`create_staged_dir`]. A partly written file is removed with its staging directory.
+pub fn write_staged(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|e| Error::io("create", path, e))?;
+    file.write_all(bytes)
+        .map_err(|e| Error::io("write", path, e))
+}
+
+/// Makes everything written under the staging directory `dir` durable with one `syncfs` of its
+/// filesystem (one journal commit instead of one fsync per file and directory).
+pub fn sync_staged(dir: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let handle = fs::File::open(dir).map_err(|e| Error::io("open directory", dir, e))?;
+    // SAFETY: `handle` is an open descriptor for the duration of the call.
+    let rc = unsafe { libc::syncfs(handle.as_raw_fd()) };
+    if rc != 0 {
+        return Err(Error::io("sync", dir, std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Moves the file `from` to `to` (same filesystem) without fsyncing `to`'s directory; the caller
+/// fsyncs it once after moving a batch ([`super::fsync_dir`]).
+pub fn rename_file_unsynced(from: &Path, to: &Path) -> Result<()> {
+    fs::rename(from, to).map_err(|e| Error::io("move into place", to, e))
+}
+
 /// Removes `dir` if it exists and is empty (a directory a failed command created and must not
 /// leave behind). A non-empty or missing directory is left alone.
 pub fn remove_empty_dir(dir: &Path) {

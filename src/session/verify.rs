@@ -62,6 +62,20 @@ pub fn verify(
     blobs_dir: &Path,
     mode: Mode,
 ) -> Result<Verified> {
+    verify_with(paths, session_id, blobs_dir, mode, &HashMap::new())
+}
+
+/// [`verify`], where `hashed` maps blob names (hex) whose bytes the caller has already hashed
+/// against their name (import does so while staging them) to their size: such a blob's reference
+/// is checked against that size instead of reading and hashing the file a second time. Every
+/// other blob is read and hashed here.
+pub fn verify_with(
+    paths: &SessionPaths,
+    session_id: &str,
+    blobs_dir: &Path,
+    mode: Mode,
+    hashed: &HashMap<String, u64>,
+) -> Result<Verified> {
     ids::validate_kind(session_id, IdKind::Session)?;
     let mut out = Verified {
         session_id: session_id.to_string(),
@@ -198,7 +212,7 @@ pub fn verify(
                 | JournalRecord::Resolved { output, .. } => {
                     if let Some(blob) = &output.blob {
                         let name = blob.sha256.strip_prefix("sha256:").unwrap_or(&blob.sha256);
-                        check_blob(blobs_dir, name, blob.bytes)
+                        check_blob(blobs_dir, name, blob.bytes, hashed)
                             .map_err(|why| corrupt_at(&journal_path, line, why))?;
                         out.blobs.insert(name.to_string());
                     }
@@ -266,7 +280,12 @@ fn check_lock(session_json: &Path, lock: &crate::agent::lock::DcpAgentLock) -> R
     })
 }
 
-fn check_blob(blobs_dir: &Path, name: &str, bytes: u64) -> std::result::Result<(), String> {
+fn check_blob(
+    blobs_dir: &Path,
+    name: &str,
+    bytes: u64,
+    hashed: &HashMap<String, u64>,
+) -> std::result::Result<(), String> {
     if name.len() != 64
         || !name
             .bytes()
@@ -275,6 +294,15 @@ fn check_blob(blobs_dir: &Path, name: &str, bytes: u64) -> std::result::Result<(
         return Err(format!("blob id {name:?} is not 64 lowercase hex digits"));
     }
     let path = blobs_dir.join(name);
+    if let Some(&len) = hashed.get(name) {
+        if len != bytes {
+            return Err(format!(
+                "blob {} does not match its reference (expected {bytes} bytes hashing to its name)",
+                path.display()
+            ));
+        }
+        return Ok(());
+    }
     let mut hasher = crate::hash::Sha256Stream::new();
     let mut file = std::fs::File::open(&path)
         .map_err(|e| format!("references blob {name}, which cannot be read ({e})"))?;
