@@ -162,64 +162,70 @@ pub fn verify_with(
 
         let journal_path = run_paths.journal();
         let records = read_chain::<JournalRecord>(&journal_path, mode, &mut out)?;
-        let table = journal::fold(&journal_path, records.clone())?;
-        for (i, record) in records.iter().enumerate() {
-            let line = i + 1;
-            match record {
-                JournalRecord::Started {
-                    op_id,
-                    message_id,
-                    tool_call_id,
-                    call_index,
-                    ..
-                } => {
-                    let asks = by_id.get(message_id.as_str()).is_some_and(|(_, m)| {
-                        m.role == Role::Assistant
-                            && m.run_id == *run_id
-                            && m.tool_calls
-                                .get(*call_index)
-                                .is_some_and(|c| c.id == *tool_call_id)
-                    });
-                    if !asks {
-                        return Err(corrupt_at(
-                            &journal_path,
-                            line,
-                            format!(
-                                "operation {op_id} names call {call_index} ({tool_call_id}) of assistant message {message_id}, which messages.jsonl does not hold"
-                            ),
-                        ));
+        // Cross-references are checked on the records by reference, then the records are folded
+        // (moved, not cloned); a fold error still wins, as it is the first check of the journal.
+        let checked = (|| -> Result<()> {
+            for (i, record) in records.iter().enumerate() {
+                let line = i + 1;
+                match record {
+                    JournalRecord::Started {
+                        op_id,
+                        message_id,
+                        tool_call_id,
+                        call_index,
+                        ..
+                    } => {
+                        let asks = by_id.get(message_id.as_str()).is_some_and(|(_, m)| {
+                            m.role == Role::Assistant
+                                && m.run_id == *run_id
+                                && m.tool_calls
+                                    .get(*call_index)
+                                    .is_some_and(|c| c.id == *tool_call_id)
+                        });
+                        if !asks {
+                            return Err(corrupt_at(
+                                &journal_path,
+                                line,
+                                format!(
+                                    "operation {op_id} names call {call_index} ({tool_call_id}) of assistant message {message_id}, which messages.jsonl does not hold"
+                                ),
+                            ));
+                        }
                     }
-                }
-                JournalRecord::Settled {
-                    op_id,
-                    turn_message_id,
-                    ..
-                } => {
-                    let answers = by_id.get(turn_message_id.as_str()).is_some_and(|(_, m)| {
-                        m.role == Role::Tool && m.op_id.as_deref() == Some(op_id.as_str())
-                    });
-                    if !answers {
-                        return Err(corrupt_at(
-                            &journal_path,
-                            line,
-                            format!(
-                                "operation {op_id} is settled by tool message {turn_message_id}, which messages.jsonl does not hold"
-                            ),
-                        ));
+                    JournalRecord::Settled {
+                        op_id,
+                        turn_message_id,
+                        ..
+                    } => {
+                        let answers = by_id.get(turn_message_id.as_str()).is_some_and(|(_, m)| {
+                            m.role == Role::Tool && m.op_id.as_deref() == Some(op_id.as_str())
+                        });
+                        if !answers {
+                            return Err(corrupt_at(
+                                &journal_path,
+                                line,
+                                format!(
+                                    "operation {op_id} is settled by tool message {turn_message_id}, which messages.jsonl does not hold"
+                                ),
+                            ));
+                        }
                     }
-                }
-                JournalRecord::OutcomeKnown { output, .. }
-                | JournalRecord::Resolved { output, .. } => {
-                    if let Some(blob) = &output.blob {
-                        let name = blob.sha256.strip_prefix("sha256:").unwrap_or(&blob.sha256);
-                        check_blob(blobs_dir, name, blob.bytes, hashed)
-                            .map_err(|why| corrupt_at(&journal_path, line, why))?;
-                        out.blobs.insert(name.to_string());
+                    JournalRecord::OutcomeKnown { output, .. }
+                    | JournalRecord::Resolved { output, .. } => {
+                        if let Some(blob) = &output.blob {
+                            let name = blob.sha256.strip_prefix("sha256:").unwrap_or(&blob.sha256);
+                            check_blob(blobs_dir, name, blob.bytes, hashed)
+                                .map_err(|why| corrupt_at(&journal_path, line, why))?;
+                            out.blobs.insert(name.to_string());
+                        }
                     }
+                    JournalRecord::OutcomeUnknown { .. } => {}
                 }
-                JournalRecord::OutcomeUnknown { .. } => {}
             }
-        }
+            Ok(())
+        })();
+        let table = journal::fold(&journal_path, records)?;
+        checked?;
         if run.status == RunStatus::InputRequired {
             for op in &run.unknown_ops {
                 if table.get(op).map(|s| s.phase) != Some(OpPhase::OutcomeUnknown) {
