@@ -16,6 +16,7 @@
 //! prefix); a last line that parses but names the wrong predecessor is damage, not a crash.
 
 use std::fs;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -107,34 +108,98 @@ pub struct ChainFile<T> {
 /// Reads and checks a chained JSONL file. A missing file reads as empty.
 ///
 /// Every complete line must parse as `T` and name its predecessor; the first broken line is
-/// `Corrupt` naming `path:line`.
+/// `Corrupt` naming `path:line`. The file is streamed a line at a time (never held whole), so
+/// reading a long history costs its records and not also a copy of its bytes.
 pub fn read_chain<T: DeserializeOwned>(path: &Path) -> Result<ChainFile<T>> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+    let file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Checker::new().finish());
+        }
         Err(e) => return Err(Error::io("read", path, e)),
     };
-    parse_chain(&path.display().to_string(), &bytes)
+    let name = path.display().to_string();
+    let io = |e| Error::io("read", path, e);
+    let mut reader = BufReader::with_capacity(1 << 16, file);
+    let mut checker = Checker::new();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line).map_err(io)? == 0 {
+            return Ok(checker.finish());
+        }
+        let complete = line.last() == Some(&b'\n');
+        if complete {
+            line.pop();
+        }
+        let is_last = reader.fill_buf().map_err(io)?.is_empty();
+        if let Some(done) = checker.line(&name, &line, complete, is_last)? {
+            return Ok(done);
+        }
+    }
 }
 
 /// [`read_chain`] over bytes already in memory; `name` names the file in errors.
 pub fn parse_chain<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<ChainFile<T>> {
-    let mut records = Vec::new();
-    let mut prev = GENESIS.to_string();
+    let mut checker = Checker::new();
     let mut offset = 0usize;
-    let mut line_no = 0usize;
-    let mut buf = Vec::new();
     while offset < bytes.len() {
-        line_no += 1;
         let rest = &bytes[offset..];
-        let (line, complete) = match rest.iter().position(|&b| b == b'\n') {
+        let (line, complete) = match memchr(rest) {
             Some(i) => (&rest[..i], true),
             None => (rest, false),
         };
         let is_last = offset + line.len() + usize::from(complete) >= bytes.len();
+        if let Some(done) = checker.line(name, line, complete, is_last)? {
+            return Ok(done);
+        }
+        offset += line.len() + 1;
+    }
+    Ok(checker.finish())
+}
+
+fn memchr(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|&b| b == b'\n')
+}
+
+/// The chain check over lines fed in file order (shared by the streaming and the in-memory
+/// reader): each complete line is split, decoded straight into `T` and its `prevHash` compared
+/// with the hash of the raw bytes of the line before it.
+struct Checker<T> {
+    records: Vec<T>,
+    prev: String,
+    /// Offset of the next line.
+    offset: usize,
+    line_no: usize,
+    /// The record's JSON without `prevHash`, reused across lines.
+    buf: Vec<u8>,
+}
+
+impl<T: DeserializeOwned> Checker<T> {
+    fn new() -> Checker<T> {
+        Checker {
+            records: Vec::new(),
+            prev: GENESIS.to_string(),
+            offset: 0,
+            line_no: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Checks one line (`line` without its newline; `complete` if it had one; `is_last` if
+    /// nothing follows it). Returns the file when a torn tail ends it.
+    fn line(
+        &mut self,
+        name: &str,
+        line: &[u8],
+        complete: bool,
+        is_last: bool,
+    ) -> Result<Option<ChainFile<T>>> {
+        self.line_no += 1;
         let parsed = if complete {
-            split_line(line, &mut buf).and_then(|named| {
-                serde_json::from_slice::<T>(&buf)
+            let buf = &mut self.buf;
+            split_line(line, buf).and_then(|named| {
+                serde_json::from_slice::<T>(buf)
                     .map(|record| (named, record))
                     .map_err(|e| e.to_string())
             })
@@ -143,42 +208,47 @@ pub fn parse_chain<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<Chai
         };
         match parsed {
             Ok((named, record)) => {
-                if named != prev {
+                if named != self.prev {
                     return Err(broken(
                         name,
-                        line_no,
+                        self.line_no,
                         &format!(
-                            "the chain is broken: prevHash is {named} but the previous line hashes to {prev} (a line before it was changed, removed, inserted or reordered)"
+                            "the chain is broken: prevHash is {named} but the previous line hashes to {} (a line before it was changed, removed, inserted or reordered)",
+                            self.prev
                         ),
                     ));
                 }
-                prev = line_hash(line);
-                records.push(record);
+                self.prev = line_hash(line);
+                self.records.push(record);
+                self.offset += line.len() + 1;
+                Ok(None)
             }
-            Err(_) if is_last => {
-                return Ok(ChainFile {
-                    records,
-                    torn_tail: Some(TornTail {
-                        offset: offset as u64,
-                        line: line_no,
-                        len: rest.len(),
-                    }),
-                    last_hash: prev,
-                    complete_len: offset as u64,
-                });
-            }
-            Err(reason) => {
-                return Err(broken(name, line_no, &format!("damaged record ({reason})")));
-            }
+            Err(_) if is_last => Ok(Some(ChainFile {
+                records: std::mem::take(&mut self.records),
+                torn_tail: Some(TornTail {
+                    offset: self.offset as u64,
+                    line: self.line_no,
+                    len: line.len() + usize::from(complete),
+                }),
+                last_hash: std::mem::take(&mut self.prev),
+                complete_len: self.offset as u64,
+            })),
+            Err(reason) => Err(broken(
+                name,
+                self.line_no,
+                &format!("damaged record ({reason})"),
+            )),
         }
-        offset += line.len() + 1;
     }
-    Ok(ChainFile {
-        records,
-        torn_tail: None,
-        last_hash: prev,
-        complete_len: bytes.len() as u64,
-    })
+
+    fn finish(self) -> ChainFile<T> {
+        ChainFile {
+            records: self.records,
+            torn_tail: None,
+            last_hash: self.prev,
+            complete_len: self.offset as u64,
+        }
+    }
 }
 
 fn broken(name: &str, line_no: usize, why: &str) -> Error {

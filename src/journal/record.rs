@@ -6,7 +6,13 @@ use serde_json::Value;
 
 /// One line of the journal. Lines are only ever appended; the live state of an operation is the
 /// fold of its records ([`super::fold`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Serialized with serde's internally tagged form (`phase` first). Deserialized by [`Flat`]: the
+/// derived internally tagged decoder buffers every field into an intermediate tree before
+/// decoding it, which made reading a large journal several times slower than parsing its JSON
+/// (issue 4); [`Flat`] decodes each field once, straight into its type, and accepts exactly the
+/// same lines.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(
     tag = "phase",
     rename_all = "camelCase",
@@ -77,6 +83,129 @@ impl JournalRecord {
             JournalRecord::OutcomeUnknown { .. } => OpPhase::OutcomeUnknown,
             JournalRecord::Resolved { .. } => OpPhase::Resolved,
         }
+    }
+}
+
+/// Every key any record may carry, decoded in one pass; [`Flat::into_record`] then requires
+/// exactly the keys of the record's phase (as the derived tagged decoder with
+/// `deny_unknown_fields` did). A present key must hold a value of its type (`null` is refused
+/// where the field is not nullable, see [`present`]).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Flat {
+    phase: OpPhase,
+    #[serde(default, deserialize_with = "present")]
+    op_id: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    at: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    tool: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    arguments: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    message_id: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    tool_call_id: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    call_index: Option<usize>,
+    #[serde(default, deserialize_with = "present")]
+    output: Option<ToolOutcome>,
+    #[serde(default, deserialize_with = "present")]
+    turn_message_id: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    reason: Option<String>,
+}
+
+/// A key that is present: its value decoded as `T` (so `null` is refused unless `T` takes it).
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> std::result::Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+impl Flat {
+    fn into_record<E: serde::de::Error>(self) -> std::result::Result<JournalRecord, E> {
+        use OpPhase as P;
+        /// Keys each phase carries besides `phase`.
+        const STARTED: &[&str] = &[
+            "opId",
+            "at",
+            "tool",
+            "arguments",
+            "messageId",
+            "toolCallId",
+            "callIndex",
+        ];
+        const OUTCOME: &[&str] = &["opId", "at", "output"];
+        const SETTLED: &[&str] = &["opId", "at", "turnMessageId"];
+        const UNKNOWN: &[&str] = &["opId", "at", "reason"];
+        let allowed = match self.phase {
+            P::Started => STARTED,
+            P::OutcomeKnown | P::Resolved => OUTCOME,
+            P::Settled => SETTLED,
+            P::OutcomeUnknown => UNKNOWN,
+        };
+        let present = [
+            ("tool", self.tool.is_some()),
+            ("arguments", self.arguments.is_some()),
+            ("messageId", self.message_id.is_some()),
+            ("toolCallId", self.tool_call_id.is_some()),
+            ("callIndex", self.call_index.is_some()),
+            ("output", self.output.is_some()),
+            ("turnMessageId", self.turn_message_id.is_some()),
+            ("reason", self.reason.is_some()),
+        ];
+        if let Some((key, _)) = present
+            .iter()
+            .find(|(key, here)| *here && !allowed.contains(key))
+        {
+            return Err(E::unknown_field(key, allowed));
+        }
+        fn need<T, E: serde::de::Error>(
+            v: Option<T>,
+            key: &'static str,
+        ) -> std::result::Result<T, E> {
+            v.ok_or_else(|| E::missing_field(key))
+        }
+        let op_id = need(self.op_id, "opId")?;
+        let at = need(self.at, "at")?;
+        Ok(match self.phase {
+            P::Started => JournalRecord::Started {
+                op_id,
+                at,
+                tool: need(self.tool, "tool")?,
+                arguments: need(self.arguments, "arguments")?,
+                message_id: need(self.message_id, "messageId")?,
+                tool_call_id: need(self.tool_call_id, "toolCallId")?,
+                call_index: need(self.call_index, "callIndex")?,
+            },
+            P::OutcomeKnown => JournalRecord::OutcomeKnown {
+                op_id,
+                at,
+                output: need(self.output, "output")?,
+            },
+            P::Resolved => JournalRecord::Resolved {
+                op_id,
+                at,
+                output: need(self.output, "output")?,
+            },
+            P::Settled => JournalRecord::Settled {
+                op_id,
+                at,
+                turn_message_id: need(self.turn_message_id, "turnMessageId")?,
+            },
+            P::OutcomeUnknown => JournalRecord::OutcomeUnknown {
+                op_id,
+                at,
+                reason: need(self.reason, "reason")?,
+            },
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for JournalRecord {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        Flat::deserialize(d)?.into_record()
     }
 }
 
