@@ -209,6 +209,7 @@ pub fn read(dir: &Path, contract: &Contract) -> Result<Journal> {
                 tail.line
             )));
         }
+        events.reserve(file.records.len());
         for (i, value) in file.records.into_iter().enumerate() {
             let event = validator
                 .event(value)
@@ -229,6 +230,7 @@ pub fn read(dir: &Path, contract: &Contract) -> Result<Journal> {
     let live = dir.join(LIVE_FILE);
     let file = crate::fsx::read_jsonl_values(&live)?;
     let floor = archives.iter().map(|a| a.last_seq).max().unwrap_or(0);
+    events.reserve(file.records.len());
     for (i, value) in file.records.into_iter().enumerate() {
         let event = validator
             .event(value)
