@@ -7,49 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use crate::dwp_fixtures::{V6, V7, copy_repo, golden};
 use crate::env::TestEnv;
-
-const V7: &str = "v7/.dwp/plans/PLAN_007_login_rework";
-const V6: &str = "v6/.dwp/plans/PLAN_v6_contract_fixture";
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/dwp")
-}
-
-/// Copies fixture repo `which` ("v6"/"v7") into the env root, keeping its layout, so `--plan`
-/// can be given relative to the env root (and the golden outputs carry no temp path).
-fn copy_repo(env: &TestEnv, which: &str) -> PathBuf {
-    let src = fixtures().join("plans").join(which);
-    let dst = env.path().join(which);
-    for entry in walkdir::WalkDir::new(&src) {
-        let entry = entry.unwrap();
-        let to = dst.join(entry.path().strip_prefix(&src).unwrap());
-        if entry.file_type().is_dir() {
-            std::fs::create_dir_all(&to).unwrap();
-        } else {
-            std::fs::copy(entry.path(), &to).unwrap();
-        }
-    }
-    dst
-}
-
-#[track_caller]
-fn golden(name: &str, actual: &str) {
-    let path = fixtures().join("golden").join(name);
-    if std::env::var_os("DWP_UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|_| panic!("missing golden {name}; run with DWP_UPDATE_GOLDEN=1"));
-    if expected != actual {
-        let diff = similar::TextDiff::from_lines(expected.as_str(), actual)
-            .unified_diff()
-            .header("golden", "actual")
-            .to_string();
-        panic!("{name} differs from its golden:\n{diff}");
-    }
-}
 
 fn manifest(env: &TestEnv, plan: &str, task: &str, extra: &[&str]) -> crate::env::Run {
     let mut args = vec!["manifest", "--plan", plan, "--task", task];

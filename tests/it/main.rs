@@ -5,6 +5,7 @@ mod agent_validate;
 mod bundle_corpus;
 mod dwp_abilities;
 mod dwp_config;
+mod dwp_fixtures;
 mod dwp_manifest;
 mod dwp_onboard;
 mod dwp_resources;
