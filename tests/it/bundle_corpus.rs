@@ -12,7 +12,7 @@ use std::process::Command;
 use kxen::fsx::chain;
 use serde_json::{Map, Value, json};
 
-use crate::env::TestEnv;
+use crate::env::{TestEnv, snapshot};
 use crate::session_builder::{Shape, build};
 
 /// A repository with a fixed remote, branch and commit: its identity hash and HEAD are the same
@@ -50,28 +50,6 @@ pub fn fixture_repo(dir: &Path) -> PathBuf {
     git(&["add", "-A"]);
     git(&["commit", "-q", "-m", "fixture"]);
     dir.to_path_buf()
-}
-
-fn snapshot(dir: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
-    let mut out = BTreeMap::new();
-    if !dir.exists() {
-        return out;
-    }
-    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
-        let entry = entry.unwrap();
-        let rel = entry
-            .path()
-            .strip_prefix(dir)
-            .unwrap()
-            .display()
-            .to_string();
-        let content = entry
-            .file_type()
-            .is_file()
-            .then(|| std::fs::read(entry.path()).unwrap());
-        out.insert(rel, content);
-    }
-    out
 }
 
 /// A fresh export of a Session with tool calls and blobs, bound to the fixture repository.

@@ -3,12 +3,10 @@
 //! fixtures/dwp/golden/. Set DWP_UPDATE_GOLDEN=1 to rewrite the goldens after a deliberate change,
 //! then review the diff.
 
-use std::path::{Path, PathBuf};
-
 use serde_json::{Value, json};
 
 use crate::dwp_fixtures::{V6, V7, copy_repo, golden};
-use crate::env::TestEnv;
+use crate::env::{TestEnv, snapshot};
 
 fn manifest(env: &TestEnv, plan: &str, task: &str, extra: &[&str]) -> crate::env::Run {
     let mut args = vec!["manifest", "--plan", plan, "--task", task];
@@ -493,18 +491,6 @@ fn accounting_reports_four_separate_quantities() {
     assert_eq!(doc["cost_usd"]["status"], "missing");
     assert_eq!(doc["provider_tokens"]["value"], Value::Null);
     assert_eq!(doc["wall_clock_hours"]["value"], 0.7);
-}
-
-/// A listing of every file under `dir` with its bytes.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out: Vec<(PathBuf, Vec<u8>)> = walkdir::WalkDir::new(dir)
-        .into_iter()
-        .map(|e| e.unwrap())
-        .filter(|e| e.file_type().is_file())
-        .map(|e| (e.path().to_path_buf(), std::fs::read(e.path()).unwrap()))
-        .collect();
-    out.sort();
-    out
 }
 
 #[test]

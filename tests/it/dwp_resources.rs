@@ -2,13 +2,10 @@
 //! (fixtures/dwp/plans/), with golden outputs in fixtures/dwp/golden/resources/. Set
 //! DWP_UPDATE_GOLDEN=1 to rewrite the goldens after a deliberate change, then review the diff.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
 use serde_json::{Value, json};
 
 use crate::dwp_fixtures::{self, V6, V7, copy_repo};
-use crate::env::{Run, TestEnv};
+use crate::env::{Run, TestEnv, snapshot};
 
 /// Goldens of this file live in fixtures/dwp/golden/resources/.
 #[track_caller]
@@ -24,16 +21,6 @@ fn res(env: &TestEnv, verb: &str, plan: &str, extra: &[&str]) -> Run {
 
 fn json_of(run: &Run) -> Value {
     serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", run.stdout))
-}
-
-/// Every file under `dir` with its bytes (to prove a refused command wrote nothing).
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    walkdir::WalkDir::new(dir)
-        .into_iter()
-        .map(|e| e.unwrap())
-        .filter(|e| e.file_type().is_file())
-        .map(|e| (e.path().to_path_buf(), std::fs::read(e.path()).unwrap()))
-        .collect()
 }
 
 /// The complete events of the live journal (a torn last line skipped).

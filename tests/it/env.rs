@@ -1,5 +1,6 @@
 //! A hermetic environment for CLI tests.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -123,4 +124,28 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Every file and directory under `dir` (relative path → content, `None` for a directory): a
+/// recursive listing to prove a command changed nothing. A missing `dir` is an empty listing.
+pub fn snapshot(dir: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    if !dir.exists() {
+        return out;
+    }
+    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
+        let entry = entry.unwrap();
+        let rel = entry
+            .path()
+            .strip_prefix(dir)
+            .unwrap()
+            .display()
+            .to_string();
+        let content = entry
+            .file_type()
+            .is_file()
+            .then(|| std::fs::read(entry.path()).unwrap());
+        out.insert(rel, content);
+    }
+    out
 }

@@ -1,39 +1,15 @@
 //! `session export` / `session import`: round trip between two state dirs and two clones, the
 //! canary, refusals, the damaged-bundle corpus (`fixtures/bundles/`) and a killed import.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::env::{TestEnv, git};
+use crate::env::{TestEnv, git, snapshot};
 use crate::run_support::*;
 use crate::session_builder::{Shape, build};
 
 const CANARY: &str = "sk-canary-bundle-51d2e8";
-
-/// Every file and directory under `dir` with its content (a recursive listing to compare).
-fn snapshot(dir: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
-    let mut out = BTreeMap::new();
-    if !dir.exists() {
-        return out;
-    }
-    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
-        let entry = entry.unwrap();
-        let rel = entry
-            .path()
-            .strip_prefix(dir)
-            .unwrap()
-            .display()
-            .to_string();
-        let content = entry
-            .file_type()
-            .is_file()
-            .then(|| std::fs::read(entry.path()).unwrap());
-        out.insert(rel, content);
-    }
-    out
-}
 
 fn session_id(run: &crate::env::Run) -> String {
     finished(&run.jsonl())["sessionId"]
