@@ -13,23 +13,13 @@ use crate::error::{Error, Result};
 /// file lives in the same directory (so the rename never crosses a filesystem) and is removed on
 /// every error path.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    let dir = parent_dir(path);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tmp-")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io("create a temp file in", dir, e))?;
-    tmp.as_file_mut()
-        .write_all(bytes)
-        .map_err(|e| Error::io("write", tmp.path(), e))?;
-    tmp.as_file()
-        .set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(|e| Error::io("set permissions on", tmp.path(), e))?;
-    tmp.as_file()
-        .sync_all()
-        .map_err(|e| Error::io("fsync", tmp.path(), e))?;
+    let tmp = synced_temp(path, mode, |out| {
+        out.write_all(bytes)
+            .map_err(|e| Error::io("write", path, e))
+    })?;
     tmp.persist(path)
         .map_err(|e| Error::io("rename into place", path, e.error))?;
-    fsync_dir(dir)
+    fsync_dir(parent_dir(path))
 }
 
 /// Like [`write_atomic`], for content produced as a stream (bundles): `fill` writes into a
@@ -40,6 +30,39 @@ pub fn write_atomic_stream(
     mode: u32,
     fill: impl FnOnce(&mut dyn Write) -> Result<()>,
 ) -> Result<()> {
+    let tmp = synced_temp(path, mode, fill)?;
+    tmp.persist(path)
+        .map_err(|e| Error::io("rename into place", path, e.error))?;
+    fsync_dir(parent_dir(path))
+}
+
+/// Creates `path` with `bytes`, refusing (exit 5) if anything exists there already.
+///
+/// Same durability as [`write_atomic`]; the final step is a no-clobber link, so two racing
+/// creators cannot both win and an existing file is never replaced.
+pub fn create_new(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    if path.symlink_metadata().is_ok() {
+        return Err(exists(path));
+    }
+    let tmp = synced_temp(path, mode, |out| {
+        out.write_all(bytes)
+            .map_err(|e| Error::io("write", path, e))
+    })?;
+    match tmp.persist_noclobber(path) {
+        Ok(_) => fsync_dir(parent_dir(path)),
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Err(exists(path)),
+        Err(e) => Err(Error::io("create", path, e.error)),
+    }
+}
+
+/// The part every atomic write shares: a temp file beside `path` (same filesystem, so the final
+/// rename or link is atomic), filled through a buffer by `fill`, given `mode`, and fsynced — ready
+/// to be moved into place. Dropping it on any error removes it.
+fn synced_temp(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut dyn Write) -> Result<()>,
+) -> Result<tempfile::NamedTempFile> {
     let dir = parent_dir(path);
     let tmp = tempfile::Builder::new()
         .prefix(".tmp-")
@@ -56,38 +79,7 @@ pub fn write_atomic_stream(
     tmp.as_file()
         .sync_all()
         .map_err(|e| Error::io("fsync", tmp.path(), e))?;
-    tmp.persist(path)
-        .map_err(|e| Error::io("rename into place", path, e.error))?;
-    fsync_dir(dir)
-}
-
-/// Creates `path` with `bytes`, refusing (exit 5) if anything exists there already.
-///
-/// Same durability as [`write_atomic`]; the final step is a no-clobber link, so two racing
-/// creators cannot both win and an existing file is never replaced.
-pub fn create_new(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    if path.symlink_metadata().is_ok() {
-        return Err(exists(path));
-    }
-    let dir = parent_dir(path);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tmp-")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io("create a temp file in", dir, e))?;
-    tmp.as_file_mut()
-        .write_all(bytes)
-        .map_err(|e| Error::io("write", tmp.path(), e))?;
-    tmp.as_file()
-        .set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(|e| Error::io("set permissions on", tmp.path(), e))?;
-    tmp.as_file()
-        .sync_all()
-        .map_err(|e| Error::io("fsync", tmp.path(), e))?;
-    match tmp.persist_noclobber(path) {
-        Ok(_) => fsync_dir(dir),
-        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Err(exists(path)),
-        Err(e) => Err(Error::io("create", path, e.error)),
-    }
+    Ok(tmp)
 }
 
 fn exists(path: &Path) -> Error {
