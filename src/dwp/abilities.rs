@@ -11,7 +11,8 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use super::addons::{self, DetectEnv};
-use super::config::{Config, py_repr};
+use super::config::Config;
+use super::pyfmt::py_repr;
 use crate::error::{Error, Result};
 
 /// The closed set of host abilities, in canonical order.

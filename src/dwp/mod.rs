@@ -10,5 +10,6 @@ pub mod config;
 pub mod manifest;
 pub mod onboard;
 pub mod plan;
+pub mod pyfmt;
 pub mod repo;
 pub mod resources;

@@ -13,7 +13,8 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 use super::addons::KEYS;
-use super::config::{self, py_repr};
+use super::config;
+use super::pyfmt::py_repr;
 use crate::error::{Error, Result};
 
 /// The `.gitignore` rules that ignore plans and benchmark records but keep the registry tracked.

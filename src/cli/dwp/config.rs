@@ -4,7 +4,8 @@ use clap::{Args, Subcommand};
 
 use super::{RepoArgs, print_document, print_warnings};
 use crate::cli::output;
-use crate::dwp::config::{self, Config, inline_json};
+use crate::dwp::config::{self, Config};
+use crate::dwp::pyfmt::inline_json;
 use crate::dwp::{addons, repo};
 use crate::error::Result;
 

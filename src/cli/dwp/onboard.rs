@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::cli::output;
-use crate::dwp::config::inline_json;
 use crate::dwp::onboard::{self, Tracked};
+use crate::dwp::pyfmt::inline_json;
 use crate::error::Result;
 
 #[derive(Debug, Args)]

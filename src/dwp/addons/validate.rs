@@ -5,20 +5,9 @@ use serde_json::{Map, Value};
 
 use super::DESCRIPTOR_SCHEMA;
 use crate::dwp::abilities::ABILITIES;
-use crate::dwp::config::{is_version, py_repr};
-
-/// The closed set of contract capabilities (grants) a descriptor may require.
-pub const GRANTS: [&str; 9] = [
-    "gate_command_exec",
-    "fs_write_plan_scope",
-    "fs_write_repo_scope",
-    "git_operations",
-    "network_access",
-    "host_adapter_metering",
-    "agent_delegation",
-    "context_export",
-    "model_routing",
-];
+use crate::dwp::config::is_version;
+use crate::dwp::plan::contract::GRANTS;
+use crate::dwp::pyfmt::py_repr;
 
 const TOP_FIELDS: [&str; 7] = [
     "schema",

@@ -12,34 +12,8 @@ use serde_json::{Map, Value};
 
 pub type Check<T> = std::result::Result<T, String>;
 
-/// Python's `repr()` of a string, as the reference prints names in messages (`'x'`).
-pub fn py_repr(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::new();
-    out.push(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
-}
+/// Names in plan-record messages are quoted as the reference quotes them.
+pub use crate::dwp::pyfmt::py_repr;
 
 /// A closed object: every key in `required` present, no key outside `required ∪ optional`.
 pub fn object<'v>(

@@ -54,7 +54,7 @@ pub fn require_declared(contract: &Contract, limit: &str) -> Result<()> {
     Err(Error::not_found(format!(
         "limit {} is not declared in the contract {} — exhaustion or recovery of an \
          undeclared counter is never recorded",
-        crate::dwp::config::py_repr(limit),
+        crate::dwp::pyfmt::py_repr(limit),
         contract.path.display()
     ))
     .with_hint(format!("declared limits: {}", declared.join(", "))))

@@ -7,9 +7,9 @@ use serde_json::{Map, Value, json};
 use super::counters::{Family, JournalCounters};
 use super::{Abilities, Num, reservations};
 use crate::dwp::abilities::ABILITIES;
-use crate::dwp::config::py_repr;
 use crate::dwp::plan::contract::Limit;
 use crate::dwp::plan::{Contract, Event};
+use crate::dwp::pyfmt::py_repr;
 
 /// One limit's row.
 #[derive(Debug, Clone, PartialEq)]
