@@ -224,7 +224,7 @@ pub enum PolicyCommand {
 }
 
 /// The policy options shared by every command that creates or continues a Session.
-#[derive(Debug, Clone, Default, clap::Args)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct PolicyArgs {
     /// Runtime policy JSON (allowed/denied capabilities, allowShell, allowMcp, passEnv, budgets).
     #[arg(long, value_name = "FILE")]

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use super::PolicyArgs;
 use super::render::Renderer;
 use super::signals;
 use crate::cli::output::{self, Format};
 use crate::error::{Error, ErrorKind, Result};
-use crate::policy::PolicyFlags;
 use crate::run::agent_loop::{self, Ending, Execution};
 use crate::run::create::{self, NewRunRequest};
 use crate::run::events::{Event, EventSink};
@@ -44,18 +44,8 @@ pub struct RunArgs {
     /// write one for the task.
     #[arg(long, value_name = "FILE")]
     pub agent: Option<PathBuf>,
-    /// A runtime policy (JSON) restricting what the agent may do.
-    #[arg(long, value_name = "FILE")]
-    pub policy: Option<PathBuf>,
-    /// Allow the shell (`exec`); off by default even if the definition asks for it.
-    #[arg(long)]
-    pub allow_shell: bool,
-    /// Allow MCP capabilities; off by default.
-    #[arg(long)]
-    pub allow_mcp: bool,
-    /// Let tool subprocesses see this sensitive environment variable (repeatable).
-    #[arg(long, value_name = "NAME")]
-    pub pass_env: Vec<String>,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     /// The model config (TOML). Default: $KXEN_AGENT_CONFIG, then
     /// ~/.config/kxen-agent/config.toml.
     #[arg(long, value_name = "FILE")]
@@ -88,12 +78,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i
         workspace,
         task,
         agent: args.agent,
-        policy: PolicyFlags {
-            policy_file: args.policy,
-            allow_shell: args.allow_shell,
-            allow_mcp: args.allow_mcp,
-            pass_env: args.pass_env,
-        },
+        policy: args.policy.flags(),
         config: args.config,
     };
     // Everything is checked before anything is written.
@@ -142,12 +127,7 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i3
         task,
         workspace: args.workspace,
         rebind: args.rebind_workspace,
-        policy: PolicyFlags {
-            policy_file: args.policy,
-            allow_shell: args.allow_shell,
-            allow_mcp: args.allow_mcp,
-            pass_env: args.pass_env,
-        },
+        policy: args.policy.flags(),
         config: args.config,
     };
     let resumed = resume::prepare(&state, &request)?;
