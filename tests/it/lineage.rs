@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::env::{TestEnv, git};
+use crate::env::{Run, TestEnv, git};
 use crate::run_support::{answer, call, fixer, script_config};
 
 /// Runs an agent in `workspace` to completion. Its conversation: task, assistant (one glob call),
@@ -67,6 +67,13 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     files
 }
 
+/// `kxen-agent session fork PARENT --at MSG EXTRA…`.
+fn fork(env: &TestEnv, parent: &str, at: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["session", "fork", parent, "--at", at];
+    args.extend_from_slice(extra);
+    env.run("kxen-agent", &args)
+}
+
 fn show(env: &TestEnv, id: &str) -> Value {
     let run = env.run("kxen-agent", &["session", "show", id]);
     run.expect(0);
@@ -88,10 +95,7 @@ fn conversation_fork_copies_the_prefix_and_never_touches_the_parent() {
     let (parent, msgs) = seed(&env, &repo);
     let before = snapshot(&env.state_dir().join("sessions").join(&parent));
 
-    let run = env.run(
-        "kxen-agent",
-        &["session", "fork", &parent, "--at", &msgs[2]],
-    );
+    let run = fork(&env, &parent, &msgs[2], &[]);
     run.expect(0);
     let event = &run.jsonl()[0];
     assert_eq!(event["type"], "sessionForked");
@@ -136,10 +140,7 @@ fn conversation_fork_copies_the_prefix_and_never_touches_the_parent() {
         .expect(0);
 
     // --before, and a fork of the fork keeps the lineage root.
-    let run = env.run(
-        "kxen-agent",
-        &["session", "fork", &child, "--at", &msgs[1], "--before"],
-    );
+    let run = fork(&env, &child, &msgs[1], &["--before"]);
     run.expect(0);
     let grandchild = run.jsonl()[0]["sessionId"].as_str().unwrap().to_string();
     let shown = show(&env, &grandchild);
@@ -195,49 +196,23 @@ fn fork_bad_input() {
     let sessions = count();
 
     let missing = kxen::ids::new_id(kxen::ids::IdKind::Message);
-    let run = env.run(
-        "kxen-agent",
-        &["session", "fork", &parent, "--at", &missing],
-    );
+    let run = fork(&env, &parent, &missing, &[]);
     run.expect(3);
     assert!(run.stderr.contains(&missing), "{}", run.stderr);
     assert!(run.stderr.contains("session show"), "{}", run.stderr);
 
     for bad in ["a/b", "", "x y", &"n".repeat(65)] {
-        let run = env.run(
-            "kxen-agent",
-            &[
-                "session",
-                "fork",
-                &parent,
-                "--at",
-                &msgs[3],
-                "--worktree",
-                bad,
-            ],
-        );
+        let run = fork(&env, &parent, &msgs[3], &["--worktree", bad]);
         run.expect(2);
         assert!(run.stderr.contains("worktree name"), "{}", run.stderr);
     }
 
     // Keeping the tool call without its result is refused, naming the message to use.
-    let run = env.run(
-        "kxen-agent",
-        &["session", "fork", &parent, "--at", &msgs[1]],
-    );
+    let run = fork(&env, &parent, &msgs[1], &[]);
     run.expect(4);
     assert!(run.stderr.contains(&msgs[2]), "{}", run.stderr);
 
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "session",
-            "fork",
-            "ses_0000000000aaaaaaaaaaaaaaaa",
-            "--at",
-            &msgs[0],
-        ],
-    );
+    let run = fork(&env, "ses_0000000000aaaaaaaaaaaaaaaa", &msgs[0], &[]);
     run.expect(3);
     assert_eq!(count(), sessions, "a failed fork wrote a Session");
     assert_eq!(git(&repo, &["branch", "--list", "kxen/*"]), "");
@@ -254,18 +229,7 @@ fn worktree_fork_gets_its_own_branch_and_checkout() {
     // Uncommitted changes stay behind, with a warning.
     std::fs::write(repo.join("a.txt"), "changed\n").unwrap();
 
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "session",
-            "fork",
-            &parent,
-            "--at",
-            &msgs[3],
-            "--worktree",
-            "try-1",
-        ],
-    );
+    let run = fork(&env, &parent, &msgs[3], &["--worktree", "try-1"]);
     run.expect(0);
     let warning = &run.jsonl()[0];
     assert_eq!(warning["type"], "warning");
@@ -313,33 +277,11 @@ fn worktree_fork_gets_its_own_branch_and_checkout() {
     let sessions = std::fs::read_dir(env.state_dir().join("sessions"))
         .unwrap()
         .count();
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "session",
-            "fork",
-            &parent,
-            "--at",
-            &msgs[3],
-            "--worktree",
-            "try-1",
-        ],
-    );
+    let run = fork(&env, &parent, &msgs[3], &["--worktree", "try-1"]);
     run.expect(5);
     assert!(run.stderr.contains("already exists"), "{}", run.stderr);
     git(&repo, &["branch", "kxen/taken"]);
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "session",
-            "fork",
-            &parent,
-            "--at",
-            &msgs[3],
-            "--worktree",
-            "taken",
-        ],
-    );
+    let run = fork(&env, &parent, &msgs[3], &["--worktree", "taken"]);
     run.expect(5);
     assert!(run.stderr.contains("kxen/taken"), "{}", run.stderr);
     assert!(!repo.join(".kxen/worktrees/taken").exists());
@@ -351,18 +293,7 @@ fn worktree_fork_gets_its_own_branch_and_checkout() {
     );
 
     // A worktree fork of a worktree fork lands beside it and keeps the lineage root.
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "session",
-            "fork",
-            &child,
-            "--at",
-            &msgs[3],
-            "--worktree",
-            "try-2",
-        ],
-    );
+    let run = fork(&env, &child, &msgs[3], &["--worktree", "try-2"]);
     run.expect(0);
     let grandchild = run.jsonl()[0]["sessionId"].as_str().unwrap().to_string();
     let shown = show(&env, &grandchild);
@@ -382,18 +313,7 @@ fn a_failed_worktree_fork_leaves_no_worktree_branch_or_session() {
         .unwrap()
         .count();
 
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "session",
-            "fork",
-            &parent,
-            "--at",
-            &msgs[3],
-            "--worktree",
-            "doomed",
-        ],
-    );
+    let run = fork(&env, &parent, &msgs[3], &["--worktree", "doomed"]);
     run.expect(3);
     assert!(run.stderr.contains("scratch"), "{}", run.stderr);
     assert!(!git(&repo, &["worktree", "list"]).contains("doomed"));
@@ -410,18 +330,7 @@ fn a_failed_worktree_fork_leaves_no_worktree_branch_or_session() {
     std::fs::write(repo.join("scratch/keep.txt"), "k\n").unwrap();
     git(&repo, &["add", "scratch"]);
     git(&repo, &["commit", "-q", "-m", "scratch"]);
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "session",
-            "fork",
-            &parent,
-            "--at",
-            &msgs[3],
-            "--worktree",
-            "doomed",
-        ],
-    );
+    let run = fork(&env, &parent, &msgs[3], &["--worktree", "doomed"]);
     run.expect(0);
     let child = run.jsonl()[0]["sessionId"].as_str().unwrap().to_string();
     let root = repo
@@ -440,18 +349,7 @@ fn worktree_fork_outside_git_is_refused() {
     let plain = env.path().join("plain");
     std::fs::create_dir_all(&plain).unwrap();
     let (parent, msgs) = seed(&env, &plain);
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "session",
-            "fork",
-            &parent,
-            "--at",
-            &msgs[3],
-            "--worktree",
-            "x",
-        ],
-    );
+    let run = fork(&env, &parent, &msgs[3], &["--worktree", "x"]);
     run.expect(4);
     assert!(
         run.stderr.contains("not a git repository"),
@@ -465,10 +363,7 @@ fn diff_of_a_fork_and_its_parent_shows_the_fork_point() {
     let env = TestEnv::new();
     let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
     let (parent, msgs) = seed(&env, &repo);
-    let run = env.run(
-        "kxen-agent",
-        &["session", "fork", &parent, "--at", &msgs[2]],
-    );
+    let run = fork(&env, &parent, &msgs[2], &[]);
     let child = run.jsonl()[0]["sessionId"].as_str().unwrap().to_string();
 
     let run = env.run(
