@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::env::{Run, TestEnv, git};
-use crate::run_support::{answer, call, fixer, script_config};
+use crate::run_support::{answer, call, fixer, run_new, script_config};
 
 /// Runs an agent in `workspace` to completion. Its conversation: task, assistant (one glob call),
 /// the call's result, the final answer. Returns the Session id and the message ids in order.
@@ -22,20 +22,7 @@ fn seed(env: &TestEnv, workspace: &Path) -> (String, Vec<String>) {
             answer("all good"),
         ],
     );
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "--workspace",
-            workspace.to_str().unwrap(),
-            "--task",
-            "look around",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let run = run_new(env, workspace, "look around", &agent, &config, &[]);
     run.expect(0);
     let id = run
         .jsonl()

@@ -43,20 +43,13 @@ fn a_run_that_reads_edits_writes_and_executes_completes() {
             answer("The check passes."),
         ],
     );
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "Fix the check",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-shell",
-        ],
+    let run = run_new(
+        &env,
+        &repo,
+        "Fix the check",
+        &agent,
+        &config,
+        &["--allow-shell"],
     );
     run.expect(0);
     // The files changed as scripted.
@@ -230,20 +223,7 @@ fn json_output_missing_a_required_field_fails_naming_it() {
         "{format: json, requiredFields: [summary, passed]}",
     );
     let config = script_config(&env, &[answer(r#"{"summary": "all good"}"#)]);
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "Report",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let run = run_new(&env, &repo, "Report", &agent, &config, &[]);
     run.expect(1);
     let events = run.jsonl();
     let fin = finished(&events);
@@ -285,21 +265,7 @@ fn json_output_missing_a_required_field_fails_naming_it() {
             "```json\n{\"summary\": \"ok\", \"passed\": true}\n```",
         )],
     );
-    env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "Report",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    )
-    .expect(0);
+    run_new(&env, &repo, "Report", &agent, &config, &[]).expect(0);
 }
 
 #[test]
@@ -318,20 +284,7 @@ fn malformed_model_calls_are_tool_errors_and_never_run() {
             answer("done"),
         ],
     );
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "Try things",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let run = run_new(&env, &repo, "Try things", &agent, &config, &[]);
     run.expect(0);
     assert!(
         !repo.join("ran.txt").exists(),
@@ -392,20 +345,7 @@ fn budgets_and_provider_failures_end_the_run() {
         .map(|i| call(&format!("c{i}"), "read", json!({"path": "greeting.txt"})))
         .collect();
     let config = script_config(&env, &turns);
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "Loop",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let run = run_new(&env, &repo, "Loop", &agent, &config, &[]);
     run.expect(8);
     let events = run.jsonl();
     let fin = finished(&events);
@@ -418,20 +358,7 @@ fn budgets_and_provider_failures_end_the_run() {
     let repo = env.git_repo("repo", &[("a", "a")]);
     let agent = fixer(&env);
     let config = script_config(&env, &[call("c1", "read", json!({"path": "a"}))]);
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "Go",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let run = run_new(&env, &repo, "Go", &agent, &config, &[]);
     run.expect(9);
     let events = run.jsonl();
     let fin = finished(&events);
@@ -458,20 +385,13 @@ fn large_tool_output_goes_to_a_blob_and_the_journal_keeps_its_hash() {
             answer("done"),
         ],
     );
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "Print a lot",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-shell",
-        ],
+    let run = run_new(
+        &env,
+        &repo,
+        "Print a lot",
+        &agent,
+        &config,
+        &["--allow-shell"],
     );
     run.expect(0);
     let events = run.jsonl();

@@ -40,21 +40,7 @@ fn text_views_summarize_session_and_run() {
             answer("all written"),
         ],
     );
-    env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "write a",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    )
-    .expect(0);
+    run_new(&env, &repo, "write a", &agent, &config, &[]).expect(0);
     let list = env
         .run("kxen-agent", &["session", "list"])
         .jsonl()

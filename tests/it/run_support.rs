@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::env::TestEnv;
+use crate::env::{Run, TestEnv};
 
 /// Writes an agent definition with `output` (a YAML flow mapping) and returns its path.
 pub fn agent(env: &TestEnv, name: &str, required: &str, optional: &str, output: &str) -> PathBuf {
@@ -76,4 +76,28 @@ pub fn finished(events: &[Value]) -> &Value {
         .iter()
         .find(|e| e["type"] == "runFinished")
         .expect("a runFinished event")
+}
+
+/// `kxen-agent run --workspace W --task T --agent A --config C EXTRA…`: a new Session's first run.
+pub fn run_new(
+    env: &TestEnv,
+    workspace: &Path,
+    task: &str,
+    agent: &Path,
+    config: &Path,
+    extra: &[&str],
+) -> Run {
+    let mut args = vec![
+        "run",
+        "--workspace",
+        workspace.to_str().unwrap(),
+        "--task",
+        task,
+        "--agent",
+        agent.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    env.run("kxen-agent", &args)
 }

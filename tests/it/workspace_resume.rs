@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::env::{TestEnv, git};
-use crate::run_support::{answer, call, fixer, script_config};
+use crate::run_support::{answer, call, fixer, run_new, script_config};
 
 struct Setup {
     env: TestEnv,
@@ -28,20 +28,7 @@ fn setup() -> Setup {
     ];
     turns.extend((0..6).map(|i| answer(&format!("again {i}"))));
     let config = script_config(&env, &turns);
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "look",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let run = run_new(&env, &repo, "look", &agent, &config, &[]);
     run.expect(0);
     let session = run
         .jsonl()
