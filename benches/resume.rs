@@ -43,6 +43,13 @@ fn main() {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     std::fs::create_dir_all(&base).unwrap();
     let tmp = tempfile::tempdir_in(&base).unwrap();
+    // `KXEN_BENCH_KEEP=DIR` only builds the Session into DIR and keeps it, so one child can be
+    // run alone under a heap profiler: `resume-… --child show|resume|floor DIR` (resume changes
+    // the Session: run it on a copy).
+    if let Some(dir) = std::env::var_os("KXEN_BENCH_KEEP") {
+        build(Path::new(&dir), messages, records);
+        return;
+    }
     let root = tmp.path();
     let bytes = build(root, messages, records);
     println!(

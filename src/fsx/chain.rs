@@ -105,23 +105,58 @@ pub struct ChainFile<T> {
     pub complete_len: u64,
 }
 
+/// What is left of a chained file once its records went to a visitor ([`visit_chain`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainEnd {
+    pub torn_tail: Option<TornTail>,
+    /// `prevHash` for the next append: the hash of the last complete line, or [`GENESIS`].
+    pub last_hash: String,
+    /// Length in bytes of the complete prefix (everything but a torn tail).
+    pub complete_len: u64,
+    /// How many complete records the file holds (each was given to the visitor).
+    pub records: usize,
+}
+
+impl ChainEnd {
+    fn with<T>(self, records: Vec<T>) -> ChainFile<T> {
+        ChainFile {
+            records,
+            torn_tail: self.torn_tail,
+            last_hash: self.last_hash,
+            complete_len: self.complete_len,
+        }
+    }
+}
+
 /// Reads and checks a chained JSONL file. A missing file reads as empty.
 ///
 /// Every complete line must parse as `T` and name its predecessor; the first broken line is
-/// `Corrupt` naming `path:line`. The file is streamed a line at a time (never held whole), so
-/// reading a long history costs its records and not also a copy of its bytes.
+/// `Corrupt` naming `path:line`.
 pub fn read_chain<T: DeserializeOwned>(path: &Path) -> Result<ChainFile<T>> {
+    let mut records = Vec::new();
+    let end = visit_chain(path, |record: T| records.push(record))?;
+    Ok(end.with(records))
+}
+
+/// [`read_chain`] without holding the records: each complete record goes to `visit` as soon as
+/// its line is checked, in file order, so a reader that folds them (a journal's live state)
+/// never holds the decoded file. The file is streamed a line at a time, never held whole.
+///
+/// `visit` sees every record of a well-formed prefix before a broken line is reported, so a
+/// caller that can refuse a record (a state machine) must defer its own error until this returns
+/// `Ok`: damage to the file is reported first, as if the whole file had been read before folding.
+pub fn visit_chain<T: DeserializeOwned>(path: &Path, visit: impl FnMut(T)) -> Result<ChainEnd> {
     let file = match fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(Checker::new().finish());
+            return Ok(Checker::new(visit).finish());
         }
         Err(e) => return Err(Error::io("read", path, e)),
     };
     let name = path.display().to_string();
     let io = |e| Error::io("read", path, e);
     let mut reader = BufReader::with_capacity(1 << 16, file);
-    let mut checker = Checker::new();
+    let mut checker = Checker::new(visit);
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -141,7 +176,18 @@ pub fn read_chain<T: DeserializeOwned>(path: &Path) -> Result<ChainFile<T>> {
 
 /// [`read_chain`] over bytes already in memory; `name` names the file in errors.
 pub fn parse_chain<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<ChainFile<T>> {
-    let mut checker = Checker::new();
+    let mut records = Vec::new();
+    let end = visit_chain_bytes(name, bytes, |record: T| records.push(record))?;
+    Ok(end.with(records))
+}
+
+/// [`visit_chain`] over bytes already in memory; `name` names the file in errors.
+pub fn visit_chain_bytes<T: DeserializeOwned>(
+    name: &str,
+    bytes: &[u8],
+    visit: impl FnMut(T),
+) -> Result<ChainEnd> {
+    let mut checker = Checker::new(visit);
     let mut offset = 0usize;
     while offset < bytes.len() {
         let rest = &bytes[offset..];
@@ -164,37 +210,41 @@ fn memchr(bytes: &[u8]) -> Option<usize> {
 
 /// The chain check over lines fed in file order (shared by the streaming and the in-memory
 /// reader): each complete line is split, decoded straight into `T` and its `prevHash` compared
-/// with the hash of the raw bytes of the line before it.
-struct Checker<T> {
-    records: Vec<T>,
+/// with the hash of the raw bytes of the line before it; a checked record goes to `visit`.
+struct Checker<T, F> {
+    visit: F,
+    records: usize,
     prev: String,
     /// Offset of the next line.
     offset: usize,
     line_no: usize,
     /// The record's JSON without `prevHash`, reused across lines.
     buf: Vec<u8>,
+    _record: std::marker::PhantomData<fn(T)>,
 }
 
-impl<T: DeserializeOwned> Checker<T> {
-    fn new() -> Checker<T> {
+impl<T: DeserializeOwned, F: FnMut(T)> Checker<T, F> {
+    fn new(visit: F) -> Checker<T, F> {
         Checker {
-            records: Vec::new(),
+            visit,
+            records: 0,
             prev: GENESIS.to_string(),
             offset: 0,
             line_no: 0,
             buf: Vec::new(),
+            _record: std::marker::PhantomData,
         }
     }
 
     /// Checks one line (`line` without its newline; `complete` if it had one; `is_last` if
-    /// nothing follows it). Returns the file when a torn tail ends it.
+    /// nothing follows it). Returns the end of the file when a torn tail ends it.
     fn line(
         &mut self,
         name: &str,
         line: &[u8],
         complete: bool,
         is_last: bool,
-    ) -> Result<Option<ChainFile<T>>> {
+    ) -> Result<Option<ChainEnd>> {
         self.line_no += 1;
         let parsed = if complete {
             let buf = &mut self.buf;
@@ -219,12 +269,12 @@ impl<T: DeserializeOwned> Checker<T> {
                     ));
                 }
                 self.prev = line_hash(line);
-                self.records.push(record);
+                (self.visit)(record);
+                self.records += 1;
                 self.offset += line.len() + 1;
                 Ok(None)
             }
-            Err(_) if is_last => Ok(Some(ChainFile {
-                records: std::mem::take(&mut self.records),
+            Err(_) if is_last => Ok(Some(ChainEnd {
                 torn_tail: Some(TornTail {
                     offset: self.offset as u64,
                     line: self.line_no,
@@ -232,6 +282,7 @@ impl<T: DeserializeOwned> Checker<T> {
                 }),
                 last_hash: std::mem::take(&mut self.prev),
                 complete_len: self.offset as u64,
+                records: self.records,
             })),
             Err(reason) => Err(broken(
                 name,
@@ -241,12 +292,12 @@ impl<T: DeserializeOwned> Checker<T> {
         }
     }
 
-    fn finish(self) -> ChainFile<T> {
-        ChainFile {
-            records: self.records,
+    fn finish(self) -> ChainEnd {
+        ChainEnd {
             torn_tail: None,
             last_hash: self.prev,
             complete_len: self.offset as u64,
+            records: self.records,
         }
     }
 }
@@ -269,17 +320,25 @@ impl ChainWriter {
     /// Reads and checks the file, truncates a torn tail left by a crash, and returns the writer
     /// with the records. Call only under the file's writer lock (the Session's run lease).
     pub fn open<T: DeserializeOwned>(path: &Path) -> Result<(ChainWriter, Vec<T>)> {
-        let file = read_chain::<T>(path)?;
-        if let Some(tail) = &file.torn_tail {
+        let mut records = Vec::new();
+        let writer = ChainWriter::open_visit(path, |record: T| records.push(record))?;
+        Ok((writer, records))
+    }
+
+    /// [`ChainWriter::open`] giving each record to `visit` instead of holding them
+    /// ([`visit_chain`]); a torn tail is repaired after the whole file checked out.
+    pub fn open_visit<T: DeserializeOwned>(
+        path: &Path,
+        visit: impl FnMut(T),
+    ) -> Result<ChainWriter> {
+        let end = visit_chain(path, visit)?;
+        if let Some(tail) = &end.torn_tail {
             super::repair_torn_tail(path, tail)?;
         }
-        Ok((
-            ChainWriter {
-                path: path.to_path_buf(),
-                last_hash: file.last_hash,
-            },
-            file.records,
-        ))
+        Ok(ChainWriter {
+            path: path.to_path_buf(),
+            last_hash: end.last_hash,
+        })
     }
 
     /// Serializes `record` (a JSON object), chains it to the previous line and appends it

@@ -3,20 +3,23 @@
 //! Every tool call is an *operation* that moves `Started → OutcomeKnown → Settled`, or
 //! `Started → OutcomeUnknown → Resolved → Settled`. Each transition is one appended line; the
 //! file is never rewritten. The live state of an operation is the fold of its lines, so reading
-//! the file back always gives exactly the state the writer had ([`fold`]).
+//! the file back always gives exactly the state the writer had ([`fold`]). Readers fold each
+//! record as its line is read ([`read`], [`Journal::open`]): a long journal costs its folded
+//! state, never also its decoded records.
 //!
 //! Invariants the writer keeps (and [`Journal::record`] enforces): `Started` is durable before
 //! the side effect runs; no record follows `Settled`; a transition the state machine does not
 //! allow is refused before anything is written.
 
+mod compact;
 mod record;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use serde_json::Value;
 
+pub use compact::{JsonText, Phases};
 pub use record::{BlobPointer, JournalRecord, OpPhase, ToolOutcome};
 
 use crate::error::{Error, Result};
@@ -29,7 +32,8 @@ pub struct OpState {
     pub op_id: String,
     pub phase: OpPhase,
     pub tool: String,
-    pub arguments: Value,
+    /// The arguments as compact JSON text (they are only ever shown, never re-run from here).
+    pub arguments: JsonText,
     pub message_id: String,
     pub tool_call_id: String,
     pub call_index: usize,
@@ -44,7 +48,7 @@ pub struct OpState {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub turn_message_id: Option<String>,
     /// Every phase the operation went through, in order.
-    pub history: Vec<OpPhase>,
+    pub history: Phases,
 }
 
 /// Operations in the order they were started, with an index by id.
@@ -78,7 +82,7 @@ impl OpTable {
                 op_id,
                 phase: OpPhase::Started,
                 tool,
-                arguments,
+                arguments: JsonText::new(&arguments),
                 message_id,
                 tool_call_id,
                 call_index,
@@ -86,7 +90,7 @@ impl OpTable {
                 output: None,
                 unknown_reason: None,
                 turn_message_id: None,
-                history: vec![OpPhase::Started],
+                history: Phases::new(OpPhase::Started),
             });
             return Ok(());
         }
@@ -144,21 +148,53 @@ impl OpTable {
 
 /// Folds records into the live state; `path` names the file in a corrupt-state error.
 pub fn fold(path: &Path, records: Vec<JournalRecord>) -> Result<OpTable> {
-    let mut table = OpTable::default();
-    for (i, record) in records.into_iter().enumerate() {
-        table.apply(record).map_err(|why| {
-            Error::corrupt(format!("{}:{}: {why}", path.display(), i + 1))
-                .with_hint("the journal was not written by kxen-agent in this order; restore it from a backup or bundle")
-        })?;
+    let mut folder = Folder::default();
+    records.into_iter().for_each(|record| folder.push(record));
+    folder.finish(path)
+}
+
+/// A fold fed one record at a time, in file order, as the chained reader checks each line.
+///
+/// A record the state machine refuses is remembered with its line and reported by
+/// [`Folder::finish`], after the reader has checked the rest of the file: damage to the file (a
+/// broken chain, a damaged line) is reported before an illegal sequence, exactly as when every
+/// line was decoded before folding.
+#[derive(Debug, Default)]
+struct Folder {
+    table: OpTable,
+    /// Records seen so far (= the line number of the last one: every record is one line).
+    line: usize,
+    /// The first refusal: its line and why.
+    refused: Option<(usize, String)>,
+}
+
+impl Folder {
+    fn push(&mut self, record: JournalRecord) {
+        self.line += 1;
+        if self.refused.is_some() {
+            return;
+        }
+        if let Err(why) = self.table.apply(record) {
+            self.refused = Some((self.line, why));
+            self.table = OpTable::default(); // never used: free it while the reader goes on
+        }
     }
-    Ok(table)
+
+    fn finish(self, path: &Path) -> Result<OpTable> {
+        match self.refused {
+            None => Ok(self.table),
+            Some((line, why)) => Err(Error::corrupt(format!("{}:{line}: {why}", path.display()))
+                .with_hint("the journal was not written by kxen-agent in this order; restore it from a backup or bundle")),
+        }
+    }
 }
 
 /// Reads a journal without changing it (read-only commands). A torn last line is ignored; the
 /// hash chain is checked ([`fsx::chain`]).
 pub fn read(path: &Path) -> Result<OpTable> {
-    let file = fsx::read_chain::<JournalRecord>(path)?;
-    fold(path, file.records)
+    let mut folder = Folder::default();
+    fsx::visit_chain(path, |record| folder.push(record))?;
+    folder.finish(path)
 }
 
 /// The journal of one run, open for writing. Only the holder of the Session's run lease opens
@@ -175,11 +211,12 @@ impl Journal {
     /// Opens (or starts) the journal at `path`, repairing a torn last line left by a crash.
     /// Call only under the Session's run lease.
     pub fn open(path: &Path) -> Result<Journal> {
-        let (writer, records) = fsx::ChainWriter::open::<JournalRecord>(path)?;
+        let mut folder = Folder::default();
+        let writer = fsx::ChainWriter::open_visit(path, |record| folder.push(record))?;
         Ok(Journal {
             path: path.to_path_buf(),
             writer,
-            table: fold(path, records)?,
+            table: folder.finish(path)?,
         })
     }
 

@@ -154,3 +154,182 @@ proptest! {
         prop_assert_eq!(reopened.table(), journal.table());
     }
 }
+
+/// The fold as it was before records were folded while reading: decode the whole file, then
+/// fold the list, refusing at the first illegal record. The streaming readers must agree with
+/// it on every file, damaged or not.
+fn fold_after_reading(path: &Path) -> Result<OpTable> {
+    let file = fsx::read_chain::<JournalRecord>(path)?;
+    let mut table = OpTable::default();
+    for (i, record) in file.records.into_iter().enumerate() {
+        table.apply(record).map_err(|why| {
+            Error::corrupt(format!("{}:{}: {why}", path.display(), i + 1))
+                .with_hint("the journal was not written by kxen-agent in this order; restore it from a backup or bundle")
+        })?;
+    }
+    Ok(table)
+}
+
+/// Chained journal lines for `events`, written as they come (no state machine in the way).
+fn chained(events: &[(usize, OpPhase)]) -> Vec<String> {
+    let mut prev = fsx::chain::GENESIS.to_string();
+    events
+        .iter()
+        .map(|&(op, phase)| {
+            let json = serde_json::to_string(&make(op, phase)).unwrap();
+            let line = fsx::chain::chain_line(&json, &prev);
+            prev = fsx::chain::line_hash(line.as_bytes());
+            line
+        })
+        .collect()
+}
+
+/// How a file is damaged before it is read.
+#[derive(Debug, Clone)]
+enum Damage {
+    None,
+    /// A torn last line: the bytes of a line cut short, without its newline.
+    Torn(usize),
+    /// One byte of the file changed.
+    Flip(usize, u8),
+    /// Two lines swapped.
+    Swap(usize, usize),
+    /// One line removed.
+    Drop(usize),
+}
+
+fn damage_strategy() -> impl Strategy<Value = Damage> {
+    prop_oneof![
+        Just(Damage::None),
+        (1usize..200).prop_map(Damage::Torn),
+        (any::<usize>(), 0u8..8).prop_map(|(p, b)| Damage::Flip(p, b)),
+        (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Damage::Swap(a, b)),
+        any::<usize>().prop_map(Damage::Drop),
+    ]
+}
+
+fn damaged(mut lines: Vec<String>, damage: &Damage) -> Vec<u8> {
+    let n = lines.len();
+    match *damage {
+        Damage::Swap(a, b) if n > 0 => lines.swap(a % n, b % n),
+        Damage::Drop(i) if n > 0 => {
+            lines.remove(i % n);
+        }
+        _ => {}
+    }
+    let mut bytes: Vec<u8> = lines
+        .iter()
+        .flat_map(|l| format!("{l}\n").into_bytes())
+        .collect();
+    match *damage {
+        Damage::Flip(pos, bit) if !bytes.is_empty() => {
+            let pos = pos % bytes.len();
+            bytes[pos] ^= 1 << bit;
+        }
+        Damage::Torn(len) => {
+            let tail = serde_json::to_string(&make(9, OpPhase::Started)).unwrap();
+            bytes.extend_from_slice(&tail.as_bytes()[..len.min(tail.len() - 1)]);
+        }
+        _ => {}
+    }
+    bytes
+}
+
+/// Same outcome: equal tables, or errors of the same kind with the same message and hints.
+fn same(a: &Result<OpTable>, b: &Result<OpTable>) -> std::result::Result<(), String> {
+    match (a, b) {
+        (Ok(x), Ok(y)) if x == y => Ok(()),
+        (Err(x), Err(y)) if x.kind == y.kind && x.message == y.message && x.hints == y.hints => {
+            Ok(())
+        }
+        _ => Err(format!("{a:?}\n  vs\n{b:?}")),
+    }
+}
+
+#[test]
+fn a_chain_break_is_reported_before_an_earlier_illegal_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    // Line 2 is illegal (settled right after started); line 3 is then changed, so line 4 names
+    // the wrong predecessor. The damage is reported, not the state machine's refusal.
+    let mut lines = chained(&[
+        (1, OpPhase::Started),
+        (1, OpPhase::Settled),
+        (2, OpPhase::Started),
+        (2, OpPhase::OutcomeKnown),
+    ]);
+    lines[2] = lines[2].replace("echo 2", "echo 3");
+    std::fs::write(&path, damaged(lines, &Damage::None)).unwrap();
+    for err in [
+        read(&path).unwrap_err(),
+        Journal::open(&path).unwrap_err(),
+        fold_after_reading(&path).unwrap_err(),
+    ] {
+        assert_eq!(err.kind, crate::error::ErrorKind::Corrupt);
+        assert!(
+            err.message.contains("journal.jsonl:4: the chain is broken"),
+            "{}",
+            err.message
+        );
+    }
+}
+
+#[test]
+fn an_illegal_record_is_reported_after_the_writer_repairs_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    let lines = chained(&[(1, OpPhase::Started), (1, OpPhase::Settled)]);
+    let complete = damaged(lines.clone(), &Damage::None);
+    std::fs::write(&path, damaged(lines, &Damage::Torn(30))).unwrap();
+    let err = read(&path).unwrap_err();
+    assert!(err.message.contains("journal.jsonl:2:"), "{}", err.message);
+    // A reader leaves the torn tail alone; the writer repairs it, then refuses the sequence.
+    assert_ne!(std::fs::read(&path).unwrap(), complete);
+    let err = Journal::open(&path).unwrap_err();
+    assert!(err.message.contains("journal.jsonl:2:"), "{}", err.message);
+    assert_eq!(std::fs::read(&path).unwrap(), complete);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Folding while reading gives exactly what decoding the whole file and then folding gave:
+    /// the same table, or the same error (file, line, message, hints) — for legal and illegal
+    /// sequences, torn tails, flipped bytes, swapped and dropped lines — and a writer opening
+    /// the file leaves the same bytes behind.
+    #[test]
+    fn streaming_fold_equals_fold_after_reading(
+        events in proptest::collection::vec((0usize..4, phase_strategy()), 0..24),
+        damage in damage_strategy(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.jsonl");
+        let bytes = damaged(chained(&events), &damage);
+        std::fs::write(&path, &bytes).unwrap();
+        let reference = fold_after_reading(&path);
+        let streamed = read(&path);
+        prop_assert_eq!(std::fs::read(&path).unwrap(), bytes.clone(), "a reader changed the file");
+        if let Err(diff) = same(&reference, &streamed) {
+            prop_assert!(false, "read: {}", diff);
+        }
+
+        // The writer: the old open was read, repair a torn tail, then fold.
+        let old = fsx::ChainWriter::open::<JournalRecord>(&path).and_then(|(_, records)| {
+            let mut table = OpTable::default();
+            for (i, record) in records.into_iter().enumerate() {
+                table.apply(record).map_err(|why| {
+                    Error::corrupt(format!("{}:{}: {why}", path.display(), i + 1))
+                        .with_hint("the journal was not written by kxen-agent in this order; restore it from a backup or bundle")
+                })?;
+            }
+            Ok(table)
+        });
+        let old_bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes).unwrap();
+        let new = Journal::open(&path).map(|j| j.table().clone());
+        if let Err(diff) = same(&old, &new) {
+            prop_assert!(false, "open: {}", diff);
+        }
+        prop_assert_eq!(std::fs::read(&path).unwrap(), old_bytes);
+    }
+}
