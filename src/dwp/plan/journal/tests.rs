@@ -232,3 +232,96 @@ proptest! {
         }
     }
 }
+
+/// Every way of breaking one live-journal line, with the exact error each gives (kind and full
+/// message), compared with the recorded oracle `fixtures/dwp/journal-errors.txt`. The oracle was
+/// recorded from the Value-map reader this module replaced, so the typed reader must refuse the
+/// same lines with the same words. Set `KXEN_RECORD_ORACLE=1` to re-record on purpose.
+#[test]
+fn error_messages_match_the_recorded_oracle() {
+    let (_tmp, dir) = copy_plan("v7");
+    let original = std::fs::read_to_string(dir.join(LIVE_FILE)).unwrap();
+    let lines: Vec<&str> = original.lines().collect();
+    let plan = Plan::open(&dir).unwrap();
+    let contract = plan.contract().unwrap();
+    let junk = [
+        json!(null),
+        json!(-3),
+        json!(1.5),
+        json!(""),
+        json!([]),
+        json!({}),
+        json!(true),
+        json!("zz"),
+        json!(["a", 1]),
+        json!({"kind": "helper"}),
+    ];
+    let mut out = String::new();
+    let mut run = |label: String, idx: usize, line: String| {
+        let mut text = String::new();
+        for (i, l) in lines.iter().enumerate() {
+            text.push_str(if i == idx { &line } else { l });
+            text.push('\n');
+        }
+        std::fs::write(dir.join(LIVE_FILE), &text).unwrap();
+        let got = match read(&dir, &contract) {
+            Ok(j) => format!("ok {} events, torn {}", j.events.len(), j.torn_tail.is_some()),
+            Err(e) => format!(
+                "{:?}: {}",
+                e.kind,
+                e.message.replace(&dir.display().to_string(), "<plan>")
+            ),
+        };
+        out.push_str(&format!("{label} => {got}\n"));
+    };
+    for (idx, line) in lines.iter().enumerate() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let map = v.as_object().unwrap();
+        for key in map.keys() {
+            for (j, value) in junk.iter().enumerate() {
+                let mut m = map.clone();
+                m.insert(key.clone(), value.clone());
+                run(format!("{idx} {key}={j}"), idx, serde_json::to_string(&m).unwrap());
+            }
+            let mut m = map.clone();
+            m.shift_remove(key);
+            run(format!("{idx} -{key}"), idx, serde_json::to_string(&m).unwrap());
+        }
+        for (key, value) in [("actor", json!({"kind": "agent", "identity": "x", "z": 1}))]
+            .into_iter()
+            .chain([("surprise", json!(1)), ("note", json!("n".repeat(501)))])
+            .chain([("trust", json!("observed")), ("evidence_path", json!(""))])
+        {
+            let mut m = map.clone();
+            m.insert(key.into(), value);
+            run(format!("{idx} +{key}"), idx, serde_json::to_string(&m).unwrap());
+        }
+        let body = &line[1..];
+        let raw_edits = [
+            ("dupkey", format!("{{\"seq\":1,{body}")),
+            ("dupkey-last", format!("{}, \"seq\": 1}}", &line[..line.len() - 1])),
+            ("escaped-key", line.replacen("\"ts\"", "\"\\u0074s\"", 1)),
+            ("huge-float", format!("{{\"zz\":1e400,{body}")),
+            ("huge-note", format!("{{\"note\":1e400,{body}")),
+            ("lone-surrogate", format!("{{\"note\":\"\\ud800\",{body}")),
+            ("escaped-note", format!("{{\"note\":\"a\\nb\\u00e9\",{body}")),
+            ("deep", format!("{{\"note\":{}{},{body}", "[".repeat(130), "]".repeat(130))),
+            ("array", "[1,2]".to_string()),
+            ("empty", String::new()),
+            ("trailing", format!("{line} x")),
+            ("spaces", format!("  {line}\r")),
+        ];
+        for (label, edited) in raw_edits {
+            run(format!("{idx} raw:{label}"), idx, edited);
+        }
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/dwp/journal-errors.txt");
+    if std::env::var_os("KXEN_RECORD_ORACLE").is_some() {
+        std::fs::write(&path, &out).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap();
+    for (i, (got, want)) in out.lines().zip(expected.lines()).enumerate() {
+        assert_eq!(got, want, "oracle line {}", i + 1);
+    }
+    assert_eq!(out.lines().count(), expected.lines().count());
+}
