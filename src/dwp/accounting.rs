@@ -64,8 +64,8 @@ fn metered(events: &[Event], matches: impl Fn(&Event) -> bool) -> Option<Value> 
         })
         .map(|e| {
             json!({
-                "value": e.raw.get("value"),
-                "source": e.raw.get("source"),
+                "value": e.value("value"),
+                "source": e.value("source"),
                 "seq": e.seq,
             })
         })

@@ -34,7 +34,10 @@ fn invalidation_floor(events: &[Event], criterion: &str) -> u64 {
     events
         .iter()
         .filter(|e| {
-            e.kind == EventType::Amendment && e.list("evidence_invalidated").contains(&criterion)
+            e.kind == EventType::Amendment
+                && e.list("evidence_invalidated")
+                    .iter()
+                    .any(|c| c == criterion)
         })
         .map(|e| e.seq)
         .max()
@@ -63,7 +66,7 @@ pub fn gate_evidence<'e>(
         let accepted = e
             .trust()
             .is_some_and(|t| criterion.accepted_evidence.iter().any(|a| a == t));
-        let passed = e.raw.get("exit_code").and_then(Value::as_i64) == Some(0);
+        let passed = e.i64("exit_code") == Some(0);
         if !(accepted && passed) {
             continue;
         }
@@ -110,10 +113,7 @@ pub fn entry(events: &[Event], task: &str, criterion: &Criterion) -> Value {
             out.insert("verdict".into(), json!("discriminating"));
             out.insert(
                 "evidence_path".into(),
-                pair.raw
-                    .get("evidence_path")
-                    .cloned()
-                    .unwrap_or(Value::Null),
+                pair.value("evidence_path").unwrap_or(Value::Null),
             );
         } else if pairs.is_empty() {
             mechanism = "open (no in-window control pair)".into();
@@ -145,7 +145,7 @@ pub fn entry(events: &[Event], task: &str, criterion: &Criterion) -> Value {
                 out.insert("trust".into(), json!(run.trust()));
                 out.insert(
                     "evidence_path".into(),
-                    run.raw.get("evidence_path").cloned().unwrap_or(Value::Null),
+                    run.value("evidence_path").unwrap_or(Value::Null),
                 );
             }
             Err(stale) if !stale.is_empty() => {

@@ -32,7 +32,7 @@ pub fn digest(events: &[Event], fingerprints: &HashMap<u64, String>, live_id: &s
     for e in events {
         match e.kind {
             EventType::GateRun => {
-                if e.raw.get("exit_code").and_then(Value::as_i64) == Some(0) {
+                if e.i64("exit_code") == Some(0) {
                     if let Some(fp) = fingerprints.get(&e.seq) {
                         passing.insert(fp.as_str());
                     }
@@ -79,7 +79,7 @@ fn entry(
     fingerprints: &HashMap<u64, String>,
     live_id: &str,
 ) -> Map<String, Value> {
-    let get = |key: &str| e.raw.get(key).cloned().unwrap_or(Value::Null);
+    let get = |key: &str| e.value(key).unwrap_or(Value::Null);
     let journal_seq = json!(format!("journal seq {}", e.seq));
     let mut m = Map::new();
     m.insert("seq".into(), json!(e.seq));

@@ -125,8 +125,8 @@ pub fn derive(records: &Records, task_id: &str, sections: Option<&[String]>) -> 
         .filter(|e| e.kind == EventType::Approval && e.contract_id() == contract.id)
         .map(|e| {
             json!({
-                "authority": e.raw.get("authority"),
-                "mechanism": e.raw.get("mechanism"),
+                "authority": e.value("authority"),
+                "mechanism": e.value("mechanism"),
                 "seq": e.seq,
                 "ts": e.ts(),
             })
@@ -170,7 +170,7 @@ pub fn derive(records: &Records, task_id: &str, sections: Option<&[String]>) -> 
             continue;
         };
         if let Ok(run) = acceptance::gate_evidence(events, &task.id, criterion, window) {
-            let path = run.raw.get("evidence_path").cloned().unwrap_or(Value::Null);
+            let path = run.value("evidence_path").unwrap_or(Value::Null);
             let resolves = path.as_str().is_some_and(|p| {
                 records.plan.dir.join(p).is_file() || records.plan.root.join(p).is_file()
             });
@@ -444,10 +444,9 @@ fn history_triggers(contract: &Contract, events: &[Event], task: &str) -> Value 
             "loads": "state.json + this manifest + the handoff observation",
         }));
     }
-    if events
-        .iter()
-        .any(|e| e.kind == EventType::Amendment && e.list("affected_tasks").contains(&task))
-    {
+    if events.iter().any(|e| {
+        e.kind == EventType::Amendment && e.list("affected_tasks").iter().any(|t| t == task)
+    }) {
         out.push(json!({
             "trigger": "an amendment affects this task",
             "loads": "the amendment event and the revised criterion text",

@@ -59,7 +59,11 @@ pub fn string<'v>(v: &'v Value, at: &str) -> Check<&'v str> {
 
 /// A non-empty string.
 pub fn text<'v>(v: &'v Value, at: &str) -> Check<&'v str> {
-    let s = string(v, at)?;
+    nonempty(string(v, at)?, at)
+}
+
+/// [`text`] for a string already in hand.
+pub fn nonempty<'s>(s: &'s str, at: &str) -> Check<&'s str> {
     if s.is_empty() {
         return Err(format!("{at}: must not be empty"));
     }
@@ -77,7 +81,11 @@ pub fn opt_string<'v>(v: &'v Value, at: &str) -> Check<Option<&'v str>> {
 
 /// A string from a closed set.
 pub fn one_of<'v>(v: &'v Value, at: &str, allowed: &[&str]) -> Check<&'v str> {
-    let s = string(v, at)?;
+    member(string(v, at)?, at, allowed)
+}
+
+/// [`one_of`] for a string already in hand.
+pub fn member<'s>(s: &'s str, at: &str, allowed: &[&str]) -> Check<&'s str> {
     if !allowed.contains(&s) {
         return Err(format!(
             "{at}: {} is not one of {}",
@@ -90,7 +98,11 @@ pub fn one_of<'v>(v: &'v Value, at: &str, allowed: &[&str]) -> Check<&'v str> {
 
 /// A string matching `re` (Python `re.match` + `$` semantics: one trailing newline tolerated).
 pub fn matching<'v>(v: &'v Value, at: &str, re: &Regex, what: &str) -> Check<&'v str> {
-    let s = string(v, at)?;
+    pattern(string(v, at)?, at, re, what)
+}
+
+/// [`matching`] for a string already in hand.
+pub fn pattern<'s>(s: &'s str, at: &str, re: &Regex, what: &str) -> Check<&'s str> {
     if !py_match(re, s) {
         return Err(format!("{at}: {} is not a valid {what}", py_repr(s)));
     }

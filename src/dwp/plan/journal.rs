@@ -7,11 +7,16 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::check::{self, Check, py_repr};
 use super::contract::{Contract, Generation};
 use crate::error::{Error, Result};
+use event::{ChunkBuilder, FieldRef, Key, View};
+
+mod event;
+
+pub use event::Event;
 
 pub const LIVE_FILE: &str = "journal.ndjson";
 
@@ -66,57 +71,6 @@ impl EventType {
                 | EventType::ResourceSample
                 | EventType::ControlPair
         )
-    }
-}
-
-/// One validated journal event. `raw` is the line's object exactly as stored.
-#[derive(Debug, Clone)]
-pub struct Event {
-    pub seq: u64,
-    pub kind: EventType,
-    pub raw: Map<String, Value>,
-}
-
-impl Event {
-    pub fn str(&self, key: &str) -> Option<&str> {
-        self.raw.get(key).and_then(Value::as_str)
-    }
-
-    pub fn ts(&self) -> &str {
-        self.str("ts").unwrap_or_default()
-    }
-
-    pub fn contract_id(&self) -> &str {
-        self.str("contract_id").unwrap_or_default()
-    }
-
-    pub fn trust(&self) -> Option<&str> {
-        self.str("trust")
-    }
-
-    pub fn actor_kind(&self) -> &str {
-        self.raw
-            .get("actor")
-            .and_then(|a| a.get("kind"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-    }
-
-    pub fn actor_identity(&self) -> &str {
-        self.raw
-            .get("actor")
-            .and_then(|a| a.get("identity"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-    }
-
-    /// A list-of-strings payload field (empty when absent).
-    pub fn list(&self, key: &str) -> Vec<&str> {
-        self.raw
-            .get(key)
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default()
     }
 }
 
@@ -195,12 +149,25 @@ pub fn archives(dir: &Path) -> Result<Vec<Archive>> {
 }
 
 /// Reads and validates the whole journal of a plan against its live contract.
+///
+/// Each file is read once into one buffer; each line is indexed in place and validated (see
+/// [`event`]). The refusals are the ones a parse of every line into a `Value` followed by
+/// validation in order would give: a damaged line anywhere in a file outranks an invalid event
+/// earlier in that file, and only the live file may end in a torn line.
 pub fn read(dir: &Path, contract: &Contract) -> Result<Journal> {
     let archives = archives(dir)?;
     let mut validator = Validator::new(contract);
     let mut events = Vec::new();
     for archive in &archives {
-        let file = crate::fsx::read_jsonl_values(&archive.path)?;
+        let range = |seq: u64| {
+            (seq < archive.first_seq || seq > archive.last_seq).then(|| {
+                format!(
+                    "seq {seq} lies outside the archive's declared range {}-{}",
+                    archive.first_seq, archive.last_seq
+                )
+            })
+        };
+        let file = read_file(&archive.path, &mut validator, &mut events, range)?;
         if let Some(tail) = file.torn_tail {
             return Err(Error::corrupt(format!(
                 "{}:{}: damaged record in a rolled archive (archives are complete by \
@@ -209,49 +176,171 @@ pub fn read(dir: &Path, contract: &Contract) -> Result<Journal> {
                 tail.line
             )));
         }
-        events.reserve(file.records.len());
-        for (i, value) in file.records.into_iter().enumerate() {
-            let event = validator
-                .event(value)
-                .map_err(|e| invalid_event(&archive.path, i + 1, e))?;
-            if event.seq < archive.first_seq || event.seq > archive.last_seq {
-                return Err(invalid_event(
-                    &archive.path,
-                    i + 1,
-                    format!(
-                        "seq {} lies outside the archive's declared range {}-{}",
-                        event.seq, archive.first_seq, archive.last_seq
-                    ),
-                ));
-            }
-            events.push(event);
+        if let Some(err) = file.invalid {
+            return Err(err);
         }
     }
     let live = dir.join(LIVE_FILE);
-    let file = crate::fsx::read_jsonl_values(&live)?;
     let floor = archives.iter().map(|a| a.last_seq).max().unwrap_or(0);
-    events.reserve(file.records.len());
-    for (i, value) in file.records.into_iter().enumerate() {
-        let event = validator
-            .event(value)
-            .map_err(|e| invalid_event(&live, i + 1, e))?;
-        if event.seq <= floor {
-            return Err(invalid_event(
-                &live,
-                i + 1,
-                format!(
-                    "seq {} is not above the archived seqs (up to {floor})",
-                    event.seq
-                ),
-            ));
-        }
-        events.push(event);
+    let above = |seq: u64| {
+        (seq <= floor).then(|| format!("seq {seq} is not above the archived seqs (up to {floor})"))
+    };
+    let file = read_file(&live, &mut validator, &mut events, above)?;
+    if let Some(err) = file.invalid {
+        return Err(err);
     }
     Ok(Journal {
         events,
         archives,
         torn_tail: file.torn_tail,
     })
+}
+
+/// What reading one file found besides its events.
+struct FileRead {
+    torn_tail: Option<crate::fsx::TornTail>,
+    /// The first invalid event, if any (no events after it were kept).
+    invalid: Option<Error>,
+}
+
+/// Reads one JSONL file (a missing file reads as empty), validating its events in order into
+/// `out`. `seq_rule` adds the file's own seq bound. Line rules are `fsx::read_jsonl`'s: every
+/// line but the last must parse (else `Corrupt` naming file and line, with the parser's reason);
+/// a last line without a newline or that does not parse is a torn tail.
+fn read_file(
+    path: &Path,
+    validator: &mut Validator,
+    out: &mut Vec<Event>,
+    seq_rule: impl Fn(u64) -> Option<String>,
+) -> Result<FileRead> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(Error::io("read", path, e)),
+    };
+    // The text is the longest prefix of whole valid-UTF-8 lines; a line past it cannot parse
+    // (invalid UTF-8 is a parse error), so it is judged by the Value parser below.
+    let (text, rest) = match String::from_utf8(bytes) {
+        Ok(text) => (text, Vec::new()),
+        Err(e) => {
+            let valid = e.utf8_error().valid_up_to();
+            let mut bytes = e.into_bytes();
+            let cut = bytes[..valid]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            let rest = bytes.split_off(cut);
+            (String::from_utf8(bytes).unwrap_or_default(), rest)
+        }
+    };
+    let total = text.len() + rest.len();
+    let mut builder = ChunkBuilder::default();
+    let mut invalid: Option<Error> = None;
+    let mut offset = 0usize;
+    let mut line_no = 0usize;
+    while offset < total {
+        line_no += 1;
+        let (line, in_text): (&[u8], bool) = if offset < text.len() {
+            (&text.as_bytes()[offset..], true)
+        } else {
+            (&rest[offset - text.len()..], false)
+        };
+        let (line, complete) = match line.iter().position(|&b| b == b'\n') {
+            Some(i) => (&line[..i], true),
+            None => (line, false),
+        };
+        let is_last = offset + line.len() + usize::from(complete) >= total;
+        let start = offset;
+        offset += line.len() + 1;
+        let damaged = |reason: String| -> Result<Option<crate::fsx::TornTail>> {
+            if is_last {
+                return Ok(Some(crate::fsx::TornTail {
+                    offset: start as u64,
+                    line: line_no,
+                    len: total - start,
+                }));
+            }
+            Err(Error::corrupt(format!(
+                "{}:{line_no}: damaged record ({reason})",
+                path.display()
+            ))
+            .with_hint(
+                "this is not a torn last line from a crash; restore the file from a backup or \
+                 bundle",
+            ))
+        };
+        if !complete {
+            let torn_tail = damaged("no trailing newline".into())?;
+            return Ok(finish(builder, text, out, torn_tail, invalid));
+        }
+        // Fast path: an indexed line is one the Value parser accepts too.
+        let indexed = if in_text {
+            builder.index(&text, start, start + line.len())
+        } else {
+            None
+        };
+        if invalid.is_some() {
+            // After a refused event only damage can still change the verdict.
+            if indexed.is_none()
+                && let Err(e) = serde_json::from_slice::<Value>(line)
+            {
+                let torn_tail = damaged(e.to_string())?;
+                return Ok(finish(builder, text, out, torn_tail, invalid));
+            }
+            if let Some(at) = indexed {
+                builder.drop_last(at);
+            }
+            continue;
+        }
+        let verdict = match indexed {
+            Some(at) => {
+                let view = builder.view(&text, &at);
+                match validator.view(view) {
+                    Ok((seq, kind)) => {
+                        builder.keep(at, seq, kind);
+                        Ok(seq)
+                    }
+                    Err(problem) => {
+                        builder.drop_last(at);
+                        Err(problem)
+                    }
+                }
+            }
+            None => match serde_json::from_slice::<Value>(line) {
+                Err(e) => {
+                    let torn_tail = damaged(e.to_string())?;
+                    return Ok(finish(builder, text, out, torn_tail, invalid));
+                }
+                Ok(value) => validator.event(value).map(|event| {
+                    let seq = event.seq;
+                    builder.keep_own(event);
+                    seq
+                }),
+            },
+        };
+        let problem = match verdict {
+            Ok(seq) => match seq_rule(seq) {
+                None => continue,
+                Some(problem) => problem,
+            },
+            Err(problem) => problem,
+        };
+        invalid = Some(invalid_event(path, line_no, problem));
+    }
+    Ok(finish(builder, text, out, None, invalid))
+}
+
+fn finish(
+    builder: ChunkBuilder,
+    text: String,
+    out: &mut Vec<Event>,
+    torn_tail: Option<crate::fsx::TornTail>,
+    invalid: Option<Error>,
+) -> FileRead {
+    if invalid.is_none() {
+        builder.finish(text, out);
+    }
+    FileRead { torn_tail, invalid }
 }
 
 fn invalid_event(path: &Path, line: usize, problem: String) -> Error {
@@ -273,14 +362,14 @@ pub struct Validator<'c> {
     last_seq: u64,
 }
 
-const ENVELOPE_REQUIRED: [&str; 7] = [
-    "schema",
-    "type",
-    "seq",
-    "ts",
-    "plan",
-    "contract_id",
-    "actor",
+const ENVELOPE_REQUIRED: [Key; 7] = [
+    Key::Schema,
+    Key::Type,
+    Key::Seq,
+    Key::Ts,
+    Key::Plan,
+    Key::ContractId,
+    Key::Actor,
 ];
 
 impl<'c> Validator<'c> {
@@ -296,7 +385,7 @@ impl<'c> Validator<'c> {
         self.last_seq = seq;
     }
 
-    /// Validates one event (the next in journal order).
+    /// Validates one event (the next in journal order) given as a parsed value.
     pub fn event(&mut self, value: Value) -> Check<Event> {
         let Value::Object(map) = value else {
             return Err(format!(
@@ -304,41 +393,40 @@ impl<'c> Validator<'c> {
                 check::kind_of(&value)
             ));
         };
-        let event = self.check(map)?;
-        if event.seq <= self.last_seq {
+        // Indexing a serialized Value cannot fail short of a line over 4 GiB.
+        let event = Event::from_map(0, EventType::Observation, &map)
+            .ok_or("the event is too large to index (over 4 GiB)")?;
+        let (seq, kind) = self.view(event.view())?;
+        Ok(event.stamped(seq, kind))
+    }
+
+    /// Validates one indexed line (the next in journal order).
+    fn view(&mut self, v: View) -> Check<(u64, EventType)> {
+        let (seq, kind) = self.check(v)?;
+        if seq <= self.last_seq {
             return Err(format!(
                 "seq {} does not increase (previous seq {}); seqs are strictly increasing and \
                  never reused",
-                event.seq, self.last_seq
+                seq, self.last_seq
             ));
         }
-        self.last_seq = event.seq;
-        Ok(event)
+        self.last_seq = seq;
+        Ok((seq, kind))
     }
 
-    fn check(&self, map: Map<String, Value>) -> Check<Event> {
-        let v = &map;
-        // One pass over the entries fills the envelope slots and `note` (cheaper than a hashed
-        // lookup per field: this runs for every event of every read). Errors keep their order.
-        let mut slots: [Option<&Value>; 7] = [None; 7];
-        let mut note_v = None;
-        for (key, value) in v {
-            match envelope_slot(key) {
-                Some(i) => slots[i] = Some(value),
-                None if key == "note" => note_v = Some(value),
-                None => {}
-            }
-        }
-        let mut envelope: [&Value; 7] = [&Value::Null; 7];
-        for ((slot, found), key) in envelope.iter_mut().zip(slots).zip(ENVELOPE_REQUIRED) {
-            *slot = found.ok_or_else(|| format!("missing envelope field {}", py_repr(key)))?;
+    fn check(&self, v: View) -> Check<(u64, EventType)> {
+        let mut envelope: [FieldRef; 7] = [FieldRef::Json("null"); 7];
+        for (slot, key) in envelope.iter_mut().zip(ENVELOPE_REQUIRED) {
+            *slot = v
+                .get(key)
+                .ok_or_else(|| format!("missing envelope field {}", py_repr(key.name())))?;
         }
         let [schema_v, type_v, seq_v, ts_v, plan_v, cid_v, actor_v] = envelope;
-        let type_name = check::string(type_v, "type")?;
+        let type_name = string(type_v, "type")?;
         let kind = EventType::parse(type_name)
             .ok_or_else(|| format!("type: unknown event type {}", py_repr(type_name)))?;
         let generation = self.contract.generation;
-        let schema = check::string(schema_v, "schema")?;
+        let schema = string(schema_v, "schema")?;
         if schema != generation.journal_schema() {
             let other = [Generation::V6, Generation::V7]
                 .into_iter()
@@ -360,15 +448,15 @@ impl<'c> Validator<'c> {
         if kind == EventType::Delegation && generation == Generation::V6 {
             return Err("type: 'delegation' events exist only in journal-event v7".into());
         }
-        let seq = check::int(seq_v, "seq", 1)? as u64;
-        let ts = check::string(ts_v, "ts")?;
+        let seq = int(seq_v, "seq", 1)? as u64;
+        let ts = string(ts_v, "ts")?;
         if !is_event_ts(ts) {
             return Err(format!(
                 "ts: {} is not a valid timestamp (YYYY-MM-DDTHH:MM:SSZ)",
                 py_repr(ts)
             ));
         }
-        let plan = check::string(plan_v, "plan")?;
+        let plan = string(plan_v, "plan")?;
         if plan != self.contract.plan {
             return Err(format!(
                 "plan: {} is not this plan ({})",
@@ -376,7 +464,7 @@ impl<'c> Validator<'c> {
                 self.contract.plan
             ));
         }
-        let cid = check::string(cid_v, "contract_id")?;
+        let cid = string(cid_v, "contract_id")?;
         if cid != self.contract.id && !is_sha256_hex(cid) {
             return Err(format!(
                 "contract_id: {} is not a valid contract id",
@@ -384,58 +472,44 @@ impl<'c> Validator<'c> {
             ));
         }
         let live = cid == self.contract.id;
-        let actor = check::object(actor_v, "actor", &["kind", "identity"], &[])?;
-        let actor_kind = check::one_of(
-            &actor["kind"],
-            "actor.kind",
-            &["helper", "agent", "host_adapter", "human"],
-        )?;
-        let identity = check::text(&actor["identity"], "actor.identity")?;
-        if identity.chars().count() > 100 {
-            return Err("actor.identity: longer than 100 characters".into());
-        }
-        if let Some(note) = note_v {
-            let note = check::string(note, "note")?;
+        let actor_kind = actor(&v, actor_v)?;
+        if let Some(note) = v.get(Key::Note) {
+            let note = string(note, "note")?;
             if note.chars().count() > 500 {
                 return Err("note: longer than 500 characters".into());
             }
         }
 
         let (required, optional) = payload_fields(kind);
-        let allowed = |k: &str| {
+        let allowed = |k: Key| {
             ENVELOPE_REQUIRED.contains(&k)
-                || k == "note"
+                || k == Key::Note
                 || required.contains(&k)
                 || optional.contains(&k)
-                || (kind.is_evidence() && (k == "trust" || k == "evidence_path"))
+                || (kind.is_evidence() && (k == Key::Trust || k == Key::EvidencePath))
         };
-        if let Some(key) = v.keys().find(|k| !allowed(k)) {
+        if let Some((_, name)) = v.keys().find(|(k, _)| !allowed(*k)) {
             return Err(format!(
                 "unknown field {} for a {type_name} event (payloads are closed)",
-                py_repr(key)
+                py_repr(name)
             ));
         }
-        // Keys are unique, so counting the required ones present proves them all present
-        // without a hashed lookup each; only a miss pays for finding which one (in order).
-        let present = v.keys().filter(|k| required.contains(&k.as_str())).count();
-        if present != required.len()
-            && let Some(key) = required.iter().find(|k| !v.contains_key(**k))
-        {
+        if let Some(key) = required.iter().find(|k| !v.has(**k)) {
             return Err(format!(
                 "{type_name}: missing required field {}",
-                py_repr(key)
+                py_repr(key.name())
             ));
         }
         if kind.is_evidence() {
-            let trust = check::one_of(
-                v.get("trust")
+            let trust = one_of(
+                v.get(Key::Trust)
                     .ok_or_else(|| format!("{type_name}: missing required field 'trust'"))?,
                 "trust",
                 &["observed", "imported", "asserted"],
             )?;
-            match v.get("evidence_path") {
+            match v.get(Key::EvidencePath) {
                 Some(p) => {
-                    check::text(p, "evidence_path")?;
+                    text(p, "evidence_path")?;
                 }
                 None if trust != "asserted" => {
                     return Err(format!(
@@ -444,11 +518,11 @@ impl<'c> Validator<'c> {
                 }
                 None => {}
             }
-            if trust == "observed" && !matches!(actor_kind, "helper" | "host_adapter") {
+            if trust == "observed" && !matches!(&*actor_kind, "helper" | "host_adapter") {
                 return Err(format!(
                     "trust: 'observed' evidence comes only from a helper or host_adapter actor, \
                      not {}",
-                    py_repr(actor_kind)
+                    py_repr(&actor_kind)
                 ));
             }
             if kind == EventType::ResourceSample
@@ -461,16 +535,12 @@ impl<'c> Validator<'c> {
                 );
             }
         }
-        self.payload(kind, v, live)?;
-        Ok(Event {
-            seq,
-            kind,
-            raw: map,
-        })
+        self.payload(kind, &v, live)?;
+        Ok((seq, kind))
     }
 
-    fn task_ref(&self, v: &Value, at: &str, live: bool) -> Check<()> {
-        let task = check::text(v, at)?;
+    fn task_ref(&self, v: FieldRef, at: &str, live: bool) -> Check<()> {
+        let task = text(v, at)?;
         if live && self.contract.task(task).is_none() {
             return Err(format!(
                 "{at}: task {} is not declared in the live contract",
@@ -480,8 +550,8 @@ impl<'c> Validator<'c> {
         Ok(())
     }
 
-    fn criterion_ref(&self, v: &Value, at: &str, live: bool) -> Check<()> {
-        let criterion = check::text(v, at)?;
+    fn criterion_ref(&self, v: FieldRef, at: &str, live: bool) -> Check<()> {
+        let criterion = text(v, at)?;
         if live && self.contract.criterion(criterion).is_none() {
             return Err(format!(
                 "{at}: criterion {} is not declared in the live contract",
@@ -491,28 +561,31 @@ impl<'c> Validator<'c> {
         Ok(())
     }
 
-    fn payload(&self, kind: EventType, v: &Map<String, Value>, live: bool) -> Check<()> {
-        let opt = |k: &str| v.get(k);
+    fn payload(&self, kind: EventType, v: &View, live: bool) -> Check<()> {
+        let opt = |k: Key| v.get(k);
+        // Required fields are present (checked before the payload).
+        let req = |k: Key| v.get(k).unwrap_or(FieldRef::Json("null"));
         match kind {
             EventType::TaskStart => {
-                self.task_ref(&v["task"], "task", live)?;
-                if let Some(f) = opt("fingerprint") {
-                    fingerprint(f, "fingerprint")?;
+                self.task_ref(req(Key::Task), "task", live)?;
+                if let Some(f) = opt(Key::Fingerprint) {
+                    fingerprint(&f.value(), "fingerprint")?;
                 }
             }
             EventType::Approval => {
-                check::text(&v["authority"], "authority")?;
-                check::one_of(
-                    &v["mechanism"],
+                text(req(Key::Authority), "authority")?;
+                one_of(
+                    req(Key::Mechanism),
                     "mechanism",
                     &["plan_authorship", "pre_authorization"],
                 )?;
-                check::string(&v["plan_digest"], "plan_digest")?;
+                string(req(Key::PlanDigest), "plan_digest")?;
             }
             EventType::GateRun => {
-                check::text(&v["command"], "command")?;
-                check::string(&v["cwd"], "cwd")?;
-                if let Some(env) = opt("env") {
+                text(req(Key::Command), "command")?;
+                string(req(Key::Cwd), "cwd")?;
+                if let Some(env) = opt(Key::Env) {
+                    let env = env.value();
                     let env = env
                         .as_object()
                         .ok_or("env: expected an object of strings")?;
@@ -520,49 +593,50 @@ impl<'c> Validator<'c> {
                         check::string(val, &format!("env.{k}"))?;
                     }
                 }
-                let t = check::number(&v["timeout_seconds"], "timeout_seconds", 0.0)?;
+                let t = check::number(&req(Key::TimeoutSeconds).value(), "timeout_seconds", 0.0)?;
                 if t <= 0.0 {
                     return Err("timeout_seconds: must be above 0".into());
                 }
-                check::int(&v["exit_code"], "exit_code", i64::MIN)?;
-                self.task_ref(&v["task"], "task", live)?;
-                self.criterion_ref(&v["criterion"], "criterion", live)?;
+                int(req(Key::ExitCode), "exit_code", i64::MIN)?;
+                self.task_ref(req(Key::Task), "task", live)?;
+                self.criterion_ref(req(Key::Criterion), "criterion", live)?;
             }
             EventType::Observation => {
-                check::text(&v["statement"], "statement")?;
+                text(req(Key::Statement), "statement")?;
             }
             EventType::Adaptation => {
-                check::one_of(
-                    &v["kind"],
+                one_of(
+                    req(Key::Kind),
                     "kind",
                     &["split", "reorder", "insert", "change_strategy", "retry"],
                 )?;
-                if !v["trigger_observation"].is_null() {
-                    check::int(&v["trigger_observation"], "trigger_observation", 1)?;
+                let trigger = req(Key::TriggerObservation);
+                if !trigger.is_null() {
+                    int(trigger, "trigger_observation", 1)?;
                 }
-                check::opt_string(&v["evidence_artifact"], "evidence_artifact")?;
-                for key in ["hypothesis", "action", "rationale", "authority"] {
-                    check::string(&v[key], key)?;
+                opt_string(req(Key::EvidenceArtifact), "evidence_artifact")?;
+                for key in [Key::Hypothesis, Key::Action, Key::Rationale, Key::Authority] {
+                    string(req(key), key.name())?;
                 }
                 for key in [
-                    "affected_tasks",
-                    "affected_criteria",
-                    "evidence_invalidated",
-                    "evidence_preserved",
+                    Key::AffectedTasks,
+                    Key::AffectedCriteria,
+                    Key::EvidenceInvalidated,
+                    Key::EvidencePreserved,
                 ] {
-                    check::strings(&v[key], key, 0, false, false)?;
+                    strings(req(key), key.name())?;
                 }
-                if let Some(impact) = opt("resource_impact") {
+                if let Some(impact) = opt(Key::ResourceImpact) {
+                    let impact = impact.value();
                     let impact =
-                        check::object(impact, "resource_impact", &["declared", "unit"], &[])?;
+                        check::object(&impact, "resource_impact", &["declared", "unit"], &[])?;
                     check::number(&impact["declared"], "resource_impact.declared", 0.0)?;
                     check::text(&impact["unit"], "resource_impact.unit")?;
                 }
-                let decision =
-                    check::one_of(&v["decision"], "decision", &["authorized", "refused"])?;
-                match opt("reason") {
+                let decision = one_of(req(Key::Decision), "decision", &["authorized", "refused"])?;
+                match opt(Key::Reason) {
                     Some(r) => {
-                        check::string(r, "reason")?;
+                        string(r, "reason")?;
                     }
                     None if decision == "refused" => {
                         return Err("reason: a refused adaptation must say why".into());
@@ -572,26 +646,26 @@ impl<'c> Validator<'c> {
             }
             EventType::Amendment => {
                 for key in [
-                    "original_criterion",
-                    "observed_finding",
-                    "disposition",
-                    "reason",
-                    "authority",
+                    Key::OriginalCriterion,
+                    Key::ObservedFinding,
+                    Key::Disposition,
+                    Key::Reason,
+                    Key::Authority,
                 ] {
-                    check::string(&v[key], key)?;
+                    string(req(key), key.name())?;
                 }
-                check::opt_string(&v["revised_criterion"], "revised_criterion")?;
+                opt_string(req(Key::RevisedCriterion), "revised_criterion")?;
                 for key in [
-                    "affected_tasks",
-                    "evidence_invalidated",
-                    "evidence_preserved",
+                    Key::AffectedTasks,
+                    Key::EvidenceInvalidated,
+                    Key::EvidencePreserved,
                 ] {
-                    check::strings(&v[key], key, 0, false, false)?;
+                    strings(req(key), key.name())?;
                 }
             }
             EventType::Intervention => {
-                check::one_of(
-                    &v["category"],
+                one_of(
+                    req(Key::Category),
                     "category",
                     &[
                         "missing_intent",
@@ -600,41 +674,47 @@ impl<'c> Validator<'c> {
                         "engineering_rescue",
                     ],
                 )?;
-                check::string(&v["description"], "description")?;
-                check::string(&v["question"], "question")?;
-                if let Some(r) = opt("resolution") {
-                    check::opt_string(r, "resolution")?;
+                string(req(Key::Description), "description")?;
+                string(req(Key::Question), "question")?;
+                if let Some(r) = opt(Key::Resolution) {
+                    opt_string(r, "resolution")?;
                 }
             }
             EventType::ResourceSample => {
-                check::text(&v["source"], "source")?;
-                if let Some(l) = opt("limit_id") {
-                    check::matching(l, "limit_id", check::limit_id(), "limit id")?;
+                text(req(Key::Source), "source")?;
+                if let Some(l) = opt(Key::LimitId) {
+                    matching(l, "limit_id", check::limit_id(), "limit id")?;
                 }
-                check::number(&v["value"], "value", 0.0)?;
-                check::text(&v["unit"], "unit")?;
+                check::number(&req(Key::Value).value(), "value", 0.0)?;
+                text(req(Key::Unit), "unit")?;
             }
             EventType::ControlPair => {
-                self.criterion_ref(&v["criterion"], "criterion", live)?;
-                check::strings(&v["check_artifacts"], "check_artifacts", 1, false, true)?;
-                fingerprint(&v["starting_fingerprint"], "starting_fingerprint")?;
-                let old = check::object(
-                    &v["old_leg"],
-                    "old_leg",
-                    &["available"],
-                    &["outcome", "log"],
+                self.criterion_ref(req(Key::Criterion), "criterion", live)?;
+                check::strings(
+                    &req(Key::CheckArtifacts).value(),
+                    "check_artifacts",
+                    1,
+                    false,
+                    true,
                 )?;
+                fingerprint(
+                    &req(Key::StartingFingerprint).value(),
+                    "starting_fingerprint",
+                )?;
+                let old = req(Key::OldLeg).value();
+                let old = check::object(&old, "old_leg", &["available"], &["outcome", "log"])?;
                 check::boolean(&old["available"], "old_leg.available")?;
                 for key in ["outcome", "log"] {
                     if let Some(x) = old.get(key) {
                         check::opt_string(x, &format!("old_leg.{key}"))?;
                     }
                 }
-                let new = check::object(&v["new_leg"], "new_leg", &["outcome", "log"], &[])?;
+                let new = req(Key::NewLeg).value();
+                let new = check::object(&new, "new_leg", &["outcome", "log"], &[])?;
                 check::string(&new["outcome"], "new_leg.outcome")?;
                 check::opt_string(&new["log"], "new_leg.log")?;
-                check::one_of(
-                    &v["verdict"],
+                one_of(
+                    req(Key::Verdict),
                     "verdict",
                     &[
                         "discriminating",
@@ -644,12 +724,13 @@ impl<'c> Validator<'c> {
                 )?;
             }
             EventType::Selection => {
-                self.task_ref(&v["task"], "task", live)?;
-                let boosted = check::boolean(&v["priority_boost"], "priority_boost")?;
-                match opt("aging") {
+                self.task_ref(req(Key::Task), "task", live)?;
+                let boosted = boolean(req(Key::PriorityBoost), "priority_boost")?;
+                match opt(Key::Aging) {
                     Some(a) if !a.is_null() => {
+                        let a = a.value();
                         let a =
-                            check::object(a, "aging", &["waiting_since_seq", "threshold"], &[])?;
+                            check::object(&a, "aging", &["waiting_since_seq", "threshold"], &[])?;
                         check::int(&a["waiting_since_seq"], "aging.waiting_since_seq", 0)?;
                         check::int(&a["threshold"], "aging.threshold", 1)?;
                     }
@@ -660,73 +741,78 @@ impl<'c> Validator<'c> {
                 }
             }
             EventType::Refusal => {
-                check::text(&v["subject"], "subject")?;
-                check::one_of(
-                    &v["stage"],
+                text(req(Key::Subject), "subject")?;
+                one_of(
+                    req(Key::Stage),
                     "stage",
                     &["task_start", "authorize", "dispatch", "gate"],
                 )?;
-                check::string(&v["reason"], "reason")?;
-                if let Some(p) = opt("proposal") {
-                    check::opt_string(p, "proposal")?;
+                string(req(Key::Reason), "reason")?;
+                if let Some(p) = opt(Key::Proposal) {
+                    opt_string(p, "proposal")?;
                 }
             }
             EventType::ViewRender => {
-                check::text(&v["view"], "view")?;
-                check::string(&v["snapshot_digest"], "snapshot_digest")?;
-                if let Some(d) = opt("digests")
-                    && !d.is_object()
+                text(req(Key::View), "view")?;
+                string(req(Key::SnapshotDigest), "snapshot_digest")?;
+                if let Some(d) = opt(Key::Digests)
+                    && !matches!(d, FieldRef::Json(raw) if raw.starts_with('{'))
                     && !d.is_null()
                 {
                     return Err("digests: expected an object".into());
                 }
             }
             EventType::Reconciliation => {
-                for key in ["trigger", "editor", "authority"] {
-                    check::string(&v[key], key)?;
+                for key in [Key::Trigger, Key::Editor, Key::Authority] {
+                    string(req(key), key.name())?;
                 }
             }
             EventType::JournalRepair => {
-                check::int(&v["byte_offset"], "byte_offset", 0)?;
-                check::string(&v["cause"], "cause")?;
+                int(req(Key::ByteOffset), "byte_offset", 0)?;
+                string(req(Key::Cause), "cause")?;
             }
             EventType::Delegation => self.delegation(v, live)?,
         }
         Ok(())
     }
 
-    fn delegation(&self, v: &Map<String, Value>, live: bool) -> Check<()> {
-        self.task_ref(&v["task"], "task", live)?;
-        check::matching(
-            &v["delegation_id"],
+    fn delegation(&self, v: &View, live: bool) -> Check<()> {
+        let req = |k: Key| v.get(k).unwrap_or(FieldRef::Json("null"));
+        self.task_ref(req(Key::Task), "task", live)?;
+        matching(
+            req(Key::DelegationId),
             "delegation_id",
             check::delegation_id(),
             "delegation id",
         )?;
-        check::one_of(&v["transport"], "transport", &["headless", "interactive"])?;
-        check::text(&v["via"], "via")?;
-        let state = check::one_of(
-            &v["state"],
+        one_of(
+            req(Key::Transport),
+            "transport",
+            &["headless", "interactive"],
+        )?;
+        text(req(Key::Via), "via")?;
+        let state = one_of(
+            req(Key::State),
             "state",
             &["launched", "completed", "failed", "cancelled"],
         )?;
-        for key in ["kind", "profile"] {
+        for key in [Key::Kind, Key::Profile] {
             if let Some(x) = v.get(key) {
-                check::opt_string(x, key)?;
+                opt_string(x, key.name())?;
             }
         }
-        if let Some(t) = v.get("target")
-            && let Some(t) = check::opt_string(t, "target")?
+        if let Some(t) = v.get(Key::Target)
+            && let Some(t) = opt_string(t, "target")?
             && t.chars().count() > 200
         {
             return Err("target: longer than 200 characters".into());
         }
-        if let Some(w) = v.get("worktree") {
-            check::opt_string(w, "worktree")?;
+        if let Some(w) = v.get(Key::Worktree) {
+            opt_string(w, "worktree")?;
         }
-        match v.get("prompt_digest") {
+        match v.get(Key::PromptDigest) {
             Some(d) => {
-                check::matching(
+                matching(
                     d,
                     "prompt_digest",
                     check::prefixed_sha256(),
@@ -738,32 +824,103 @@ impl<'c> Validator<'c> {
             }
             None => {}
         }
-        for key in ["result_path", "result_digest"] {
+        for key in [Key::ResultPath, Key::ResultDigest] {
             if let Some(x) = v.get(key) {
                 if !matches!(state, "completed" | "failed") {
                     return Err(format!(
-                        "{key}: only a completed or failed delegation has one"
+                        "{}: only a completed or failed delegation has one",
+                        key.name()
                     ));
                 }
-                check::opt_string(x, key)?;
+                opt_string(x, key.name())?;
             }
         }
         Ok(())
     }
 }
 
-/// The index of `key` in [`ENVELOPE_REQUIRED`], if it is an envelope field.
-fn envelope_slot(key: &str) -> Option<usize> {
-    Some(match key {
-        "schema" => 0,
-        "type" => 1,
-        "seq" => 2,
-        "ts" => 3,
-        "plan" => 4,
-        "contract_id" => 5,
-        "actor" => 6,
-        _ => return None,
-    })
+/// `actor`: a closed object of a known `kind` and a non-empty `identity` of at most 100
+/// characters. Returns the kind.
+fn actor<'a>(v: &View<'a>, actor_v: FieldRef<'a>) -> Check<std::borrow::Cow<'a, str>> {
+    let plain =
+        matches!(actor_v, FieldRef::Json(raw) if raw.starts_with('{')) && !v.has(Key::ActorOther);
+    let (kind, identity) = match (plain, v.get(Key::ActorKind), v.get(Key::ActorIdentity)) {
+        (true, Some(FieldRef::Str(kind)), Some(FieldRef::Str(identity))) => {
+            let kind = check::member(kind, "actor.kind", ACTOR_KINDS)?;
+            let identity = check::nonempty(identity, "actor.identity")?;
+            (kind.into(), identity.chars().count())
+        }
+        _ => {
+            // Anything irregular: the checks on the parsed object say what is wrong.
+            let value = actor_v.value();
+            let actor = check::object(&value, "actor", &["kind", "identity"], &[])?;
+            let kind = check::one_of(&actor["kind"], "actor.kind", ACTOR_KINDS)?;
+            let identity = check::text(&actor["identity"], "actor.identity")?;
+            (kind.to_owned().into(), identity.chars().count())
+        }
+    };
+    if identity > 100 {
+        return Err("actor.identity: longer than 100 characters".into());
+    }
+    Ok(kind)
+}
+
+const ACTOR_KINDS: &[&str] = &["helper", "agent", "host_adapter", "human"];
+
+// Field checks over an indexed value: strings are checked in place; anything else is parsed so
+// the message is the one `check` gives for that value.
+
+fn string<'a>(f: FieldRef<'a>, at: &str) -> Check<&'a str> {
+    match f {
+        FieldRef::Str(s) => Ok(s),
+        FieldRef::Json(_) => Err(match check::string(&f.value(), at) {
+            Err(problem) => problem,
+            Ok(_) => format!("{at}: expected a string"),
+        }),
+    }
+}
+
+fn text<'a>(f: FieldRef<'a>, at: &str) -> Check<&'a str> {
+    check::nonempty(string(f, at)?, at)
+}
+
+fn opt_string<'a>(f: FieldRef<'a>, at: &str) -> Check<Option<&'a str>> {
+    if f.is_null() {
+        Ok(None)
+    } else {
+        string(f, at).map(Some)
+    }
+}
+
+fn one_of<'a>(f: FieldRef<'a>, at: &str, allowed: &[&str]) -> Check<&'a str> {
+    check::member(string(f, at)?, at, allowed)
+}
+
+fn matching<'a>(f: FieldRef<'a>, at: &str, re: &regex::Regex, what: &str) -> Check<&'a str> {
+    check::pattern(string(f, at)?, at, re, what)
+}
+
+fn int(f: FieldRef, at: &str, min: i64) -> Check<i64> {
+    // A plain JSON integer reads directly; anything else gets the parsed value's message.
+    if let FieldRef::Json(raw) = f
+        && let Ok(n) = raw.parse::<i64>()
+        && n >= min
+    {
+        return Ok(n);
+    }
+    check::int(&f.value(), at, min)
+}
+
+fn boolean(f: FieldRef, at: &str) -> Check<bool> {
+    match f {
+        FieldRef::Json("true") => Ok(true),
+        FieldRef::Json("false") => Ok(false),
+        _ => check::boolean(&f.value(), at),
+    }
+}
+
+fn strings(f: FieldRef, at: &str) -> Check<()> {
+    check::strings(&f.value(), at, 0, false, false).map(|_| ())
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` (byte checks: this runs once per event; Python's `$` tolerance for
@@ -794,81 +951,90 @@ fn fingerprint(v: &Value, at: &str) -> Check<()> {
 
 /// Required and optional payload fields per type (besides the envelope and, for evidence types,
 /// `trust`/`evidence_path`).
-fn payload_fields(kind: EventType) -> (&'static [&'static str], &'static [&'static str]) {
+fn payload_fields(kind: EventType) -> (&'static [Key], &'static [Key]) {
     match kind {
-        EventType::TaskStart => (&["task"], &["fingerprint"]),
-        EventType::Approval => (&["authority", "mechanism", "plan_digest"], &[]),
+        EventType::TaskStart => (&[Key::Task], &[Key::Fingerprint]),
+        EventType::Approval => (&[Key::Authority, Key::Mechanism, Key::PlanDigest], &[]),
         EventType::GateRun => (
             &[
-                "command",
-                "cwd",
-                "timeout_seconds",
-                "exit_code",
-                "task",
-                "criterion",
+                Key::Command,
+                Key::Cwd,
+                Key::TimeoutSeconds,
+                Key::ExitCode,
+                Key::Task,
+                Key::Criterion,
             ],
-            &["env"],
+            &[Key::Env],
         ),
-        EventType::Observation => (&["statement"], &[]),
+        EventType::Observation => (&[Key::Statement], &[]),
         EventType::Adaptation => (
             &[
-                "kind",
-                "trigger_observation",
-                "evidence_artifact",
-                "hypothesis",
-                "action",
-                "rationale",
-                "authority",
-                "affected_tasks",
-                "affected_criteria",
-                "evidence_invalidated",
-                "evidence_preserved",
-                "decision",
+                Key::Kind,
+                Key::TriggerObservation,
+                Key::EvidenceArtifact,
+                Key::Hypothesis,
+                Key::Action,
+                Key::Rationale,
+                Key::Authority,
+                Key::AffectedTasks,
+                Key::AffectedCriteria,
+                Key::EvidenceInvalidated,
+                Key::EvidencePreserved,
+                Key::Decision,
             ],
-            &["resource_impact", "reason"],
+            &[Key::ResourceImpact, Key::Reason],
         ),
         EventType::Amendment => (
             &[
-                "original_criterion",
-                "observed_finding",
-                "disposition",
-                "revised_criterion",
-                "reason",
-                "authority",
-                "affected_tasks",
-                "evidence_invalidated",
-                "evidence_preserved",
+                Key::OriginalCriterion,
+                Key::ObservedFinding,
+                Key::Disposition,
+                Key::RevisedCriterion,
+                Key::Reason,
+                Key::Authority,
+                Key::AffectedTasks,
+                Key::EvidenceInvalidated,
+                Key::EvidencePreserved,
             ],
             &[],
         ),
-        EventType::Intervention => (&["category", "description", "question"], &["resolution"]),
-        EventType::ResourceSample => (&["source", "value", "unit"], &["limit_id"]),
+        EventType::Intervention => (
+            &[Key::Category, Key::Description, Key::Question],
+            &[Key::Resolution],
+        ),
+        EventType::ResourceSample => (&[Key::Source, Key::Value, Key::Unit], &[Key::LimitId]),
         EventType::ControlPair => (
             &[
-                "criterion",
-                "check_artifacts",
-                "starting_fingerprint",
-                "old_leg",
-                "new_leg",
-                "verdict",
+                Key::Criterion,
+                Key::CheckArtifacts,
+                Key::StartingFingerprint,
+                Key::OldLeg,
+                Key::NewLeg,
+                Key::Verdict,
             ],
             &[],
         ),
-        EventType::Selection => (&["task", "priority_boost"], &["aging"]),
-        EventType::Refusal => (&["subject", "stage", "reason"], &["proposal"]),
-        EventType::ViewRender => (&["view", "snapshot_digest"], &["digests"]),
-        EventType::Reconciliation => (&["trigger", "editor", "authority"], &[]),
-        EventType::JournalRepair => (&["byte_offset", "cause"], &[]),
+        EventType::Selection => (&[Key::Task, Key::PriorityBoost], &[Key::Aging]),
+        EventType::Refusal => (&[Key::Subject, Key::Stage, Key::Reason], &[Key::Proposal]),
+        EventType::ViewRender => (&[Key::View, Key::SnapshotDigest], &[Key::Digests]),
+        EventType::Reconciliation => (&[Key::Trigger, Key::Editor, Key::Authority], &[]),
+        EventType::JournalRepair => (&[Key::ByteOffset, Key::Cause], &[]),
         EventType::Delegation => (
-            &["task", "delegation_id", "transport", "via", "state"],
             &[
-                "kind",
-                "profile",
-                "target",
-                "worktree",
-                "prompt_digest",
-                "result_path",
-                "result_digest",
+                Key::Task,
+                Key::DelegationId,
+                Key::Transport,
+                Key::Via,
+                Key::State,
+            ],
+            &[
+                Key::Kind,
+                Key::Profile,
+                Key::Target,
+                Key::Worktree,
+                Key::PromptDigest,
+                Key::ResultPath,
+                Key::ResultDigest,
             ],
         ),
     }

@@ -131,7 +131,7 @@ impl JournalCounters {
             EventType::ResourceSample => {
                 let (Some(limit), Some(value)) = (
                     e.str("limit_id"),
-                    e.raw.get("value").and_then(super::Num::from_value),
+                    e.value("value").as_ref().and_then(super::Num::from_value),
                 ) else {
                     return;
                 };

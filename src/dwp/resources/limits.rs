@@ -125,11 +125,9 @@ mod tests {
                     "actor".into(),
                     serde_json::json!({"kind": new.actor_kind, "identity": new.actor_identity}),
                 );
-                journal.events.push(Event {
-                    seq,
-                    kind: EventType::Observation,
-                    raw,
-                });
+                journal
+                    .events
+                    .push(Event::from_map(seq, EventType::Observation, &raw).unwrap());
                 (seq, true)
             }
         }

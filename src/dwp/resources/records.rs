@@ -118,7 +118,7 @@ pub fn identical<'j>(
             && e.kind == EventType::Observation
             && e.str("statement") == Some(statement)
             && e.trust() == Some("asserted")
-            && e.raw.get("evidence_path").is_none()
+            && !e.has("evidence_path")
             && e.actor_identity() == HELPER_IDENTITY
             && e.contract_id() == contract_id
     })
@@ -131,11 +131,7 @@ mod tests {
     fn obs(seq: u64, statement: &str) -> Event {
         let mut raw = Map::new();
         raw.insert("statement".into(), Value::from(statement));
-        Event {
-            seq,
-            kind: EventType::Observation,
-            raw,
-        }
+        Event::from_map(seq, EventType::Observation, &raw).unwrap()
     }
 
     #[test]
@@ -193,11 +189,7 @@ mod props {
     fn obs(statement: &str) -> Event {
         let mut raw = Map::new();
         raw.insert("statement".into(), Value::from(statement));
-        Event {
-            seq: 1,
-            kind: EventType::Observation,
-            raw,
-        }
+        Event::from_map(1, EventType::Observation, &raw).unwrap()
     }
 
     proptest! {

@@ -32,7 +32,8 @@ pub fn reservations(events: &[Event]) -> Vec<Reservation> {
         .iter()
         .filter(|e| e.kind == EventType::Adaptation && e.str("decision") == Some("authorized"))
         .filter_map(|e| {
-            let impact = e.raw.get("resource_impact")?.as_object()?;
+            let impact = e.value("resource_impact")?;
+            let impact = impact.as_object()?;
             Some(Reservation {
                 key: format!("seq-{}", e.seq),
                 seq: e.seq,
@@ -143,7 +144,7 @@ mod tests {
 
     fn event(seq: u64, kind: EventType, raw: Value) -> Event {
         let Value::Object(raw) = raw else { panic!() };
-        Event { seq, kind, raw }
+        Event::from_map(seq, kind, &raw).unwrap()
     }
 
     #[test]

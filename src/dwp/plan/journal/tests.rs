@@ -224,7 +224,7 @@ proptest! {
         let contract = plan.contract().unwrap();
         let j = read(&plan.dir, &contract).unwrap();
         for event in j.events.iter().take(99) {
-            let mut raw = event.raw.clone();
+            let mut raw = event.to_map();
             let keys: Vec<String> = raw.keys().cloned().collect();
             let k = keys[field % keys.len()].clone();
             raw.insert(k, junk.clone());
@@ -265,7 +265,11 @@ fn error_messages_match_the_recorded_oracle() {
         }
         std::fs::write(dir.join(LIVE_FILE), &text).unwrap();
         let got = match read(&dir, &contract) {
-            Ok(j) => format!("ok {} events, torn {}", j.events.len(), j.torn_tail.is_some()),
+            Ok(j) => format!(
+                "ok {} events, torn {}",
+                j.events.len(),
+                j.torn_tail.is_some()
+            ),
             Err(e) => format!(
                 "{:?}: {}",
                 e.kind,
@@ -281,11 +285,19 @@ fn error_messages_match_the_recorded_oracle() {
             for (j, value) in junk.iter().enumerate() {
                 let mut m = map.clone();
                 m.insert(key.clone(), value.clone());
-                run(format!("{idx} {key}={j}"), idx, serde_json::to_string(&m).unwrap());
+                run(
+                    format!("{idx} {key}={j}"),
+                    idx,
+                    serde_json::to_string(&m).unwrap(),
+                );
             }
             let mut m = map.clone();
             m.shift_remove(key);
-            run(format!("{idx} -{key}"), idx, serde_json::to_string(&m).unwrap());
+            run(
+                format!("{idx} -{key}"),
+                idx,
+                serde_json::to_string(&m).unwrap(),
+            );
         }
         for (key, value) in [("actor", json!({"kind": "agent", "identity": "x", "z": 1}))]
             .into_iter()
@@ -294,18 +306,31 @@ fn error_messages_match_the_recorded_oracle() {
         {
             let mut m = map.clone();
             m.insert(key.into(), value);
-            run(format!("{idx} +{key}"), idx, serde_json::to_string(&m).unwrap());
+            run(
+                format!("{idx} +{key}"),
+                idx,
+                serde_json::to_string(&m).unwrap(),
+            );
         }
         let body = &line[1..];
         let raw_edits = [
             ("dupkey", format!("{{\"seq\":1,{body}")),
-            ("dupkey-last", format!("{}, \"seq\": 1}}", &line[..line.len() - 1])),
+            (
+                "dupkey-last",
+                format!("{}, \"seq\": 1}}", &line[..line.len() - 1]),
+            ),
             ("escaped-key", line.replacen("\"ts\"", "\"\\u0074s\"", 1)),
             ("huge-float", format!("{{\"zz\":1e400,{body}")),
             ("huge-note", format!("{{\"note\":1e400,{body}")),
             ("lone-surrogate", format!("{{\"note\":\"\\ud800\",{body}")),
-            ("escaped-note", format!("{{\"note\":\"a\\nb\\u00e9\",{body}")),
-            ("deep", format!("{{\"note\":{}{},{body}", "[".repeat(130), "]".repeat(130))),
+            (
+                "escaped-note",
+                format!("{{\"note\":\"a\\nb\\u00e9\",{body}"),
+            ),
+            (
+                "deep",
+                format!("{{\"note\":{}{},{body}", "[".repeat(130), "]".repeat(130)),
+            ),
             ("array", "[1,2]".to_string()),
             ("empty", String::new()),
             ("trailing", format!("{line} x")),
