@@ -350,3 +350,104 @@ fn error_messages_match_the_recorded_oracle() {
     }
     assert_eq!(out.lines().count(), expected.lines().count());
 }
+
+/// A damaged line outranks an earlier invalid event of the same file (every line parses before
+/// any is validated), a torn last line does not, and a torn archive outranks its invalid events.
+#[test]
+fn damage_outranks_an_earlier_invalid_event() {
+    let (_tmp, dir) = copy_plan("v7");
+    let text = std::fs::read_to_string(dir.join(LIVE_FILE)).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    lines[1] = lines[1].replacen('{', "{\"surprise\":1,", 1);
+    let damaged = {
+        let mut l = lines.clone();
+        l[6] = "{\"half\":".into();
+        l.join("\n") + "\n"
+    };
+    std::fs::write(dir.join(LIVE_FILE), damaged).unwrap();
+    let err = load(&dir).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Corrupt, "{}", err.message);
+    assert!(err.message.contains("journal.ndjson:7"), "{}", err.message);
+
+    let torn = lines.join("\n") + "\n{\"half\":";
+    std::fs::write(dir.join(LIVE_FILE), torn).unwrap();
+    assert_invalid(
+        load(&dir).unwrap_err(),
+        "journal.ndjson:2: unknown field 'surprise'",
+    );
+
+    let invalid_utf8 = [lines.join("\n").as_bytes(), b"\n{\"note\":\"\xff\"}\n"].concat();
+    std::fs::write(dir.join(LIVE_FILE), invalid_utf8).unwrap();
+    assert_invalid(
+        load(&dir).unwrap_err(),
+        "journal.ndjson:2: unknown field 'surprise'",
+    );
+    let mid = [b"{\"note\":\"\xff\"}\n".as_slice(), text.as_bytes()].concat();
+    std::fs::write(dir.join(LIVE_FILE), mid).unwrap();
+    let err = load(&dir).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Corrupt, "{}", err.message);
+    assert!(
+        err.message
+            .contains("journal.ndjson:1: damaged record (invalid unicode"),
+        "{}",
+        err.message
+    );
+
+    std::fs::write(dir.join(LIVE_FILE), &text).unwrap();
+    let archive = dir.join("journal-archive-000001-000060.ndjson");
+    let archived = std::fs::read_to_string(&archive).unwrap();
+    let broken = archived.replacen("{", "{\"surprise\":1,", 1) + "{\"half\":";
+    std::fs::write(&archive, broken).unwrap();
+    let err = load(&dir).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Corrupt, "{}", err.message);
+    assert!(
+        err.message.contains("damaged record in a rolled archive"),
+        "{}",
+        err.message
+    );
+}
+
+/// Every field of every fixture event reads back exactly as a `Value` parse of its line gives
+/// it, whether the line was indexed in place or re-serialized after the `Value` parser.
+#[test]
+fn indexed_fields_read_back_as_the_parsed_line() {
+    for which in ["v7", "v6"] {
+        let j = load(&fixture_plan(which)).unwrap();
+        let mut lines = Vec::new();
+        for a in &j.archives {
+            lines.extend(
+                std::fs::read_to_string(&a.path)
+                    .unwrap()
+                    .lines()
+                    .map(str::to_string),
+            );
+        }
+        let live = std::fs::read_to_string(fixture_plan(which).join(LIVE_FILE)).unwrap();
+        lines.extend(live.lines().map(str::to_string));
+        for (event, line) in j.events.iter().zip(&lines) {
+            let Value::Object(map) = serde_json::from_str::<Value>(line).unwrap() else {
+                panic!("{line}")
+            };
+            assert_eq!(event.to_map(), map);
+            let reread = Event::from_map(event.seq, event.kind, &map).unwrap();
+            for (key, value) in &map {
+                assert_eq!(event.value(key).as_ref(), Some(value), "{key} in {line}");
+                assert_eq!(event.str(key), value.as_str(), "{key}");
+                assert_eq!(reread.str(key), value.as_str(), "{key}");
+                assert_eq!(event.i64(key), value.as_i64().filter(|_| value.is_number()));
+            }
+            assert_eq!(event.actor_kind(), map["actor"]["kind"].as_str().unwrap());
+            assert_eq!(
+                event.actor_identity(),
+                map["actor"]["identity"].as_str().unwrap()
+            );
+        }
+    }
+    // Escaped strings and keys decode like a Value parse.
+    let line = r#"{"a\u0062":"x\ny\u00e9","n":1.5e3}"#;
+    let Value::Object(map) = serde_json::from_str::<Value>(line).unwrap() else {
+        panic!()
+    };
+    let e = Event::from_map(1, EventType::Observation, &map).unwrap();
+    assert_eq!(e.to_map(), map);
+}
