@@ -55,6 +55,27 @@ pub fn json_line(value: &serde_json::Value) {
     line(&serde_json::to_string(value).unwrap_or_else(|_| "{}".into()));
 }
 
+/// Writes `value` as one compact JSON line on stdout, serialized straight into stdout's buffer:
+/// a large view (every operation of a long run) is never also held as one string. For values
+/// whose serialization cannot fail (no map with non-string keys, no failing `Serialize`).
+pub fn serialize_line<T: serde::Serialize + ?Sized>(value: &T) {
+    use std::sync::atomic::Ordering;
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let written = serde_json::to_writer(&mut out, value)
+        .map_err(std::io::Error::from)
+        .and_then(|_| out.write_all(b"\n"))
+        .and_then(|_| out.flush());
+    if let Err(e) = written
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        STDOUT_CLOSED.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Writes a line to stderr (warnings, progress, "waiting for lock").
 pub fn note(text: &str) {
     let _ = writeln!(std::io::stderr(), "{text}");

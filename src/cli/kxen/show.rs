@@ -50,8 +50,8 @@ pub fn session_show(state: &StateDir, session_id: &str, format: Format) -> Resul
 pub fn run_show(state: &StateDir, session_id: &str, run_id: &str, format: Format) -> Result<i32> {
     let shown = view::show_run(state, session_id, run_id)?;
     match format {
-        Format::Jsonl => print(&shown),
-        Format::Text => output::raw(&run_text(&to_value(&shown))),
+        Format::Jsonl => output::serialize_line(&shown),
+        Format::Text => output::raw(&run_text(&shown)),
     }
     Ok(0)
 }
@@ -145,9 +145,10 @@ fn session_text(s: &Value) -> String {
     out
 }
 
-/// The human view of a run: status, result, attempts, then every journal operation.
-fn run_text(r: &Value) -> String {
-    let run = &r["run"];
+/// The human view of a run: status, result, attempts, then every journal operation (read from
+/// the folded operations themselves: a long run's operations are not converted to a JSON tree).
+fn run_text(shown: &view::RunView) -> String {
+    let run = &to_value(&shown.run);
     let mut out = format!(
         "run {}  {}  of session {}\ntask: {}\n",
         str_of(run, "id"),
@@ -167,13 +168,13 @@ fn run_text(r: &Value) -> String {
     }
     let attempts = run["attempts"].as_array().map_or(0, Vec::len);
     out.push_str(&format!("attempts: {attempts}\n"));
-    for op in r["operations"].as_array().into_iter().flatten() {
+    for op in &shown.operations {
         out.push_str(&format!(
             "{}  {:<14} {} {}\n",
-            str_of(op, "opId"),
-            str_of(op, "phase"),
-            str_of(op, "tool"),
-            clip(&op["arguments"].to_string(), 60),
+            op.op_id,
+            op.phase.name(),
+            op.tool,
+            clip(op.arguments.as_str(), 60),
         ));
     }
     out
