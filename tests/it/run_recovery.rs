@@ -558,6 +558,117 @@ fn sigint_during_a_long_exec_stops_the_run_cleanly() {
     assert_state_parses(&env);
 }
 
+/// SIGINT while a model call is in flight: the call is abandoned (it produced nothing, so
+/// nothing is journaled or appended for it), the run ends `canceled` with exit 130, and the
+/// journal still holds exactly the earlier, settled tool call.
+#[test]
+fn sigint_during_a_model_call_abandons_it() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    // The model is a command: its first call asks for one read; its second hangs (after saying
+    // so with a marker file) until it is abandoned.
+    let dir = env.path().join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("model.sh"),
+        "cat > /dev/null\n\
+         n=$(($(cat calls 2>/dev/null || echo 0) + 1)); echo $n > calls\n\
+         if [ $n -eq 1 ]; then\n\
+         echo '{\"text\":\"\",\"toolCalls\":[{\"id\":\"c1\",\"name\":\"read\",\"arguments\":{\"path\":\"README\"}}]}'\n\
+         exit 0\n\
+         fi\n\
+         touch calling\n\
+         exec sleep 30\n",
+    )
+    .unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "[providers.slow]\nkind = \"command\"\nargv = [\"sh\", \"model.sh\"]\n\n[roles]\nexecution = \"slow\"\n",
+    )
+    .unwrap();
+    let child = env
+        .cmd("kxen-agent")
+        .args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "Read",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !dir.join("calling").exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let signaled = std::time::Instant::now();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    // The 30 s call was not waited for.
+    assert!(signaled.elapsed() < std::time::Duration::from_secs(20));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(130), "{stdout}");
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(finished(&events)["status"], "canceled");
+    assert_eq!(std::fs::read_to_string(dir.join("calls")).unwrap(), "2\n");
+
+    let session = only_session(&env).unwrap();
+    let list = env.run("kxen-agent", &["session", "list"]);
+    let run_id = list.jsonl()[0]["lastRunId"].as_str().unwrap().to_string();
+    let shown = run_show(&env, &session, &run_id);
+    assert_eq!(shown["run"]["status"], "canceled");
+    assert_eq!(shown["run"]["settled"], true);
+    // Only the first call's read is in the journal, settled; the abandoned call left nothing.
+    let ops = shown["operations"].as_array().unwrap();
+    assert_eq!(ops.len(), 1, "{shown}");
+    assert_eq!(ops[0]["tool"], "read");
+    assert_eq!(ops[0]["phase"], "settled");
+    let run_dir = env
+        .state_dir()
+        .join("sessions")
+        .join(&session)
+        .join("runs")
+        .join(&run_id);
+    let journal = std::fs::read_to_string(run_dir.join("journal.jsonl")).unwrap();
+    assert_eq!(journal.lines().count(), 3, "{journal}");
+    // The conversation: the task, the model's read call and its result; no message of the
+    // abandoned call.
+    let messages = std::fs::read_to_string(
+        env.state_dir()
+            .join("sessions")
+            .join(&session)
+            .join("messages.jsonl"),
+    )
+    .unwrap();
+    let roles: Vec<String> = messages
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["role"].to_string())
+        .collect();
+    assert_eq!(
+        roles,
+        ["\"user\"", "\"assistant\"", "\"tool\""],
+        "{messages}"
+    );
+    // The files verify end to end (chains intact, journal consistent).
+    env.run("kxen-agent", &["session", "verify", &session])
+        .expect(0);
+    assert_state_parses(&env);
+}
+
 #[test]
 fn damaged_state_is_corrupt_never_guessed() {
     let env = TestEnv::new();
