@@ -7,7 +7,9 @@
 
 /// Every failpoint name in the crate. Add new points here; the crash test iterates this list.
 pub const ALL: &[&str] = &[
-    // A Session's creation (session::store::create).
+    // A Session's creation (session::store::create): its lock (in session.json) is written in
+    // the staging directory, then the task and the first run, then the directory is renamed.
+    "session.create.after-lock",
     "session.create.before-rename",
     "session.create.after-rename",
     // The durable tool boundary (kxen-agent.md §8), in the order the loop reaches them.

@@ -85,6 +85,9 @@ fn write_staged(staging: &Path, new: &NewSession) -> Result<Lease> {
         dir: staging.to_path_buf(),
     };
     fsx::write_atomic_json(&paths.session_json(), &new.meta, fsx::STATE_FILE_MODE)?;
+    // The lock is durable but the Session is not complete: a crash here must leave nothing
+    // visible (the staging directory is skipped by every reader).
+    failpoint::hit("session.create.after-lock");
     MessageLog::open(&paths.messages())?.append(new.task.clone())?;
     let run_paths = paths.run(&new.run.id);
     fsx::create_dir_private(&run_paths.dir)?;
