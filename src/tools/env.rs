@@ -2,7 +2,7 @@
 //!
 //! Removed unless named in `passEnv`: every variable whose name looks like a credential (see
 //! [`looks_sensitive`]), agent sockets, CI files that accept workflow commands, cloud credential
-//! and config locations, and any variable whose value is a URL with embedded user info
+//! and config locations, loader and shell start-up hooks (`LD_PRELOAD`, `BASH_ENV`), and any variable whose value is a URL with embedded user info
 //! (`https://user:token@host`). Model-provider keys are removed even when listed in `passEnv`:
 //! the well-known names below plus every `api_key_env` of the loaded model config (registered via
 //! [`register_provider_key_env`]). This is not a sandbox — files stay readable — but no secret is
@@ -67,6 +67,15 @@ const SENSITIVE_NAMES: &[&str] = &[
     "KUBECONFIG",
     "DOCKER_CONFIG",
     "DATABASE_URL",
+    "BOTO_CONFIG",
+    "TF_CLI_CONFIG_FILE",
+    "VAULT_CONFIG_PATH",
+    // Files a shell or the dynamic loader run or load before the command itself: a way to
+    // inject code into every tool child, never needed by a task.
+    "BASH_ENV",
+    "ENV",
+    "LD_PRELOAD",
+    "LD_AUDIT",
     // With HOME redirected, an explicit config home would still lead tools to the user's
     // logged-in CLIs (gh, gcloud, …).
     "XDG_CONFIG_HOME",
@@ -87,11 +96,19 @@ const SENSITIVE_PARTS: &[&str] = &[
     "SESSION_KEY",
     "SIGNING_KEY",
     "ENCRYPTION_KEY",
+    "PRIVKEY",
+    "PASSFILE",
+    "JWT",
 ];
 
 /// `_`-separated name words that mark a credential (`NPM_AUTH`, `GH_PAT`, `OPENAI_KEY`) without
 /// catching `GIT_AUTHOR_NAME` or `KEYMAP`.
-const SENSITIVE_WORDS: &[&str] = &["AUTH", "PAT", "KEY", "KEYS", "DSN", "COOKIE"];
+const SENSITIVE_WORDS: &[&str] = &[
+    "AUTH", "PAT", "KEY", "KEYS", "DSN", "COOKIE", "PASS", "PWD", "CRED", "CREDS",
+];
+
+/// Names that match a word above but are not secrets: the shell's working directory.
+const NOT_SENSITIVE: &[&str] = &["PWD"];
 
 static REGISTERED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
@@ -118,6 +135,9 @@ pub fn is_provider_key_env(name: &str) -> bool {
 /// Whether a variable is removed from tool environments unless named in `passEnv`.
 fn looks_sensitive(name: &str, value: &OsStr) -> bool {
     let upper = name.to_ascii_uppercase();
+    if NOT_SENSITIVE.contains(&upper.as_str()) {
+        return false;
+    }
     SENSITIVE_NAMES.contains(&upper.as_str())
         || SENSITIVE_PARTS.iter().any(|p| upper.contains(p))
         || upper.split('_').any(|w| SENSITIVE_WORDS.contains(&w))
@@ -218,6 +238,19 @@ mod tests {
             ("UPSTREAM", "https://bob:hunter2@example.com/repo"),
             ("MIRROR", "https://example.com/repo"),
             ("HOME", "/home/u"),
+            ("CI_JOB_JWT", "t"),
+            ("MYSQL_PWD", "t"),
+            ("DB_PASS", "t"),
+            ("PRIVKEY", "t"),
+            ("CREDS", "t"),
+            ("PGPASSFILE", "/p"),
+            ("BOTO_CONFIG", "/b"),
+            ("TF_CLI_CONFIG_FILE", "/t"),
+            ("LD_PRELOAD", "/x.so"),
+            ("BASH_ENV", "/x.sh"),
+            ("PWD", "/work"),
+            ("OLDPWD", "/"),
+            ("SSL_CERT_FILE", "/etc/ssl/ca.pem"),
         ];
         assert_eq!(
             names(&vars, &[]),
@@ -227,7 +260,10 @@ mod tests {
                 "KEYMAP",
                 "LANG",
                 "MIRROR",
-                "PATH"
+                "OLDPWD",
+                "PATH",
+                "PWD",
+                "SSL_CERT_FILE"
             ]
         );
     }
