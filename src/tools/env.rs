@@ -2,8 +2,8 @@
 //!
 //! Removed unless named in `passEnv`: every variable whose name looks like a credential (see
 //! [`looks_sensitive`]), agent sockets, CI files that accept workflow commands, cloud credential
-//! and config locations, loader and shell start-up hooks (`LD_PRELOAD`, `BASH_ENV`), and any variable whose value is a URL with embedded user info
-//! (`https://user:token@host`). Model-provider keys are removed even when listed in `passEnv`:
+//! and config locations, loader and shell start-up hooks (`LD_PRELOAD`, `BASH_ENV`), and any
+//! variable whose value is a URL with embedded user info (`https://user:token@host`). Model-provider keys are removed even when listed in `passEnv`:
 //! the well-known names below plus every `api_key_env` of the loaded model config (registered via
 //! [`register_provider_key_env`]). This is not a sandbox — files stay readable — but no secret is
 //! handed to the model's commands for free.
