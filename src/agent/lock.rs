@@ -49,7 +49,7 @@ impl DcpAgentLock {
                 .map(|(c, why)| format!("`{c}` ({why})"))
                 .collect();
             let mut err = Error::policy(format!(
-                "agent `{}` requires {} not permitted by the runtime policy: {}; no session was created",
+                "agent `{}` requires {} not permitted by the runtime policy: {}",
                 definition.metadata.name,
                 if refused.len() == 1 {
                     "a capability"
@@ -58,13 +58,12 @@ impl DcpAgentLock {
                 },
                 list.join(", ")
             ));
-            if refused
-                .iter()
-                .any(|(c, _)| matches!(c.as_str(), "exec" | "task"))
-            {
+            // Hints only where the flag is what refused it: not for a capability without a
+            // tool, nor one the policy file denies.
+            if refused.iter().any(|(_, why)| why.contains("--allow-shell")) {
                 err = err.with_hint("pass --allow-shell (or set \"allowShell\": true in the policy) if the agent may run commands");
             }
-            if refused.iter().any(|(c, _)| c.starts_with("mcp__")) {
+            if refused.iter().any(|(_, why)| why.contains("--allow-mcp")) {
                 err = err.with_hint("pass --allow-mcp if the agent may use MCP tools");
             }
             return Err(err.with_hint(
@@ -261,7 +260,13 @@ mod tests {
             err.message
         );
         assert!(err.message.contains("`mcp__gh__x`"), "{}", err.message);
-        assert!(err.hints.iter().any(|h| h.contains("--allow-mcp")));
+        // No MCP tool exists, so --allow-mcp would not help: no hint suggests it.
+        assert!(!err.hints.iter().any(|h| h.contains("--allow-mcp")));
+        // Denied by the policy file: --allow-shell would not help either.
+        let def = definition("  capabilities:\n    required: [read, exec]\n");
+        let err = DcpAgentLock::build(&def, &policy(r#"{"deniedCapabilities": ["exec"]}"#, false))
+            .unwrap_err();
+        assert!(!err.hints.iter().any(|h| h.contains("--allow-shell")));
         let def = definition("  capabilities:\n    required: [grep]\n");
         let err = DcpAgentLock::build(&def, &policy(r#"{"allowedCapabilities": ["read"]}"#, false))
             .unwrap_err();

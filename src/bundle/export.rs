@@ -28,13 +28,11 @@ pub struct Exported {
     pub torn_tails: Vec<String>,
 }
 
-/// Exports Session `session_id` to `output` (mode 0600, atomically replaced).
-///
-/// Under the Session's run lease (a Session in use is refused, exit 5, naming the holder), the
-/// Session is verified end to end first (a damaged Session is not exported: exit 10), then its
-/// files and referenced blobs are streamed into the bundle. A torn last line (a crash's
-/// leftover) is not part of the bundle.
-pub fn export(state: &StateDir, session_id: &str, output: &Path) -> Result<Exported> {
+/// Refuses an `--output` that cannot name a new bundle file, before the lease is taken: a
+/// directory, `-` (a bundle is a file, never a stream on stdout, so it can be replaced
+/// atomically), or a path whose directory does not exist.
+fn check_output(output: &Path, session_id: &str) -> Result<()> {
+    let example = format!("--output {session_id}.bundle.json");
     if output.is_dir() {
         return Err(Error::usage(format!(
             "--output {} is a directory; export writes one bundle file",
@@ -45,6 +43,38 @@ pub fn export(state: &StateDir, session_id: &str, output: &Path) -> Result<Expor
             output.display()
         )));
     }
+    if output == Path::new("-") {
+        return Err(Error::usage(
+            "--output - is not supported: a bundle is written to a file, atomically",
+        )
+        .with_hint(format!("name a file, e.g. {example}")));
+    }
+    let dir = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(Error::not_found(format!(
+            "the directory {} of --output {} does not exist",
+            dir.display(),
+            output.display()
+        ))
+        .with_hint(format!(
+            "create it first (mkdir -p {}), or choose another --output",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Exports Session `session_id` to `output` (mode 0600, atomically replaced).
+///
+/// Under the Session's run lease (a Session in use is refused, exit 5, naming the holder), the
+/// Session is verified end to end first (a damaged Session is not exported: exit 10), then its
+/// files and referenced blobs are streamed into the bundle. A torn last line (a crash's
+/// leftover) is not part of the bundle.
+pub fn export(state: &StateDir, session_id: &str, output: &Path) -> Result<Exported> {
+    check_output(output, session_id)?;
     let paths = store::session_paths(state, session_id)?;
     let _lease = Lease::acquire(&paths.dir, session_id)?;
     let blobs_dir = state.blobs_dir();

@@ -323,7 +323,9 @@ impl Ctx<'_> {
                 self.state.root().display()
             ))
             .with_hint(format!(
-                "it was imported (or created) here before: continue it with `kxen-agent --resume {id}`"
+                "it was imported (or created) here before: continue it with \
+                 `kxen-agent --resume {id}`, {}",
+                crate::run::SAME_FLAGS
             )));
         }
         let verified = git::verify(&meta.workspace, &self.req.workspace, true).map_err(|e| {

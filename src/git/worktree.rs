@@ -60,7 +60,8 @@ pub fn add_worktree(repo_root: &Path, name: &str, at_commit: &str) -> Result<Pat
             path.display()
         ))
         .with_hint(format!(
-            "choose another --worktree NAME, or, if it is a leftover nobody uses, remove it with              `git worktree remove --force {}` and `git branch -D {branch}`",
+            "choose another --worktree NAME, or, if it is a leftover nobody uses, remove it with \
+             `git worktree remove --force {}` and `git branch -D {branch}`",
             path.display()
         )));
     }

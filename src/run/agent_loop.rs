@@ -654,8 +654,9 @@ impl Loop<'_, '_> {
                 text: text.clone(),
             });
         }
-        let (status, reason, error) = match contract::check(&self.ex.definition.spec.output, &text)
-        {
+        let output = &self.ex.definition.spec.output;
+        let text = contract::normalize(output, text);
+        let (status, reason, error) = match contract::check(output, &text) {
             Ok(()) => (RunStatus::Completed, None, None),
             Err(why) => (
                 RunStatus::Failed,

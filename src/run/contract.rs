@@ -32,6 +32,23 @@ pub fn check(output: &Output, final_text: &str) -> Result<(), String> {
     }
 }
 
+/// The final output as it is recorded: with `format: json`, an answer that is exactly one fenced
+/// code block holding a JSON object is recorded as the object's text (fence and surrounding
+/// blank space removed), so `finalText` can be piped straight into `jq`. Anything else is kept
+/// as the model wrote it (and [`check`] decides whether it passes).
+pub fn normalize(output: &Output, final_text: String) -> String {
+    if output.format == OutputFormat::Text {
+        return final_text;
+    }
+    let trimmed = final_text.trim();
+    match strip_fence(trimmed) {
+        Some(body) if matches!(serde_json::from_str::<Value>(body), Ok(Value::Object(_))) => {
+            body.to_string()
+        }
+        _ => final_text,
+    }
+}
+
 /// One JSON object, alone or inside a single ```json fence.
 fn parse_object(text: &str) -> Result<Map<String, Value>, String> {
     let trimmed = text.trim();
@@ -96,5 +113,20 @@ mod tests {
         let err = check(&out, "[1]").unwrap_err();
         assert!(err.contains("array"), "{err}");
         assert!(check(&out, "{\"summary\":1} {\"passed\":2}").is_err());
+    }
+
+    #[test]
+    fn a_fenced_json_answer_is_recorded_without_its_fence() {
+        let out = json_output(&["ok"]);
+        let fenced = "\n```json\n{\"ok\": true}\n```\n".to_string();
+        assert_eq!(normalize(&out, fenced), "{\"ok\": true}");
+        // Not one object in one fence: kept as written.
+        let two = "```json\n{}\n```\n```json\n{}\n```".to_string();
+        assert_eq!(normalize(&out, two.clone()), two);
+        let array = "```json\n[1]\n```".to_string();
+        assert_eq!(normalize(&out, array.clone()), array);
+        // Text output is never touched.
+        let text = "```json\n{}\n```".to_string();
+        assert_eq!(normalize(&Output::default(), text.clone()), text);
     }
 }

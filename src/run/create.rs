@@ -67,7 +67,10 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
             )
         }
     };
-    let lock = DcpAgentLock::build(&definition, &merged)?;
+    let lock = DcpAgentLock::build(&definition, &merged).map_err(|mut e| {
+        e.message.push_str("; no session was created");
+        e
+    })?;
     let role = &lock.definition.spec.execution.model_role;
     let provider: Arc<dyn Provider> = Arc::from(config.provider_for(role)?);
     let provider_info = config

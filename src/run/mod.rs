@@ -12,3 +12,7 @@ pub mod prompt;
 pub mod resolve;
 pub mod resume;
 pub mod settle;
+
+/// Appended to every hint that prints a `--resume` command without knowing this invocation's
+/// flags: a resume with different policy flags is refused as drift (exit 6).
+pub const SAME_FLAGS: &str = "with the --policy/--allow-shell/--allow-mcp/--pass-env and --config the Session was created with";

@@ -42,7 +42,8 @@ pub fn resolve(
                 "operation {op_id} is already resolved; a resolution is recorded once"
             ))
             .with_hint(format!(
-                "continue the run with `kxen-agent --resume {session_id}`"
+                "continue the run with `kxen-agent --resume {session_id}`, {}",
+                super::SAME_FLAGS
             )));
         }
         phase => {

@@ -131,7 +131,11 @@ fn pick_run(
                     meta.id,
                     last.status.name()
                 ))
-                .with_hint(format!("kxen-agent --resume {}", meta.id)));
+                .with_hint(format!(
+                    "kxen-agent --resume {}, {}",
+                    meta.id,
+                    super::SAME_FLAGS
+                )));
             }
             return Ok((last.id.clone(), false));
         }

@@ -4,6 +4,8 @@
 //! durable record of a turn is its assistant message in `messages.jsonl`, and run.json stores the
 //! count only in the terminal result.
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -157,8 +159,16 @@ impl RunState {
         let path = paths.run_json();
         let bytes = std::fs::read(&path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
-                Error::not_found(format!("no run {run_id} ({})", path.display()))
-                    .with_hint("run `kxen-agent session show SES` to list the session's runs")
+                // The run directory is `sessions/<SES>/runs/<RUN>`.
+                let session = paths
+                    .dir
+                    .parent()
+                    .and_then(Path::parent)
+                    .and_then(Path::file_name)
+                    .map_or("SES".into(), |n| n.to_string_lossy());
+                Error::not_found(format!("no run {run_id} ({})", path.display())).with_hint(
+                    format!("run `kxen-agent session show {session}` to list the session's runs"),
+                )
             } else {
                 Error::io("read", &path, e)
             }

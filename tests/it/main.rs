@@ -3,6 +3,7 @@
 
 mod agent_validate;
 mod bundle_corpus;
+mod cli_hints;
 mod dwp_abilities;
 mod dwp_config;
 mod dwp_fixtures;

@@ -44,8 +44,9 @@ pub fn session_fork(state: &StateDir, request: &ForkRequest, format: Format) -> 
                 output::line(&format!("worktree {} on branch {branch}", path.display()));
             }
             output::line(&format!(
-                "continue it with: kxen-agent --resume {} --task TEXT",
-                meta.id
+                "continue it with: kxen-agent --resume {} --task TEXT ({})",
+                meta.id,
+                crate::run::SAME_FLAGS
             ));
         }
     }

@@ -47,7 +47,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
     /// The model config (TOML). Default: $KXEN_AGENT_CONFIG, then
-    /// ~/.config/kxen-agent/config.toml.
+    /// $XDG_CONFIG_HOME/kxen-agent/config.toml, then ~/.config/kxen-agent/config.toml.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -68,6 +68,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i
         Error::usage("no task given: pass exactly one of --task TEXT, --task-file FILE or --stdin")
             .with_hint("kxen-agent run --workspace . --task \"Fix the failing check\"")
     })?;
+    let resume_flags = resume_flags(&args);
     let workspace = match args.workspace {
         Some(w) => w,
         None => std::env::current_dir()
@@ -109,7 +110,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i
     };
     let ending = agent_loop::execute(&execution, &run_id, &mut renderer)?;
     drop(lease);
-    Ok(exit_code(&session_id, &run_id, &ending))
+    Ok(exit_code(&session_id, &run_id, &ending, &resume_flags))
 }
 
 /// `--resume SES [--task …]`: continue the Session under its lease.
@@ -121,6 +122,7 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i3
         .with_hint("drop --agent, or start a new Session with `kxen-agent run --agent FILE …`"));
     }
     let task = read_task(&args)?;
+    let resume_flags = resume_flags(&args);
     let state = StateDir::resolve(state_flag, &StateEnv::from_process())?;
     let request = ResumeRequest {
         session_id: args.resume.clone().unwrap_or_default(),
@@ -156,13 +158,61 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i3
         cancel,
     };
     let ending = agent_loop::execute(&execution, &resumed.run_id, &mut renderer)?;
-    let code = exit_code(&resumed.meta.id, &resumed.run_id, &ending);
+    let code = exit_code(&resumed.meta.id, &resumed.run_id, &ending, &resume_flags);
     drop(resumed);
     Ok(code)
 }
 
+/// The options a later `--resume` of this Session must repeat, as they were given here: the
+/// policy flags (a difference is refused as drift), `--config` and `--workspace`. Shown in the
+/// hints so that the printed command works when pasted.
+fn resume_flags(args: &RunArgs) -> String {
+    let mut out = String::new();
+    let mut push = |flag: &str, value: Option<&std::ffi::OsStr>| {
+        out.push(' ');
+        out.push_str(flag);
+        if let Some(v) = value {
+            out.push(' ');
+            out.push_str(&shell_word(&v.to_string_lossy()));
+        }
+    };
+    if let Some(w) = &args.workspace {
+        push("--workspace", Some(w.as_os_str()));
+    }
+    if let Some(p) = &args.policy.policy {
+        push("--policy", Some(p.as_os_str()));
+    }
+    if args.policy.allow_shell {
+        push("--allow-shell", None);
+    }
+    if args.policy.allow_mcp {
+        push("--allow-mcp", None);
+    }
+    for name in &args.policy.pass_env {
+        push("--pass-env", Some(std::ffi::OsStr::new(name)));
+    }
+    if let Some(c) = &args.config {
+        push("--config", Some(c.as_os_str()));
+    }
+    out
+}
+
+/// `word` quoted for a POSIX shell when it needs it.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
 /// The exit code of a run's ending (0 only for `completed`), with the error line on stderr.
-pub fn exit_code(session_id: &str, run_id: &str, ending: &Ending) -> i32 {
+/// `resume_flags` (see [`resume_flags`]) completes the `--resume` command in the hints.
+pub fn exit_code(session_id: &str, run_id: &str, ending: &Ending, resume_flags: &str) -> i32 {
     let inspect = format!("kxen-agent run show {session_id} {run_id}");
     match ending {
         Ending::InputRequired(ops) => {
@@ -171,7 +221,7 @@ pub fn exit_code(session_id: &str, run_id: &str, ending: &Ending) -> i32 {
                 ops.join(", ")
             ));
             output::note(&format!(
-                "hint: inspect with `{inspect}`, then record what happened with `kxen-agent run resolve {session_id} {run_id} OP --output TEXT` and continue with `kxen-agent --resume {session_id}`"
+                "hint: inspect with `{inspect}`, then record what happened with `kxen-agent run resolve {session_id} {run_id} OP --output TEXT` and continue with `kxen-agent --resume {session_id}{resume_flags}`"
             ));
             ErrorKind::InputRequired.exit_code()
         }

@@ -1,0 +1,144 @@
+//! What the user is told: hints that can be pasted as they are, refusals of outputs that cannot
+//! work, and a final JSON answer that can be piped into `jq`.
+
+use serde_json::{Value, json};
+
+use crate::env::TestEnv;
+use crate::run_support::{agent, answer, call, finished, fixer, run_new, script_config};
+
+/// The id in the `sessionCreated` event of a run's stdout.
+fn session_id(events: &[Value]) -> String {
+    events
+        .iter()
+        .find(|e| e["type"] == "sessionCreated")
+        .expect("a sessionCreated event")["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_fenced_json_answer_is_recorded_as_the_bare_object() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let agent = agent(
+        &env,
+        "reporter",
+        "read",
+        "",
+        "{format: json, requiredFields: [ok]}",
+    );
+    let config = script_config(&env, &[answer("```json\n{\"ok\": true}\n```")]);
+    let run = run_new(&env, &repo, "Report", &agent, &config, &[]);
+    run.expect(0);
+    let events = run.jsonl();
+    let text = finished(&events)["finalText"].as_str().unwrap();
+    let parsed: Value = serde_json::from_str(text).expect("finalText is the JSON object");
+    assert_eq!(parsed, json!({"ok": true}));
+}
+
+#[test]
+fn export_refuses_stdout_and_a_missing_directory_naming_it() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let config = script_config(&env, &[answer("done")]);
+    let run = run_new(&env, &repo, "Look", &fixer(&env), &config, &[]);
+    run.expect(0);
+    let id = session_id(&run.jsonl());
+
+    let out = env.run("kxen-agent", &["session", "export", &id, "--output", "-"]);
+    out.expect(2);
+    assert!(out.stderr.contains("--output -"), "{}", out.stderr);
+    assert!(!env.path().join("-").exists());
+
+    let missing = env.path().join("nodir").join("x.bundle.json");
+    let out = env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "export",
+            &id,
+            "--output",
+            missing.to_str().unwrap(),
+        ],
+    );
+    out.expect(3);
+    assert!(out.stderr.contains("does not exist"), "{}", out.stderr);
+    assert!(!out.stderr.contains(".tmp-"), "{}", out.stderr);
+    assert!(!env.path().join("nodir").exists());
+}
+
+#[test]
+fn run_show_of_an_unknown_run_names_the_real_session_in_its_hint() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let config = script_config(&env, &[answer("done")]);
+    let run = run_new(&env, &repo, "Look", &fixer(&env), &config, &[]);
+    let id = session_id(&run.jsonl());
+    let bogus = kxen::ids::new_id(kxen::ids::IdKind::Run);
+    let out = env.run("kxen-agent", &["run", "show", &id, &bogus]);
+    out.expect(3);
+    assert!(
+        out.stderr
+            .contains(&format!("kxen-agent session show {id}")),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn the_input_required_hint_repeats_the_flags_a_resume_needs() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    // A command that ignores SIGTERM outlives the 2 s cleanup window: its outcome is UNKNOWN.
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "trap '' TERM; touch started; sleep 30"}),
+            ),
+            answer("never reached"),
+        ],
+    );
+    let child = env
+        .cmd("kxen-agent")
+        .args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "Wait",
+            "--agent",
+            fixer(&env).to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !repo.join("started").exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    let hint = stderr
+        .lines()
+        .find(|l| l.contains("kxen-agent --resume"))
+        .unwrap_or_else(|| panic!("no resume hint in: {stderr}"));
+    let expected = format!(
+        "--workspace {} --allow-shell --config {}",
+        repo.display(),
+        config.display()
+    );
+    assert!(hint.contains(&expected), "{hint}");
+}
