@@ -4,6 +4,8 @@
 //! of a new process group so that a timeout or a cancel can signal the whole tree it spawned
 //! (`sh -c 'make test'` forks compilers, test binaries, …), not just the shell.
 
+pub mod orphans;
+
 use std::io::Read;
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,8 +53,9 @@ pub(crate) fn signal_group(pid: u32, signal: i32) {
 /// the tool must not go on producing side effects after the journal already says its outcome is
 /// unknown — an operator would resolve an operation that is still changing the workspace. The
 /// kernel delivers the signal when the spawning *thread* exits, so the caller must spawn and wait
-/// on the same thread (both `exec` and the command provider do). Grandchildren a shell put in the
-/// background are not covered; the shell itself dies, so the rest of its script never runs.
+/// on the same thread (both `exec` and the command provider do). The programs the shell started
+/// are not covered (the shell itself dies, so the rest of its script never runs); [`orphans`]
+/// stops those at the Session's next start.
 pub(crate) fn die_with_parent(cmd: &mut std::process::Command) {
     #[cfg(target_os = "linux")]
     {

@@ -32,7 +32,7 @@ use crate::run::state::{Attempt, FailReason, RunError, RunResult, RunState, RunS
 use crate::run::{contract, prompt};
 use crate::session::{CallRecord, Message, MessageLog, Role, UsageRecord};
 use crate::state::{RunPaths, SessionPaths, StateDir};
-use crate::tools::{self, ToolContext, ToolOutput, ToolSchema};
+use crate::tools::{self, OperationMark, ToolContext, ToolOutput, ToolSchema};
 
 /// How many characters of a tool's output go into a `toolFinished` event.
 const EVENT_PREVIEW_CHARS: usize = 2000;
@@ -434,6 +434,11 @@ impl Loop<'_, '_> {
             pass_env: self.ex.pass_env,
             capabilities: self.ex.capabilities,
             cancel: self.ex.cancel,
+            mark: OperationMark {
+                session_id: self.ex.session_id,
+                run_id: &run.id,
+                op_id: &op_id,
+            },
         };
         let output = tools::execute(&call.name, &call.arguments, &ctx);
         failpoint::hit("tool.after-side-effect");
@@ -550,6 +555,17 @@ impl Loop<'_, '_> {
     /// Recovery at the start of every execution: brings every tool call of this run to a
     /// settled state, or reports the operations whose outcome is unknown.
     fn recover(&mut self, run: &RunState, sink: &mut dyn EventSink) -> Result<Next> {
+        // Processes a crashed attempt's `exec` left running stop first, so that nothing of an
+        // operation recorded below as UNKNOWN still runs when an operator resolves it.
+        let stopped = crate::process::orphans::stop_leftovers(self.ex.session_id);
+        if stopped > 0 {
+            sink.emit(Event::Warning {
+                message: format!(
+                    "stopped {stopped} process(es) that an earlier attempt's tool calls left \
+                     running (SIGKILL)"
+                ),
+            });
+        }
         // Operations with a recorded outcome (by the tool or an operator) but not settled: the
         // recorded result goes into history; the tool is never run again.
         let ready: Vec<String> = self
@@ -605,7 +621,7 @@ impl Loop<'_, '_> {
                     self.journal.record(JournalRecord::OutcomeUnknown {
                         op_id: op_id.clone(),
                         at: crate::clock::now_rfc3339(),
-                        reason: "the runtime stopped after the tool started and before its outcome was recorded; its effects may have happened".into(),
+                        reason: unknown_reason(stopped),
                     })?;
                     unknown.push(op_id);
                 }
@@ -810,4 +826,19 @@ fn json_kind(v: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
+}
+
+/// Why a call that started before a crash has an unknown outcome; `stopped` leftover processes
+/// of the Session were killed just before.
+fn unknown_reason(stopped: usize) -> String {
+    let mut reason = "the runtime stopped after the tool started and before its outcome was \
+                      recorded; its effects may have happened"
+        .to_string();
+    if stopped > 0 {
+        reason.push_str(&format!(
+            " (its processes may have run on after the crash: {stopped} leftover process(es) of \
+             the session were stopped before this was recorded)"
+        ));
+    }
+    reason
 }

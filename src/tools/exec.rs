@@ -26,7 +26,7 @@ use serde::Deserialize;
 use super::paths::Workspace;
 use super::{ToolContext, ToolOutput, env};
 use crate::fsx;
-use crate::process::{self, Capture, Waited};
+use crate::process::{self, Capture, Waited, orphans};
 
 /// Timeout when the model gives none: two minutes covers a typical build or test run.
 pub const DEFAULT_EXEC_TIMEOUT_MS: u64 = 120_000;
@@ -94,6 +94,9 @@ fn run_with_env(
         .current_dir(&dir)
         .env_clear()
         .envs(env::child_env(vars, ctx.pass_env, ctx.tool_home))
+        .env(orphans::SESSION_VAR, ctx.mark.session_id)
+        .env(orphans::RUN_VAR, ctx.mark.run_id)
+        .env(orphans::OPERATION_VAR, ctx.mark.op_id)
         .stdin(Stdio::null())
         .stdout(writer)
         .stderr(writer2)

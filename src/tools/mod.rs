@@ -57,6 +57,17 @@ pub struct ToolContext<'a> {
     pub capabilities: &'a [String],
     /// Set by the runtime to cancel; `exec` polls it (see [`exec`](self) cancellation contract).
     pub cancel: &'a AtomicBool,
+    /// Marks every `exec` child (and what it starts) as this operation's, in its environment, so
+    /// that leftovers of a crashed runtime can be found ([`crate::process::orphans`]).
+    pub mark: OperationMark<'a>,
+}
+
+/// The Session, run and operation a tool call belongs to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OperationMark<'a> {
+    pub session_id: &'a str,
+    pub run_id: &'a str,
+    pub op_id: &'a str,
 }
 
 /// The result of one tool call.
@@ -362,6 +373,11 @@ pub(crate) mod testutil {
                 pass_env: &self.pass_env,
                 capabilities: &self.caps,
                 cancel: &self.cancel,
+                mark: OperationMark {
+                    session_id: "ses_test",
+                    run_id: "run_test",
+                    op_id: "op_test",
+                },
             }
         }
 

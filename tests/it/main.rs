@@ -17,6 +17,7 @@ mod lineage;
 mod policy_check;
 mod run_bad_input;
 mod run_canary;
+mod run_leftovers;
 mod run_loop;
 mod run_recovery;
 mod run_show;

@@ -1,0 +1,103 @@
+//! A SIGKILLed runtime's `exec` may leave programs running (the shell dies with the runtime, what
+//! it started does not). The next start of the Session stops them before it records the
+//! operation as UNKNOWN, so nothing of it runs on while an operator resolves it.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::env::TestEnv;
+use crate::run_support::{answer, call, fixer, script_config};
+
+#[test]
+fn resume_stops_what_a_killed_runtime_left_running_before_recording_unknown() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    // The inner shell is a child of the tool's shell: it survives the runtime's death and would
+    // write `late.txt` as soon as `release` exists.
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "touch started; sh -c 'while [ ! -e release ]; do sleep 0.05; done; touch late.txt'"}),
+            ),
+            answer("done"),
+        ],
+    );
+    let flags = [
+        "--agent",
+        agent.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--allow-shell",
+    ];
+    let mut child = env
+        .cmd("kxen-agent")
+        .args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "Wait",
+        ])
+        .args(flags)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    while !repo.join("started").exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let list = env.run("kxen-agent", &["session", "list"]);
+    let session = list.jsonl()[0]["id"].as_str().unwrap().to_string();
+
+    let resumed = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &session,
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ],
+    );
+    resumed.expect(7);
+    let events = resumed.jsonl();
+    let warning = events
+        .iter()
+        .find(|e| e["type"] == "warning")
+        .unwrap_or_else(|| panic!("no warning event: {}", resumed.stdout));
+    // The inner shell, and the `sleep` it may be running at that moment.
+    let message = warning["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("stopped 1 process") || message.starts_with("stopped 2 process"),
+        "{warning}"
+    );
+
+    // The leftover is gone: releasing it changes nothing any more.
+    std::fs::write(repo.join("release"), "").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        assert!(
+            !repo.join("late.txt").exists(),
+            "a leftover of the killed run changed the workspace after recovery"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let list = env.run("kxen-agent", &["session", "list"]);
+    let run_id = list.jsonl()[0]["lastRunId"].as_str().unwrap().to_string();
+    let shown = env.run("kxen-agent", &["run", "show", &session, &run_id]);
+    let op = &shown.jsonl()[0]["operations"][0];
+    assert_eq!(op["phase"], "outcomeUnknown", "{op}");
+    assert!(
+        op["unknownReason"]
+            .as_str()
+            .is_some_and(|r| r.contains("leftover")),
+        "{op}"
+    );
+}
