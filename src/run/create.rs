@@ -54,7 +54,7 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
         return Err(Error::usage("the task is empty")
             .with_hint("give the task with --task TEXT, --task-file FILE or --stdin"));
     }
-    let (binding, warnings) = git::capture(&req.workspace)?;
+    let (binding, mut warnings) = git::capture(&req.workspace)?;
     let merged = policy::merge(&req.policy)?;
     let config = ModelConfig::load(req.config.as_deref())?;
     let (definition, built): (AgentDefinition, bool) = match &req.agent {
@@ -71,6 +71,21 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
         e.message.push_str("; no session was created");
         e
     })?;
+    if lock.capabilities.is_empty() {
+        // Legal (a pure question-answering agent), but usually an optional `exec` or the like
+        // that the policy did not permit: say so before the model works blind.
+        let asked = &lock.definition.spec.capabilities.optional;
+        warnings.push(format!(
+            "agent `{}` gets no tools: none of its optional capabilities ({}) is permitted by \
+             the runtime policy, so the model can only answer from the task text",
+            lock.definition.metadata.name,
+            if asked.is_empty() {
+                "none listed".to_string()
+            } else {
+                asked.join(", ")
+            }
+        ));
+    }
     let role = &lock.definition.spec.execution.model_role;
     let provider: Arc<dyn Provider> = Arc::from(config.provider_for(role)?);
     let provider_info = config

@@ -142,3 +142,34 @@ fn the_input_required_hint_repeats_the_flags_a_resume_needs() {
     );
     assert!(hint.contains(&expected), "{hint}");
 }
+
+#[test]
+fn an_agent_left_without_tools_is_warned_about() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let agent = agent(
+        &env,
+        "asker",
+        "",
+        "exec",
+        "{format: text, requiredFields: []}",
+    );
+    let config = script_config(&env, &[answer("done")]);
+    let run = run_new(&env, &repo, "Look", &agent, &config, &[]);
+    run.expect(0);
+    let warning = run
+        .jsonl()
+        .into_iter()
+        .find(|e| e["type"] == "warning")
+        .unwrap_or_else(|| panic!("no warning: {}", run.stdout));
+    let message = warning["message"].as_str().unwrap();
+    assert!(
+        message.contains("gets no tools") && message.contains("exec"),
+        "{message}"
+    );
+    // With the shell allowed, the agent has a tool and nothing is said.
+    let config = script_config(&env, &[answer("done")]);
+    let run = run_new(&env, &repo, "Look", &agent, &config, &["--allow-shell"]);
+    run.expect(0);
+    assert!(!run.stdout.contains("gets no tools"), "{}", run.stdout);
+}

@@ -100,4 +100,21 @@ fn resume_stops_what_a_killed_runtime_left_running_before_recording_unknown() {
             .is_some_and(|r| r.contains("leftover")),
         "{op}"
     );
+    // The human view tells the operator why and what to do.
+    let text = env.run(
+        "kxen-agent",
+        &["--format", "text", "run", "show", &session, &run_id],
+    );
+    text.expect(0);
+    assert!(
+        text.stdout.contains("    unknown: the runtime stopped"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout
+            .contains(&format!("kxen-agent run resolve {session} {run_id} OP")),
+        "{}",
+        text.stdout
+    );
 }

@@ -176,6 +176,21 @@ fn run_text(shown: &view::RunView) -> String {
             op.tool,
             clip(op.arguments.as_str(), 60),
         ));
+        // What an operator needs before `run resolve`: why the outcome is unknown.
+        if let Some(reason) = &op.unknown_reason {
+            out.push_str(&format!("    unknown: {reason}\n"));
+        }
+        if let Some(output) = &op.output {
+            let what = if output.is_error { "error" } else { "output" };
+            out.push_str(&format!("    {what}: {}\n", clip(&output.text, 100)));
+        }
+    }
+    if !shown.run.unknown_ops.is_empty() {
+        out.push_str(&format!(
+            "needs input: record what happened with `kxen-agent run resolve {} {} OP --output TEXT`\n",
+            str_of(run, "sessionId"),
+            str_of(run, "id"),
+        ));
     }
     out
 }
