@@ -25,7 +25,8 @@ use crate::error::{Error, Result};
 use crate::fsx::failpoint;
 use crate::ids::{self, IdKind};
 use crate::journal::{BlobPointer, Journal, JournalRecord, OpPhase, ToolOutcome};
-use crate::provider::{ChatMessage, ModelRequest, ModelResponse, Provider, ToolCall};
+use crate::provider::{ModelRequest, ModelResponse, Provider, ToolCall};
+use crate::run::conversation::Conversation;
 use crate::run::events::{Event, EventSink, preview};
 use crate::run::settle;
 use crate::run::state::{Attempt, FailReason, RunError, RunResult, RunState, RunStatus};
@@ -69,7 +70,13 @@ pub enum Ending {
 pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result<Ending> {
     let run_paths = ex.paths.run(run_id);
     let mut run = RunState::read(&run_paths, run_id)?;
-    let mut messages = MessageLog::open(&ex.paths.messages())?;
+    // The log is read once, straight into the model's history (the conversation is held once).
+    let mut conv = Conversation::new(
+        &run.id,
+        &run.task_message_id,
+        prompt::system_prompt(ex.definition),
+    );
+    let mut messages = MessageLog::open_visit(&ex.paths.messages(), |m| conv.push(m))?;
     if run.status.is_terminal() {
         // Terminal but maybe unsettled: finish settlement without the model or any tool.
         settle::finish(&mut run, &run_paths, &mut messages)?;
@@ -86,35 +93,25 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         // run.json of a new run is written before its task message; finish that step.
         let mut task = Message::new(&run.id, Role::User, run.task.clone());
         task.id = run.task_message_id.clone();
-        messages.append(task)?;
+        messages.append(task.clone())?;
+        conv.push(task);
     }
-    close_crashed_attempts(&mut run, &messages);
+    close_crashed_attempts(&mut run, &conv);
     let journal = Journal::open(&run_paths.journal())?;
     let schemas = tools::schemas(ex.capabilities);
     let mut lp = Loop {
         ex,
         run_paths,
         journal,
-        history: Arc::new(Vec::with_capacity(messages.messages().len() + 1)),
         messages,
+        turns: conv.turns(),
+        usage: conv.usage(),
+        conv,
         schemas: Arc::new(schemas),
         blobs: BlobStore::new(ex.state.blobs_dir()),
         tool_home: ex.state.tool_home(),
         started: Instant::now(),
-        turns: 0,
-        usage: UsageRecord::default(),
     };
-    let history = Arc::make_mut(&mut lp.history);
-    history.push(ChatMessage::system(prompt::system_prompt(ex.definition)));
-    for m in lp.messages.messages() {
-        history.push(to_chat(m));
-        if m.run_id == run.id && m.role == Role::Assistant {
-            lp.turns += 1;
-            if let Some(u) = m.usage {
-                lp.usage.add(u);
-            }
-        }
-    }
     run.status = RunStatus::Running;
     run.unknown_ops.clear();
     run.attempts.push(Attempt {
@@ -126,13 +123,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         wall_clock_ms: None,
     });
     run.save(&lp.run_paths)?;
-    let task = lp
-        .messages
-        .messages()
-        .iter()
-        .find(|m| m.id == run.task_message_id)
-        .map(|m| m.content.clone())
-        .unwrap_or_default();
+    let task = lp.conv.task().unwrap_or_default().to_string();
     sink.emit(Event::RunStarted {
         session_id: ex.session_id.to_string(),
         run_id: run.id.clone(),
@@ -145,10 +136,11 @@ struct Loop<'a, 'b> {
     ex: &'a Execution<'b>,
     run_paths: RunPaths,
     journal: Journal,
+    /// Appends to the conversation; holds no messages (see `conv`).
     messages: MessageLog,
-    /// What the model sees: the system prompt and the Session's messages, kept in step with
-    /// `messages` so no turn re-reads the files. Shared (not copied) with a model call's thread.
-    history: Arc<Vec<ChatMessage>>,
+    /// The model's history and this run's index of the conversation, kept in step with every
+    /// append ([`Loop::append`]) so no turn re-reads the files.
+    conv: Conversation,
     schemas: Arc<Vec<ToolSchema>>,
     blobs: BlobStore,
     tool_home: PathBuf,
@@ -218,8 +210,7 @@ impl Loop<'_, '_> {
                 })
                 .collect();
             let message_id = message.id.clone();
-            self.push_history(to_chat(&message));
-            self.messages.append(message)?;
+            self.append(message)?;
             failpoint::hit("tool.after-assistant-message");
             if !response.text.is_empty() {
                 sink.emit(Event::ModelText {
@@ -256,8 +247,11 @@ impl Loop<'_, '_> {
         self.ex.cancel.load(Ordering::SeqCst)
     }
 
-    fn push_history(&mut self, message: ChatMessage) {
-        Arc::make_mut(&mut self.history).push(message);
+    /// Appends `message` to the Session durably, then to the model's history.
+    fn append(&mut self, message: Message) -> Result<()> {
+        self.messages.append(message.clone())?;
+        self.conv.push(message);
+        Ok(())
     }
 
     /// One model call on its own thread, so a cancel can abandon it without waiting.
@@ -267,7 +261,7 @@ impl Loop<'_, '_> {
         responses_so_far: usize,
     ) -> std::result::Result<Result<ModelResponse>, Stop> {
         let provider = Arc::clone(&self.ex.provider);
-        let history = Arc::clone(&self.history);
+        let history = Arc::clone(self.conv.history());
         let schemas = Arc::clone(&self.schemas);
         let role = self.ex.definition.spec.execution.model_role.clone();
         let (tx, rx) = mpsc::channel();
@@ -314,8 +308,7 @@ impl Loop<'_, '_> {
         reply.reply_to = Some(message_id.to_string());
         reply.call_index = Some(index);
         reply.is_error = true;
-        self.push_history(to_chat(&reply));
-        self.messages.append(reply)?;
+        self.append(reply)?;
         sink.emit(Event::ToolFinished {
             run_id: run.id.clone(),
             op_id: None,
@@ -486,14 +479,7 @@ impl Loop<'_, '_> {
             interrupted: false,
         });
         let existing = may_exist
-            .then(|| {
-                self.messages
-                    .messages()
-                    .iter()
-                    .rev()
-                    .find(|m| m.op_id.as_deref() == Some(op_id))
-                    .map(|m| m.id.clone())
-            })
+            .then(|| self.conv.result_of(op_id).map(str::to_string))
             .flatten();
         let turn_id = match existing {
             Some(id) => id,
@@ -505,8 +491,7 @@ impl Loop<'_, '_> {
                 reply.op_id = Some(op_id.to_string());
                 reply.is_error = output.is_error;
                 let id = reply.id.clone();
-                self.push_history(to_chat(&reply));
-                self.messages.append(reply)?;
+                self.append(reply)?;
                 failpoint::hit("tool.after-turn-append");
                 id
             }
@@ -580,33 +565,7 @@ impl Loop<'_, '_> {
             self.settle_op(run, &op_id, true, sink)?;
         }
         // Calls of this run's assistant messages that have no tool result message yet.
-        let answered: std::collections::HashSet<(String, usize)> = self
-            .messages
-            .messages()
-            .iter()
-            .filter(|m| m.role == Role::Tool)
-            .filter_map(|m| Some((m.reply_to.clone()?, m.call_index?)))
-            .collect();
-        let pending: Vec<(String, usize, ToolCall)> = self
-            .messages
-            .messages()
-            .iter()
-            .filter(|m| m.run_id == run.id && m.role == Role::Assistant)
-            .flat_map(|m| {
-                m.tool_calls.iter().enumerate().map(move |(i, c)| {
-                    (
-                        m.id.clone(),
-                        i,
-                        ToolCall {
-                            id: c.id.clone(),
-                            name: c.name.clone(),
-                            arguments: c.arguments.clone(),
-                        },
-                    )
-                })
-            })
-            .filter(|(id, i, _)| !answered.contains(&(id.clone(), *i)))
-            .collect();
+        let pending = self.conv.unanswered_calls();
         let mut unknown = Vec::new();
         for (message_id, index, call) in pending {
             let op = self.journal.table().for_call(&message_id, index).cloned();
@@ -742,13 +701,8 @@ impl Loop<'_, '_> {
 /// Attempts that ended in a crash never recorded their duration. Count them up to the run's
 /// last durable activity (its last message), so budgets keep counting them without counting
 /// the time nothing ran.
-fn close_crashed_attempts(run: &mut RunState, messages: &MessageLog) {
-    let last_activity = messages
-        .messages()
-        .iter()
-        .rev()
-        .find(|m| m.run_id == run.id)
-        .and_then(|m| crate::clock::parse_rfc3339(&m.created_at));
+fn close_crashed_attempts(run: &mut RunState, conv: &Conversation) {
+    let last_activity = conv.last_activity().and_then(crate::clock::parse_rfc3339);
     for attempt in run
         .attempts
         .iter_mut()
@@ -792,28 +746,6 @@ fn outcome(output: &ToolOutput) -> ToolOutcome {
             bytes: b.bytes,
         }),
         interrupted: output.interrupted,
-    }
-}
-
-/// A stored message as the model sees it.
-fn to_chat(m: &Message) -> ChatMessage {
-    match m.role {
-        Role::User => ChatMessage::user(m.content.clone()),
-        Role::Assistant => ChatMessage::assistant(
-            m.content.clone(),
-            m.tool_calls
-                .iter()
-                .map(|c| ToolCall {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    arguments: c.arguments.clone(),
-                })
-                .collect(),
-        ),
-        Role::Tool => ChatMessage::tool(
-            m.tool_call_id.clone().unwrap_or_default(),
-            m.content.clone(),
-        ),
     }
 }
 

@@ -6,6 +6,7 @@ pub use state::{FailReason, RunResult, RunState, RunStatus};
 pub mod agent_loop;
 pub mod builder;
 pub mod contract;
+pub mod conversation;
 pub mod create;
 pub mod events;
 pub mod prompt;

@@ -112,30 +112,63 @@ pub struct MessageLog {
     path: PathBuf,
     /// Appends chain each line to the previous one (`prevHash`).
     writer: fsx::ChainWriter,
+    /// Every message, when opened with [`MessageLog::open`]. Empty when opened with
+    /// [`MessageLog::open_visit`]: that caller keeps what it needs of each message itself.
     messages: Vec<Message>,
+    keep: bool,
     ids: HashSet<String>,
+    /// How many assistant messages the log holds.
+    assistant_messages: usize,
 }
 
 impl MessageLog {
     /// Opens the log, repairing a torn last line left by a crash. Call only under the lease.
     pub fn open(path: &Path) -> Result<MessageLog> {
-        let (writer, records) = fsx::ChainWriter::open::<Message>(path)?;
-        let mut ids = HashSet::with_capacity(records.len());
-        for (i, m) in records.iter().enumerate() {
-            if !ids.insert(m.id.clone()) {
-                return Err(Error::corrupt(format!(
-                    "{}:{}: message id {} appears twice",
-                    path.display(),
-                    i + 1,
-                    m.id
-                )));
+        let mut messages = Vec::new();
+        let mut log = MessageLog::open_visit(path, |m| messages.push(m))?;
+        log.messages = messages;
+        log.keep = true;
+        Ok(log)
+    }
+
+    /// [`MessageLog::open`] handing each message to `visit`, in log order, instead of holding
+    /// them: the agent loop builds the model's history from them, so a long conversation is
+    /// held once. [`MessageLog::messages`] is then empty, also after appends.
+    ///
+    /// A repeated id is reported after the whole file checked out (its chain, a torn tail
+    /// repaired), exactly as when the file was read before checking ids.
+    pub fn open_visit(path: &Path, mut visit: impl FnMut(Message)) -> Result<MessageLog> {
+        let mut ids = HashSet::new();
+        let mut assistant_messages = 0;
+        let mut line = 0usize;
+        let mut twice: Option<(usize, String)> = None;
+        let writer = fsx::ChainWriter::open_visit(path, |m: Message| {
+            line += 1;
+            if twice.is_some() {
+                return;
             }
+            if !ids.insert(m.id.clone()) {
+                twice = Some((line, m.id));
+                return;
+            }
+            if m.role == Role::Assistant {
+                assistant_messages += 1;
+            }
+            visit(m);
+        })?;
+        if let Some((line, id)) = twice {
+            return Err(Error::corrupt(format!(
+                "{}:{line}: message id {id} appears twice",
+                path.display(),
+            )));
         }
         Ok(MessageLog {
             path: path.to_path_buf(),
             writer,
-            messages: records,
+            messages: Vec::new(),
+            keep: false,
             ids,
+            assistant_messages,
         })
     }
 
@@ -151,7 +184,12 @@ impl MessageLog {
         }
         self.writer.append(&message)?;
         self.ids.insert(message.id.clone());
-        self.messages.push(message);
+        if message.role == Role::Assistant {
+            self.assistant_messages += 1;
+        }
+        if self.keep {
+            self.messages.push(message);
+        }
         Ok(())
     }
 
@@ -159,16 +197,14 @@ impl MessageLog {
         self.ids.contains(id)
     }
 
+    /// Every message (empty for a log opened with [`MessageLog::open_visit`]).
     pub fn messages(&self) -> &[Message] {
         &self.messages
     }
 
     /// How many model responses the Session holds (the script provider's position).
     pub fn model_responses(&self) -> usize {
-        self.messages
-            .iter()
-            .filter(|m| m.role == Role::Assistant)
-            .count()
+        self.assistant_messages
     }
 }
 
@@ -196,5 +232,78 @@ mod tests {
         let line = std::fs::read_to_string(&path).unwrap();
         assert!(line.contains(r#""inputTokens":3"#), "{line}");
         assert!(line.contains(fsx::chain::GENESIS), "{line}");
+    }
+
+    /// Chained lines for `messages`, as the writer would append them.
+    fn chained(messages: &[Message]) -> String {
+        let mut prev = fsx::chain::GENESIS.to_string();
+        let mut text = String::new();
+        for m in messages {
+            let line = fsx::chain::chain_line(&serde_json::to_string(m).unwrap(), &prev);
+            prev = fsx::chain::line_hash(line.as_bytes());
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    }
+
+    #[test]
+    fn open_visit_sees_what_open_holds_and_refuses_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("messages.jsonl");
+        let a = Message::new("run_1", Role::User, "task");
+        let b = Message::new("run_1", Role::Assistant, "answer");
+        std::fs::write(&path, chained(&[a.clone(), b.clone()])).unwrap();
+        let mut seen = Vec::new();
+        let mut log = MessageLog::open_visit(&path, |m| seen.push(m)).unwrap();
+        assert_eq!(seen, MessageLog::open(&path).unwrap().messages());
+        assert!(log.messages().is_empty());
+        assert_eq!(log.model_responses(), 1);
+        log.append(Message::new("run_1", Role::Assistant, "more"))
+            .unwrap();
+        assert!(
+            log.messages().is_empty(),
+            "a visiting log holds no messages"
+        );
+        assert_eq!(log.model_responses(), 2);
+        assert!(log.contains(&a.id) && log.contains(&b.id));
+
+        // A repeated id: the same error from both, naming the line.
+        let text = chained(&[a.clone(), b.clone(), a.clone()]);
+        std::fs::write(&path, &text).unwrap();
+        let full = MessageLog::open(&path).unwrap_err();
+        let visiting = MessageLog::open_visit(&path, |_| {}).unwrap_err();
+        assert_eq!(full.message, visiting.message);
+        assert!(
+            full.message.ends_with(&format!(
+                "messages.jsonl:3: message id {} appears twice",
+                a.id
+            )),
+            "{}",
+            full.message
+        );
+
+        // A broken chain after the repeated id is reported first, as when the file was read
+        // before ids were checked.
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        lines.push(lines[1].clone());
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        for err in [
+            MessageLog::open(&path).unwrap_err(),
+            MessageLog::open_visit(&path, |_| {}).unwrap_err(),
+        ] {
+            assert!(
+                err.message
+                    .contains("messages.jsonl:4: the chain is broken"),
+                "{}",
+                err.message
+            );
+        }
+
+        // A torn tail after a repeated id: repaired first, then refused.
+        std::fs::write(&path, text.clone() + "{\"id\":").unwrap();
+        let err = MessageLog::open_visit(&path, |_| {}).unwrap_err();
+        assert!(err.message.contains("messages.jsonl:3:"), "{}", err.message);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     }
 }
