@@ -7,6 +7,9 @@
 //! - manifest (library): load + validate the records, derive one task's manifest, serialize it;
 //! - manifest (CLI): the `dwp manifest` binary end to end, stdout to /dev/null.
 //!
+//! `DWP_BENCH_KEEP=DIR` writes the first size's plan under DIR, prints its path and stops (to
+//! profile the CLI on it).
+//!
 //! Run: `cargo bench --bench dwp_manifest` (sizes via `DWP_BENCH_SIZES=10000,100000,1000000`;
 //! default 10000,100000).
 
@@ -176,6 +179,16 @@ fn main() {
     for n in sizes {
         let tmp = tempfile::tempdir().unwrap();
         let dir = generate(tmp.path(), n);
+        if let Some(keep) = std::env::var_os("DWP_BENCH_KEEP") {
+            // Keep the generated plan (for profiling the CLI on it) and stop.
+            let to = PathBuf::from(keep).join(n.to_string());
+            std::fs::rename(tmp.path(), &to).unwrap();
+            println!(
+                "kept {}",
+                to.join(dir.strip_prefix(tmp.path()).unwrap()).display()
+            );
+            return;
+        }
         let journal = dir.join("journal.ndjson");
         let mib = std::fs::metadata(&journal).unwrap().len() as f64 / (1024.0 * 1024.0);
         let runs = if n >= 1_000_000 { 3 } else { 7 };

@@ -10,6 +10,9 @@
 //!   serialize it (abilities fixed, so no addon detect command runs);
 //! - report (CLI): the `dwp resources report --host-only` binary end to end, stdout discarded.
 //!
+//! `DWP_BENCH_KEEP=DIR` writes the first size's plan under DIR, prints its path and stops (to
+//! profile the CLI on it).
+//!
 //! Run: `cargo bench --bench dwp_resources` (sizes via `DWP_BENCH_SIZES=10000,100000,1000000`;
 //! default 10000,100000).
 
@@ -217,6 +220,16 @@ fn main() {
     for n in sizes {
         let tmp = tempfile::tempdir().unwrap();
         let dir = generate(tmp.path(), n);
+        if let Some(keep) = std::env::var_os("DWP_BENCH_KEEP") {
+            // Keep the generated plan (for profiling the CLI on it) and stop.
+            let to = PathBuf::from(keep).join(n.to_string());
+            std::fs::rename(tmp.path(), &to).unwrap();
+            println!(
+                "kept {}",
+                to.join(dir.strip_prefix(tmp.path()).unwrap()).display()
+            );
+            return;
+        }
         let home = tmp.path().join("home");
         std::fs::create_dir_all(&home).unwrap();
         let runs = if n >= 1_000_000 { 3 } else { 7 };

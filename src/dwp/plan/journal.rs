@@ -17,6 +17,7 @@ use event::{ChunkBuilder, FieldRef, Key, View};
 mod event;
 
 pub use event::Event;
+pub(super) use event::{Entries, value_parseable};
 
 pub const LIVE_FILE: &str = "journal.ndjson";
 
@@ -481,17 +482,21 @@ impl<'c> Validator<'c> {
         }
 
         let (required, optional) = payload_fields(kind);
-        let allowed = |k: Key| {
-            ENVELOPE_REQUIRED.contains(&k)
-                || k == Key::Note
-                || required.contains(&k)
-                || optional.contains(&k)
-                || (kind.is_evidence() && (k == Key::Trust || k == Key::EvidencePath))
-        };
-        if let Some((_, name)) = v.keys().find(|(k, _)| !allowed(*k)) {
+        let mut allowed = ENVELOPE_REQUIRED
+            .iter()
+            .chain(required)
+            .chain(optional)
+            .fold(Key::Note.bit(), |m, k| m | k.bit());
+        if kind.is_evidence() {
+            allowed |= Key::Trust.bit() | Key::EvidencePath.bit();
+        }
+        let nested = Key::ActorKind.bit() | Key::ActorIdentity.bit() | Key::ActorOther.bit();
+        if v.mask() & !(allowed | nested) != 0
+            && let Some((_, name)) = v.keys().into_iter().find(|(k, _)| allowed & k.bit() == 0)
+        {
             return Err(format!(
                 "unknown field {} for a {type_name} event (payloads are closed)",
-                py_repr(name)
+                py_repr(&name)
             ));
         }
         if let Some(key) = required.iter().find(|k| !v.has(**k)) {

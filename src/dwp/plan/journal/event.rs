@@ -25,32 +25,30 @@ use super::EventType;
 macro_rules! keys {
     ($($name:ident = $text:literal,)*) => {
         /// Every field name a journal event may carry (the union of the closed payloads), plus
-        /// the two `actor` members and `Unknown` for anything else.
+        /// the `actor` members and `Unknown` for anything else. Declared in code-point order of
+        /// the names, so the fields of a canonical (sorted-key) line are indexed already sorted;
+        /// `ActorOther` flags an `actor` holding more than string `kind`/`identity`.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         #[repr(u8)]
         pub enum Key {
             $($name,)*
-            ActorKind,
-            ActorIdentity,
-            /// `actor` holds something besides string `kind`/`identity` (its checks then run on
-            /// the parsed value).
-            ActorOther,
             Unknown,
         }
 
         impl Key {
             pub fn from_name(s: &str) -> Option<Key> {
-                Some(match s {
+                let key = match s {
                     $($text => Key::$name,)*
                     _ => return None,
-                })
+                };
+                (!key.nested()).then_some(key)
             }
 
-            /// The field name (`?` for the non-field keys).
+            /// The field name.
             pub fn name(self) -> &'static str {
                 match self {
                     $(Key::$name => $text,)*
-                    _ => "?",
+                    Key::Unknown => "?",
                 }
             }
         }
@@ -58,34 +56,90 @@ macro_rules! keys {
 }
 
 keys! {
-    Schema = "schema", Type = "type", Seq = "seq", Ts = "ts", Plan = "plan",
-    ContractId = "contract_id", Actor = "actor", Note = "note", Trust = "trust",
-    EvidencePath = "evidence_path", Task = "task", Fingerprint = "fingerprint",
-    Authority = "authority", Mechanism = "mechanism", PlanDigest = "plan_digest",
-    Command = "command", Cwd = "cwd", Env = "env", TimeoutSeconds = "timeout_seconds",
-    ExitCode = "exit_code", Criterion = "criterion", Statement = "statement", Kind = "kind",
-    TriggerObservation = "trigger_observation", EvidenceArtifact = "evidence_artifact",
-    Hypothesis = "hypothesis", Action = "action", Rationale = "rationale",
-    AffectedTasks = "affected_tasks", AffectedCriteria = "affected_criteria",
-    EvidenceInvalidated = "evidence_invalidated", EvidencePreserved = "evidence_preserved",
-    Decision = "decision", ResourceImpact = "resource_impact", Reason = "reason",
-    OriginalCriterion = "original_criterion", ObservedFinding = "observed_finding",
-    Disposition = "disposition", RevisedCriterion = "revised_criterion",
-    Category = "category", Description = "description", Question = "question",
-    Resolution = "resolution", Source = "source", LimitId = "limit_id", Value = "value",
-    Unit = "unit", CheckArtifacts = "check_artifacts",
-    StartingFingerprint = "starting_fingerprint", OldLeg = "old_leg", NewLeg = "new_leg",
-    Verdict = "verdict", PriorityBoost = "priority_boost", Aging = "aging",
-    Subject = "subject", Stage = "stage", Proposal = "proposal", View = "view",
-    SnapshotDigest = "snapshot_digest", Digests = "digests", Trigger = "trigger",
-    Editor = "editor", ByteOffset = "byte_offset", Cause = "cause",
-    DelegationId = "delegation_id", Transport = "transport", Via = "via", State = "state",
-    Profile = "profile", Target = "target", Worktree = "worktree",
-    PromptDigest = "prompt_digest", ResultPath = "result_path", ResultDigest = "result_digest",
+    Action = "action",
+    Actor = "actor",
+    ActorIdentity = "actor.identity",
+    ActorKind = "actor.kind",
+    ActorOther = "actor.other",
+    AffectedCriteria = "affected_criteria",
+    AffectedTasks = "affected_tasks",
+    Aging = "aging",
+    Authority = "authority",
+    ByteOffset = "byte_offset",
+    Category = "category",
+    Cause = "cause",
+    CheckArtifacts = "check_artifacts",
+    Command = "command",
+    ContractId = "contract_id",
+    Criterion = "criterion",
+    Cwd = "cwd",
+    Decision = "decision",
+    DelegationId = "delegation_id",
+    Description = "description",
+    Digests = "digests",
+    Disposition = "disposition",
+    Editor = "editor",
+    Env = "env",
+    EvidenceArtifact = "evidence_artifact",
+    EvidenceInvalidated = "evidence_invalidated",
+    EvidencePath = "evidence_path",
+    EvidencePreserved = "evidence_preserved",
+    ExitCode = "exit_code",
+    Fingerprint = "fingerprint",
+    Hypothesis = "hypothesis",
+    Kind = "kind",
+    LimitId = "limit_id",
+    Mechanism = "mechanism",
+    NewLeg = "new_leg",
+    Note = "note",
+    ObservedFinding = "observed_finding",
+    OldLeg = "old_leg",
+    OriginalCriterion = "original_criterion",
+    Plan = "plan",
+    PlanDigest = "plan_digest",
+    PriorityBoost = "priority_boost",
+    Profile = "profile",
+    PromptDigest = "prompt_digest",
+    Proposal = "proposal",
+    Question = "question",
+    Rationale = "rationale",
+    Reason = "reason",
+    Resolution = "resolution",
+    ResourceImpact = "resource_impact",
+    ResultDigest = "result_digest",
+    ResultPath = "result_path",
+    RevisedCriterion = "revised_criterion",
+    Schema = "schema",
+    Seq = "seq",
+    SnapshotDigest = "snapshot_digest",
+    Source = "source",
+    Stage = "stage",
+    StartingFingerprint = "starting_fingerprint",
+    State = "state",
+    Statement = "statement",
+    Subject = "subject",
+    Target = "target",
+    Task = "task",
+    TimeoutSeconds = "timeout_seconds",
+    Transport = "transport",
+    Trigger = "trigger",
+    TriggerObservation = "trigger_observation",
+    Trust = "trust",
+    Ts = "ts",
+    Type = "type",
+    Unit = "unit",
+    Value = "value",
+    Verdict = "verdict",
+    Via = "via",
+    View = "view",
+    Worktree = "worktree",
 }
 
+// Every key has a bit in a u128 mask.
+const _: () = assert!((Key::Unknown as u8) < 128);
+
 impl Key {
-    fn bit(self) -> u128 {
+    pub fn bit(self) -> u128 {
         1u128 << (self as u8)
     }
 
@@ -158,14 +212,26 @@ impl<'a> FieldRef<'a> {
 #[derive(Clone, Copy)]
 pub(super) struct View<'a> {
     line: &'a str,
+    /// Sorted by key; each key at most once except `Unknown`, which sorts last.
     fields: &'a [Field],
     decoded: &'a [Box<str>],
+    /// One bit per key present: a field's position is the count of present keys below it.
+    mask: u128,
 }
 
 impl<'a> View<'a> {
     pub fn get(&self, key: Key) -> Option<FieldRef<'a>> {
-        let f = self.fields.iter().find(|f| f.key == key)?;
+        let bit = key.bit();
+        if self.mask & bit == 0 {
+            return None;
+        }
+        let f = &self.fields[(self.mask & (bit - 1)).count_ones() as usize];
         Some(self.resolve(f))
+    }
+
+    /// The keys present, one bit each ([`Key::bit`]).
+    pub fn mask(&self) -> u128 {
+        self.mask
     }
 
     fn resolve(&self, f: &Field) -> FieldRef<'a> {
@@ -177,20 +243,27 @@ impl<'a> View<'a> {
         }
     }
 
-    /// Top-level field keys in document order, with the name of each (for messages).
-    pub fn keys(&self) -> impl Iterator<Item = (Key, &'a str)> + '_ {
-        self.fields
+    /// Top-level field keys in document order, with the name of each (for messages: the index
+    /// is sorted by key, so the line is indexed again in its own order).
+    pub fn keys(&self) -> Vec<(Key, String)> {
+        let mut fields = Vec::new();
+        let mut decoded = Vec::new();
+        if index_line(self.line, &mut fields, &mut decoded, true, false).is_none() {
+            return Vec::new();
+        }
+        fields
             .iter()
             .filter(|f| !f.key.nested())
             .map(|f| match f.tag {
-                Tag::UnknownName => (f.key, &self.line[f.start as usize..f.end as usize]),
-                Tag::UnknownDecodedName => (f.key, &*self.decoded[f.start as usize]),
-                _ => (f.key, f.key.name()),
+                Tag::UnknownName => (f.key, self.line[f.start as usize..f.end as usize].into()),
+                Tag::UnknownDecodedName => (f.key, decoded[f.start as usize].to_string()),
+                _ => (f.key, f.key.name().into()),
             })
+            .collect()
     }
 
     pub fn has(&self, key: Key) -> bool {
-        self.fields.iter().any(|f| f.key == key)
+        self.mask & key.bit() != 0
     }
 }
 
@@ -202,6 +275,7 @@ pub struct Event {
     chunk: Arc<Chunk>,
     line: (usize, usize),
     fields: (u32, u32),
+    mask: u128,
 }
 
 impl fmt::Debug for Event {
@@ -220,6 +294,7 @@ impl Event {
             line: &self.chunk.text[self.line.0..self.line.1],
             fields: &self.chunk.fields[self.fields.0 as usize..self.fields.1 as usize],
             decoded: &self.chunk.decoded,
+            mask: self.mask,
         }
     }
 
@@ -245,7 +320,10 @@ impl Event {
     /// An integer field.
     pub fn i64(&self, key: &str) -> Option<i64> {
         match self.field(key)? {
-            FieldRef::Json(raw) => serde_json::from_str::<Value>(raw).ok()?.as_i64(),
+            FieldRef::Json(raw) => match raw.parse::<i64>() {
+                Ok(n) => Some(n),
+                Err(_) => serde_json::from_str::<Value>(raw).ok()?.as_i64(),
+            },
             FieldRef::Str(_) => None,
         }
     }
@@ -312,7 +390,7 @@ impl Event {
     pub fn from_map(seq: u64, kind: EventType, map: &Map<String, Value>) -> Option<Event> {
         let text = serde_json::to_string(map).ok()?;
         let mut chunk = Chunk::default();
-        let fields = index_line(&text, &mut chunk.fields, &mut chunk.decoded, true)?;
+        let (fields, mask) = index_line(&text, &mut chunk.fields, &mut chunk.decoded, true, true)?;
         let len = text.len();
         chunk.text = text;
         Some(Event {
@@ -321,6 +399,7 @@ impl Event {
             chunk: Arc::new(chunk),
             line: (0, len),
             fields,
+            mask,
         })
     }
 }
@@ -340,6 +419,7 @@ enum Pending {
         kind: EventType,
         line: (usize, usize),
         fields: (u32, u32),
+        mask: u128,
     },
     Own(Event),
 }
@@ -348,6 +428,7 @@ enum Pending {
 pub(super) struct Indexed {
     line: (usize, usize),
     fields: (u32, u32),
+    mask: u128,
 }
 
 impl ChunkBuilder {
@@ -359,10 +440,12 @@ impl ChunkBuilder {
             &mut self.fields,
             &mut self.decoded,
             false,
+            true,
         ) {
-            Some(fields) => Some(Indexed {
+            Some((fields, mask)) => Some(Indexed {
                 line: (start, end),
                 fields,
+                mask,
             }),
             None => {
                 self.fields.truncate(mark.0);
@@ -377,6 +460,7 @@ impl ChunkBuilder {
             line: &text[at.line.0..at.line.1],
             fields: &self.fields[at.fields.0 as usize..at.fields.1 as usize],
             decoded: &self.decoded,
+            mask: at.mask,
         }
     }
 
@@ -391,6 +475,7 @@ impl ChunkBuilder {
             kind,
             line: at.line,
             fields: at.fields,
+            mask: at.mask,
         });
     }
 
@@ -412,26 +497,31 @@ impl ChunkBuilder {
                 kind,
                 line,
                 fields,
+                mask,
             } => Event {
                 seq,
                 kind,
                 chunk: Arc::clone(&chunk),
                 line,
                 fields,
+                mask,
             },
             Pending::Own(event) => event,
         }));
     }
 }
 
-/// Indexes one line (an object) into `fields`; returns the range of its fields. `trusted` lines
-/// come from serializing a `Value`, so their values need no `Value`-parseability checks.
+/// Indexes one line (an object) into `fields`; returns the range of its fields and the mask of
+/// keys present. `trusted` lines come from serializing a `Value`, so their values need no
+/// `Value`-parseability checks. `sort` orders the fields by key for [`View::get`] (otherwise they
+/// stay in document order).
 fn index_line(
     line: &str,
     fields: &mut Vec<Field>,
     decoded: &mut Vec<Box<str>>,
     trusted: bool,
-) -> Option<(u32, u32)> {
+    sort: bool,
+) -> Option<((u32, u32), u128)> {
     u32::try_from(line.len()).ok()?;
     let first = fields.len();
     let mut de = serde_json::Deserializer::from_str(line);
@@ -487,7 +577,16 @@ fn index_line(
             push_value(key, raw.get(), &span, fields, decoded, trusted)?;
         }
     }
-    Some((first as u32, fields.len() as u32))
+    let own = &mut fields[first..];
+    let mut mask = 0u128;
+    for f in own.iter() {
+        mask |= f.key.bit();
+    }
+    // Canonical lines have sorted keys, so this is usually only a check.
+    if sort && !own.is_sorted_by_key(|f| f.key as u8) {
+        own.sort_by_key(|f| f.key as u8);
+    }
+    Some(((first as u32, fields.len() as u32), mask))
 }
 
 fn push_value(
@@ -580,7 +679,7 @@ fn index_actor(
 /// Whether `serde_json::from_str::<Value>` accepts `raw` (a value the raw scan accepted): the
 /// scan does not check number ranges, escapes or nesting depth. Deep nesting is left to the
 /// `Value` parser, whose depth count starts one level further out.
-fn value_parseable(raw: &str) -> bool {
+pub(in crate::dwp::plan) fn value_parseable(raw: &str) -> bool {
     match raw.as_bytes().first() {
         Some(b't' | b'f' | b'n') => true,
         Some(b'[' | b'{') => {
@@ -592,7 +691,7 @@ fn value_parseable(raw: &str) -> bool {
 }
 
 /// A field name, borrowed from the line unless it had escapes.
-enum Name<'a> {
+pub(in crate::dwp::plan) enum Name<'a> {
     Borrowed(&'a str),
     Owned(String),
 }
@@ -627,7 +726,7 @@ impl<'de> Deserialize<'de> for Name<'de> {
 }
 
 /// An object's entries in document order, values unparsed.
-struct Entries<'a>(Vec<(Name<'a>, &'a RawValue)>);
+pub(in crate::dwp::plan) struct Entries<'a>(pub Vec<(Name<'a>, &'a RawValue)>);
 
 impl<'de> Deserialize<'de> for Entries<'de> {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
