@@ -71,6 +71,10 @@ fn main() {
         },
     );
     let ses = built.session_id;
+    // The children's peak RSS (wait4) includes what this process held when it spawned them
+    // (before exec); hand the builder's freed memory back so that figure is the child's own.
+    // SAFETY: malloc_trim only returns free heap pages to the OS.
+    unsafe { libc::malloc_trim(0) };
     let session_dir = state_a.join("sessions").join(&ses);
     let blobs_dir = state_a.join("blobs");
     let files: Vec<PathBuf> = [&session_dir, &blobs_dir]

@@ -13,13 +13,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::BufReader;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
-use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+use super::reader::{ReadError, ReadResult, Reader};
 use super::{BlobSum, FORMAT, FileSum, Manifest, is_run_file};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fsx::{self, failpoint};
@@ -98,7 +98,7 @@ pub fn import(state: &StateDir, req: &ImportRequest) -> Result<Imported> {
         blob_names: HashSet::new(),
         manifest: None,
         binding: None,
-        failure: None,
+        early: verify::Prefetch::start(Mode::Strict),
     };
     let result = read_and_install(&mut ctx, file);
     if result.is_err()
@@ -113,26 +113,19 @@ pub fn import(state: &StateDir, req: &ImportRequest) -> Result<Imported> {
 }
 
 fn read_and_install(ctx: &mut Ctx, file: File) -> Result<Imported> {
-    let reader = BufReader::with_capacity(1 << 20, file);
-    let mut de = serde_json::Deserializer::from_reader(reader);
-    let parsed = BundleSeed { ctx: &mut *ctx }
-        .deserialize(&mut de)
-        .and_then(|()| de.end());
-    if let Err(e) = parsed {
-        return Err(ctx.failure.take().unwrap_or_else(|| {
-            let where_ = if e.line() > 0 {
-                format!(":{}:{}", e.line(), e.column())
-            } else {
-                String::new()
-            };
-            invalid(
+    let mut reader = Reader::new(file);
+    if let Err(e) = read_bundle(ctx, &mut reader) {
+        return Err(match e {
+            ReadError::Syntax { line, col, why } => invalid(
                 ctx.req,
                 format!(
-                    "{}{where_}: not a valid bundle: {e}",
+                    "{}:{line}:{col}: not a valid bundle: {why}",
                     ctx.req.bundle.display()
                 ),
-            )
-        }));
+            ),
+            ReadError::Io(e) => Error::io("read", &ctx.req.bundle, e),
+            ReadError::Sink(e) => e,
+        });
     }
     let Some(staging) = ctx.staging.take() else {
         return Err(invalid(ctx.req, "the bundle holds no files".into()));
@@ -179,8 +172,9 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Imported> {
         .iter()
         .map(|b| (b.sha256.clone(), b.bytes))
         .collect();
-    let report =
-        verify::verify_with(&paths, &id, &staging.blobs, Mode::Strict, &hashed).map_err(|e| {
+    let early = std::mem::replace(&mut ctx.early, verify::Prefetch::none());
+    let report = verify::verify_with(&paths, &id, &staging.blobs, Mode::Strict, &hashed, early)
+        .map_err(|e| {
             // Name the file as the bundle knows it, not by its staging path.
             let prefix = format!("{}/", staging.dir.display());
             let mut err = Error::new(
@@ -279,8 +273,8 @@ struct Ctx<'a> {
     manifest: Option<Manifest>,
     /// The binding at PATH and the bundle's original root.
     binding: Option<(git::WorkspaceBinding, PathBuf)>,
-    /// The real error behind a serde error raised from inside the stream.
-    failure: Option<Error>,
+    /// Chained files already staged, being read ahead of the final verification.
+    early: verify::Prefetch,
 }
 
 fn invalid(req: &ImportRequest, why: String) -> Error {
@@ -295,12 +289,6 @@ fn invalid(req: &ImportRequest, why: String) -> Error {
 }
 
 impl Ctx<'_> {
-    fn fail<E: de::Error>(&mut self, err: Error) -> E {
-        let text = err.message.clone();
-        self.failure = Some(err);
-        E::custom(text)
-    }
-
     /// The first file: checks the Session id, PATH's identity and branch, and that the id is
     /// free, then creates the staging directory.
     fn begin(&mut self, content: &str) -> Result<()> {
@@ -383,64 +371,99 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    fn accept_file(&mut self, entry: FileEntry) -> Result<()> {
+    /// Checks a file entry's path as soon as it is read: session.json first (and only first),
+    /// a path a Session holds (ids validated before a path is built), no path twice.
+    fn check_path(&mut self, name: &str) -> Result<PathBuf> {
         let first = self.files.is_empty();
-        if first != (entry.path == "session.json") {
+        if first != (name == "session.json") {
             return Err(invalid(
                 self.req,
-                format!(
-                    "file {:?}: session.json must be the first file, and only the first",
-                    entry.path
-                ),
+                format!("file {name:?}: session.json must be the first file, and only the first"),
             ));
         }
-        let rel = safe_path(&entry.path).ok_or_else(|| {
+        let rel = safe_path(name).ok_or_else(|| {
             invalid(
                 self.req,
                 format!(
-                    "file path {:?} is not one a Session holds (session.json, messages.jsonl, runs/<run id>/run.json or journal.jsonl)",
-                    entry.path
+                    "file path {name:?} is not one a Session holds (session.json, messages.jsonl, runs/<run id>/run.json or journal.jsonl)"
                 ),
             )
         })?;
-        if !self.paths_seen.insert(entry.path.clone()) {
-            return Err(invalid(
-                self.req,
-                format!("file {} appears twice", entry.path),
-            ));
+        if !self.paths_seen.insert(name.to_string()) {
+            return Err(invalid(self.req, format!("file {name} appears twice")));
         }
-        let actual = hash::sha256_prefixed(entry.content.as_bytes());
-        if entry.bytes != entry.content.len() as u64 || entry.sha256 != actual {
+        Ok(rel)
+    }
+
+    /// Where a file's content goes while it is decoded: straight into its staging file once the
+    /// path is known and staging exists (every file after session.json, in export's key order),
+    /// else into memory until the entry is complete.
+    fn content_sink(&self, rel: Option<&Path>) -> Result<Sink> {
+        match (rel, &self.staging) {
+            (Some(rel), Some(staging)) => {
+                let path = staging.dir.join(rel);
+                if let Some(parent) = path.parent() {
+                    fsx::create_staged_dir(parent)?;
+                }
+                Ok(Sink::staged(fsx::StagedFile::create(
+                    &path,
+                    fsx::STATE_FILE_MODE,
+                )?))
+            }
+            _ => Ok(Sink::memory()),
+        }
+    }
+
+    /// A complete file entry: size and SHA-256 against the content, then (session.json) the
+    /// Session id, PATH and staging, then the content into place if it was held in memory.
+    fn accept_file(
+        &mut self,
+        name: String,
+        rel: PathBuf,
+        content: Sunk,
+        bytes: u64,
+        sha256: String,
+    ) -> Result<()> {
+        let actual = format!("sha256:{}", content.sha256_hex);
+        if bytes != content.len || sha256 != actual {
             return Err(invalid(
                 self.req,
                 format!(
-                    "file {}: checksum mismatch (the bundle says {} bytes, {}; the content has {} bytes, {actual})",
-                    entry.path,
-                    entry.bytes,
-                    entry.sha256,
-                    entry.content.len()
+                    "file {name}: checksum mismatch (the bundle says {bytes} bytes, {sha256}; the content has {} bytes, {actual})",
+                    content.len
                 ),
             ));
         }
-        if first {
-            self.begin(&entry.content)?;
+        if let Some(held) = content.held {
+            if self.files.is_empty() {
+                let text = std::str::from_utf8(&held)
+                    .map_err(|_| invalid(self.req, "session.json is not UTF-8".into()))?;
+                self.begin(text)?;
+            }
+            let staging = self.staging.as_ref().expect("created by begin");
+            let path = staging.dir.join(&rel);
+            if let Some(parent) = path.parent() {
+                fsx::create_staged_dir(parent)?;
+            }
+            fsx::write_staged(&path, &held, fsx::STATE_FILE_MODE)?;
         }
-        let staging = self.staging.as_ref().expect("created by begin");
-        let path = staging.dir.join(&rel);
-        if let Some(parent) = path.parent() {
-            fsx::create_staged_dir(parent)?;
+        // The file is complete on disk: its chain can be checked while the rest arrives.
+        let staged = &self.staging.as_ref().expect("created by begin").dir;
+        if name == "messages.jsonl" {
+            self.early.messages(&staged.join(&rel));
+        } else if rel.ends_with("journal.jsonl") {
+            self.early.journal(&staged.join(&rel));
         }
-        fsx::write_staged(&path, entry.content.as_bytes(), fsx::STATE_FILE_MODE)?;
         self.files.push(FileSum {
-            path: entry.path,
-            bytes: entry.bytes,
-            sha256: entry.sha256,
+            path: name,
+            bytes,
+            sha256,
         });
         Ok(())
     }
 
-    fn accept_blob(&mut self, entry: BlobEntry) -> Result<()> {
-        let name = &entry.sha256;
+    /// Checks a blob's name as soon as it is read: 64 lowercase hex digits, not seen before.
+    fn check_blob_name(&mut self, name: &str) -> Result<()> {
         if name.len() != 64
             || !name
                 .bytes()
@@ -451,29 +474,408 @@ impl Ctx<'_> {
                 format!("blob id {name:?} is not 64 lowercase hex digits"),
             ));
         }
-        if !self.blob_names.insert(name.clone()) {
+        if !self.blob_names.insert(name.to_string()) {
             return Err(invalid(self.req, format!("blob {name} appears twice")));
         }
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(entry.content_base64.as_bytes())
-            .map_err(|e| invalid(self.req, format!("blob {name}: not base64 ({e})")))?;
-        if bytes.len() as u64 != entry.bytes || hash::sha256_hex(&bytes) != *name {
+        Ok(())
+    }
+
+    /// Where a blob's decoded bytes go: its staging file once its name is known and staging
+    /// exists, else memory.
+    fn blob_sink(&self, name: Option<&str>) -> Result<Sink> {
+        match (name, &self.staging) {
+            (Some(name), Some(staging)) => {
+                fsx::create_staged_dir(&staging.blobs)?;
+                Ok(Sink::staged(fsx::StagedFile::create(
+                    &staging.blobs.join(name),
+                    fsx::STATE_FILE_MODE,
+                )?))
+            }
+            _ => Ok(Sink::memory()),
+        }
+    }
+
+    /// A complete blob entry: its bytes hash to its name and have its size.
+    fn accept_blob(&mut self, name: String, content: Sunk, bytes: u64) -> Result<()> {
+        if content.len != bytes || content.sha256_hex != name {
             return Err(invalid(
                 self.req,
                 format!("blob {name}: checksum mismatch (its content does not hash to its name)"),
             ));
         }
-        let Some(staging) = &self.staging else {
-            return Err(invalid(self.req, "blobs come after the files".into()));
-        };
-        fsx::create_staged_dir(&staging.blobs)?;
-        fsx::write_staged(&staging.blobs.join(name), &bytes, fsx::STATE_FILE_MODE)?;
+        if let Some(held) = content.held {
+            let Some(staging) = &self.staging else {
+                return Err(invalid(self.req, "blobs come after the files".into()));
+            };
+            fsx::create_staged_dir(&staging.blobs)?;
+            fsx::write_staged(&staging.blobs.join(&name), &held, fsx::STATE_FILE_MODE)?;
+        }
         self.blobs.push(BlobSum {
-            sha256: entry.sha256,
-            bytes: entry.bytes,
+            sha256: name,
+            bytes,
         });
         Ok(())
     }
+}
+
+/// Decoded content on its way to a staging file (or memory), hashed as it passes.
+struct Sink {
+    hasher: hash::Sha256Stream,
+    len: u64,
+    file: Option<fsx::StagedFile>,
+    held: Vec<u8>,
+}
+
+/// A [`Sink`] after its last byte.
+struct Sunk {
+    sha256_hex: String,
+    len: u64,
+    /// The content, if it was held in memory rather than written.
+    held: Option<Vec<u8>>,
+}
+
+impl Sink {
+    fn staged(file: fsx::StagedFile) -> Sink {
+        Sink {
+            hasher: hash::Sha256Stream::new(),
+            len: 0,
+            file: Some(file),
+            held: Vec::new(),
+        }
+    }
+
+    fn memory() -> Sink {
+        Sink {
+            hasher: hash::Sha256Stream::new(),
+            len: 0,
+            file: None,
+            held: Vec::new(),
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.hasher.update(bytes);
+        self.len += bytes.len() as u64;
+        match &mut self.file {
+            Some(f) => f.write(bytes),
+            None => {
+                self.held.extend_from_slice(bytes);
+                Ok(())
+            }
+        }
+    }
+
+    fn finish(self) -> Result<Sunk> {
+        let held = match self.file {
+            Some(f) => {
+                f.finish()?;
+                None
+            }
+            None => Some(self.held),
+        };
+        Ok(Sunk {
+            sha256_hex: self.hasher.finish_hex(),
+            len: self.len,
+            held,
+        })
+    }
+}
+
+/// Decodes base64 text arriving in pieces: whole quads are decoded as they arrive, the last
+/// (possibly padded) one at the end, so the result equals decoding the whole text at once.
+struct Base64Stream {
+    pending: Vec<u8>,
+    decoded: Vec<u8>,
+    /// Base64 characters already decoded (for error offsets).
+    done: usize,
+}
+
+impl Base64Stream {
+    fn new() -> Base64Stream {
+        Base64Stream {
+            pending: Vec::new(),
+            decoded: Vec::new(),
+            done: 0,
+        }
+    }
+
+    /// Adds text; hands every complete, non-final run of quads to `out`.
+    fn feed(&mut self, text: &[u8], out: &mut Sink) -> std::result::Result<Result<()>, String> {
+        self.pending.extend_from_slice(text);
+        if self.pending.len() <= 4 {
+            return Ok(Ok(()));
+        }
+        // Keep 1..=4 characters back: the final quad may carry padding.
+        let n = (self.pending.len() - 1) / 4 * 4;
+        self.decode(n, out)
+    }
+
+    fn finish(mut self, out: &mut Sink) -> std::result::Result<Result<()>, String> {
+        let n = self.pending.len();
+        self.decode(n, out)
+    }
+
+    fn decode(&mut self, n: usize, out: &mut Sink) -> std::result::Result<Result<()>, String> {
+        self.decoded.clear();
+        base64::engine::general_purpose::STANDARD
+            .decode_vec(&self.pending[..n], &mut self.decoded)
+            .map_err(|e| shift(e, self.done))?;
+        self.done += n;
+        self.pending.drain(..n);
+        Ok(out.write(&self.decoded))
+    }
+}
+
+/// A base64 error with its offset counted from the start of the whole text.
+fn shift(e: base64::DecodeError, by: usize) -> String {
+    use base64::DecodeError as D;
+    match e {
+        D::InvalidByte(at, b) => D::InvalidByte(at + by, b).to_string(),
+        D::InvalidLength(len) => D::InvalidLength(len + by).to_string(),
+        D::InvalidLastSymbol { offset, symbol, .. } => {
+            format!("Invalid last symbol {symbol}, offset {}.", offset + by)
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Reads the whole bundle: header members, each file and blob staged as it arrives, the
+/// manifest. Stops at the first problem.
+fn read_bundle<R: Read>(ctx: &mut Ctx, r: &mut Reader<R>) -> ReadResult<()> {
+    let sink_err = |e: Error| ReadError::Sink(e);
+    match r.peek()? {
+        Some(b'{') => r.expect(b'{', "", "")?,
+        Some(_) => {
+            return r
+                .error("expected a kxen-agent bundle (a JSON object starting with \"format\")");
+        }
+        None => return r.error("EOF while parsing a value"),
+    }
+    let mut next = 0;
+    let mut first = true;
+    while r.next_member(first)? {
+        first = false;
+        let key = r.key()?;
+        let Some(&expected) = MEMBERS.get(next) else {
+            return Err(sink_err(invalid(
+                ctx.req,
+                format!("unknown top-level field {key:?} after the manifest"),
+            )));
+        };
+        if key != expected {
+            let why = if MEMBERS.contains(&key.as_str()) {
+                format!("top-level field {key:?} is out of order (expected {expected:?})")
+            } else {
+                format!("unknown top-level field {key:?} (expected {expected:?})")
+            };
+            return Err(sink_err(invalid(ctx.req, why)));
+        }
+        next += 1;
+        match expected {
+            "format" => {
+                let format = small_string(r)?;
+                if format != FORMAT {
+                    return Err(sink_err(invalid(
+                        ctx.req,
+                        format!(
+                            "format {format:?} is not supported (this kxen-agent reads {FORMAT:?})"
+                        ),
+                    )));
+                }
+            }
+            "sessionId" => {
+                let id = small_string(r)?;
+                if let Err(e) = ids::validate_kind(&id, IdKind::Session) {
+                    return Err(sink_err(invalid(
+                        ctx.req,
+                        format!("sessionId: {}", e.message),
+                    )));
+                }
+                ctx.header.session_id = id;
+            }
+            "exportedAt" => ctx.header.exported_at = small_string(r)?,
+            "exportedBy" => ctx.header.exported_by = small_string(r)?,
+            "files" => entries(ctx, r, false)?,
+            "blobs" => entries(ctx, r, true)?,
+            _ => ctx.manifest = Some(r.value()?),
+        }
+    }
+    if next < MEMBERS.len() {
+        return Err(sink_err(invalid(
+            ctx.req,
+            format!("the bundle ends before {:?} (truncated?)", MEMBERS[next]),
+        )));
+    }
+    r.end()
+}
+
+/// A string field of an entry or the header, decoded whole.
+fn small_string<R: Read>(r: &mut Reader<R>) -> ReadResult<String> {
+    if r.peek()? != Some(b'"') {
+        // serde_json names the type it found.
+        return r.value::<String>();
+    }
+    let bytes = r.string_to_vec()?;
+    String::from_utf8(bytes).or_else(|_| r.error("invalid unicode code point"))
+}
+
+/// The `files` or `blobs` array, each entry checked and staged as it arrives.
+fn entries<R: Read>(ctx: &mut Ctx, r: &mut Reader<R>, blobs: bool) -> ReadResult<()> {
+    match r.peek()? {
+        Some(b'[') => r.expect(b'[', "", "")?,
+        Some(_) => return r.error("invalid type: expected an array of entries"),
+        None => return r.error("EOF while parsing a value"),
+    }
+    let mut first = true;
+    while r.next_element(first)? {
+        first = false;
+        if blobs {
+            blob_entry(ctx, r)?;
+        } else {
+            file_entry(ctx, r)?;
+        }
+    }
+    Ok(())
+}
+
+fn open_entry<R: Read>(r: &mut Reader<R>, what: &str) -> ReadResult<()> {
+    match r.peek()? {
+        Some(b'{') => r.expect(b'{', "", ""),
+        Some(_) => r.error(format!("invalid type: expected struct {what}")),
+        None => r.error("EOF while parsing a value"),
+    }
+}
+
+fn once<T, R: Read>(r: &Reader<R>, slot: &Option<T>, field: &str) -> ReadResult<()> {
+    match slot {
+        Some(_) => r.error(format!("duplicate field `{field}`")),
+        None => Ok(()),
+    }
+}
+
+fn required<T, R: Read>(r: &Reader<R>, slot: Option<T>, field: &str) -> ReadResult<T> {
+    match slot {
+        Some(v) => Ok(v),
+        None => r.error(format!("missing field `{field}`")),
+    }
+}
+
+/// `{"path", "content", "bytes", "sha256"}` (any order; `path` before `content`, as export
+/// writes it, lets the content stream straight into its staging file).
+fn file_entry<R: Read>(ctx: &mut Ctx, r: &mut Reader<R>) -> ReadResult<()> {
+    open_entry(r, "FileEntry")?;
+    let mut path: Option<(String, PathBuf)> = None;
+    let mut content: Option<Sunk> = None;
+    let mut bytes: Option<u64> = None;
+    let mut sha256: Option<String> = None;
+    let mut first = true;
+    while r.next_member(first)? {
+        first = false;
+        match r.key()?.as_str() {
+            "path" => {
+                once(r, &path, "path")?;
+                let name = small_string(r)?;
+                let rel = ctx.check_path(&name).map_err(ReadError::Sink)?;
+                path = Some((name, rel));
+            }
+            "content" => {
+                once(r, &content, "content")?;
+                if r.peek()? != Some(b'"') {
+                    r.value::<String>()?;
+                }
+                let mut sink = ctx
+                    .content_sink(path.as_ref().map(|(_, rel)| rel.as_path()))
+                    .map_err(ReadError::Sink)?;
+                r.string(&mut |chunk| sink.write(chunk))?;
+                content = Some(sink.finish().map_err(ReadError::Sink)?);
+            }
+            "bytes" => {
+                once(r, &bytes, "bytes")?;
+                bytes = Some(r.value()?);
+            }
+            "sha256" => {
+                once(r, &sha256, "sha256")?;
+                sha256 = Some(small_string(r)?);
+            }
+            other => {
+                return r.error(format!(
+                    "unknown field `{other}`, expected one of `path`, `content`, `bytes`, `sha256`"
+                ));
+            }
+        }
+    }
+    let (name, rel) = required(r, path, "path")?;
+    let content = required(r, content, "content")?;
+    let bytes = required(r, bytes, "bytes")?;
+    let sha256 = required(r, sha256, "sha256")?;
+    ctx.accept_file(name, rel, content, bytes, sha256)
+        .map_err(ReadError::Sink)
+}
+
+/// `{"sha256", "bytes", "contentBase64"}` (any order; `sha256` first, as export writes it,
+/// lets the decoded bytes stream straight into the staged blob).
+fn blob_entry<R: Read>(ctx: &mut Ctx, r: &mut Reader<R>) -> ReadResult<()> {
+    open_entry(r, "BlobEntry")?;
+    let mut name: Option<String> = None;
+    let mut content: Option<Sunk> = None;
+    let mut bytes: Option<u64> = None;
+    let mut first = true;
+    while r.next_member(first)? {
+        first = false;
+        match r.key()?.as_str() {
+            "sha256" => {
+                once(r, &name, "sha256")?;
+                let n = small_string(r)?;
+                ctx.check_blob_name(&n).map_err(ReadError::Sink)?;
+                name = Some(n);
+            }
+            "contentBase64" => {
+                once(r, &content, "contentBase64")?;
+                if r.peek()? != Some(b'"') {
+                    r.value::<String>()?;
+                }
+                let mut sink = ctx.blob_sink(name.as_deref()).map_err(ReadError::Sink)?;
+                let mut text = Base64Stream::new();
+                let ctx_ = &*ctx;
+                let named = name.as_deref();
+                r.string(&mut |chunk| {
+                    text.feed(chunk, &mut sink)
+                        .unwrap_or_else(|why| Err(not_base64(ctx_, named, &why)))
+                })?;
+                match text.finish(&mut sink) {
+                    Ok(done) => done.map_err(ReadError::Sink)?,
+                    Err(why) => {
+                        return Err(ReadError::Sink(not_base64(ctx, name.as_deref(), &why)));
+                    }
+                }
+                content = Some(sink.finish().map_err(ReadError::Sink)?);
+            }
+            "bytes" => {
+                once(r, &bytes, "bytes")?;
+                bytes = Some(r.value()?);
+            }
+            other => {
+                return r.error(format!(
+                    "unknown field `{other}`, expected one of `sha256`, `bytes`, `contentBase64`"
+                ));
+            }
+        }
+    }
+    let name = required(r, name, "sha256")?;
+    let content = required(r, content, "contentBase64")?;
+    let bytes = required(r, bytes, "bytes")?;
+    ctx.accept_blob(name, content, bytes)
+        .map_err(ReadError::Sink)
+}
+
+fn not_base64(ctx: &Ctx, name: Option<&str>, why: &str) -> Error {
+    invalid(
+        ctx.req,
+        format!(
+            "blob {}: not base64 ({why})",
+            name.unwrap_or("(name not yet read)")
+        ),
+    )
 }
 
 /// The relative path for a bundle file name, or `None` if a Session never holds it. The run id
@@ -493,140 +895,6 @@ fn safe_path(name: &str) -> Option<PathBuf> {
             }
             Some(Path::new("runs").join(run).join(file))
         }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct FileEntry {
-    path: String,
-    content: String,
-    bytes: u64,
-    sha256: String,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct BlobEntry {
-    sha256: String,
-    bytes: u64,
-    content_base64: String,
-}
-
-struct BundleSeed<'c, 'a> {
-    ctx: &'c mut Ctx<'a>,
-}
-
-impl<'de> DeserializeSeed<'de> for BundleSeed<'_, '_> {
-    type Value = ();
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for BundleSeed<'_, '_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a kxen-agent bundle (a JSON object starting with \"format\")")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
-        let ctx = self.ctx;
-        let mut next = 0;
-        while let Some(key) = map.next_key::<String>()? {
-            let Some(&expected) = MEMBERS.get(next) else {
-                return Err(ctx.fail(invalid(
-                    ctx.req,
-                    format!("unknown top-level field {key:?} after the manifest"),
-                )));
-            };
-            if key != expected {
-                let why = if MEMBERS.contains(&key.as_str()) {
-                    format!("top-level field {key:?} is out of order (expected {expected:?})")
-                } else {
-                    format!("unknown top-level field {key:?} (expected {expected:?})")
-                };
-                return Err(ctx.fail(invalid(ctx.req, why)));
-            }
-            next += 1;
-            match expected {
-                "format" => {
-                    let format: String = map.next_value()?;
-                    if format != FORMAT {
-                        return Err(ctx.fail(invalid(
-                            ctx.req,
-                            format!(
-                                "format {format:?} is not supported (this kxen-agent reads {FORMAT:?})"
-                            ),
-                        )));
-                    }
-                }
-                "sessionId" => {
-                    let id: String = map.next_value()?;
-                    if let Err(e) = ids::validate_kind(&id, IdKind::Session) {
-                        return Err(ctx.fail(invalid(ctx.req, format!("sessionId: {}", e.message))));
-                    }
-                    ctx.header.session_id = id;
-                }
-                "exportedAt" => ctx.header.exported_at = map.next_value()?,
-                "exportedBy" => ctx.header.exported_by = map.next_value()?,
-                "files" => map.next_value_seed(Entries {
-                    ctx: &mut *ctx,
-                    blobs: false,
-                })?,
-                "blobs" => map.next_value_seed(Entries {
-                    ctx: &mut *ctx,
-                    blobs: true,
-                })?,
-                _ => ctx.manifest = Some(map.next_value()?),
-            }
-        }
-        if next < MEMBERS.len() {
-            return Err(ctx.fail(invalid(
-                ctx.req,
-                format!("the bundle ends before {:?} (truncated?)", MEMBERS[next]),
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// The `files` or `blobs` array, each entry checked and staged as it arrives.
-struct Entries<'c, 'a> {
-    ctx: &'c mut Ctx<'a>,
-    blobs: bool,
-}
-
-impl<'de> DeserializeSeed<'de> for Entries<'_, '_> {
-    type Value = ();
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Entries<'_, '_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an array of entries")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
-        if self.blobs {
-            while let Some(entry) = seq.next_element::<BlobEntry>()? {
-                if let Err(e) = self.ctx.accept_blob(entry) {
-                    return Err(self.ctx.fail(e));
-                }
-            }
-        } else {
-            while let Some(entry) = seq.next_element::<FileEntry>()? {
-                if let Err(e) = self.ctx.accept_file(entry) {
-                    return Err(self.ctx.fail(e));
-                }
-            }
-        }
-        Ok(())
     }
 }
 

@@ -15,6 +15,7 @@
 mod export;
 mod import;
 mod json;
+mod reader;
 
 pub use export::{Exported, export};
 pub use import::{ImportRequest, Imported, import};

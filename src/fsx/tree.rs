@@ -63,6 +63,58 @@ pub fn write_staged(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         .map_err(|e| Error::io("write", path, e))
 }
 
+/// A new file inside a staging directory written in pieces (an import streams a file's content
+/// from the bundle into it), through one large buffer and without fsyncing; see
+/// [`create_staged_dir`] and [`sync_staged`]. Refuses to overwrite a file.
+pub struct StagedFile {
+    path: std::path::PathBuf,
+    out: std::io::BufWriter<fs::File>,
+}
+
+impl StagedFile {
+    pub fn create(path: &Path, mode: u32) -> Result<StagedFile> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(path)
+            .map_err(|e| Error::io("create", path, e))?;
+        Ok(StagedFile {
+            path: path.to_path_buf(),
+            out: std::io::BufWriter::with_capacity(1 << 20, file),
+        })
+    }
+
+    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        use std::io::Write;
+        self.out
+            .write_all(bytes)
+            .map_err(|e| Error::io("write", &self.path, e))
+    }
+
+    /// Writes out what is buffered and starts (does not wait for) writing the file to disk, so
+    /// that the final [`sync_staged`] finds little left to do while the import goes on.
+    pub fn finish(mut self) -> Result<()> {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        self.out
+            .flush()
+            .map_err(|e| Error::io("write", &self.path, e))?;
+        // SAFETY: the descriptor is open for the duration of the call. A failure only means no
+        // early start; `sync_staged` still makes the file durable.
+        unsafe {
+            libc::sync_file_range(
+                self.out.get_ref().as_raw_fd(),
+                0,
+                0,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Makes everything written under the staging directory `dir` durable with one `syncfs` of its
 /// filesystem (one journal commit instead of one fsync per file and directory).
 pub fn sync_staged(dir: &Path) -> Result<()> {

@@ -160,7 +160,7 @@ pub fn fold(path: &Path, records: Vec<JournalRecord>) -> Result<OpTable> {
 /// broken chain, a damaged line) is reported before an illegal sequence, exactly as when every
 /// line was decoded before folding.
 #[derive(Debug, Default)]
-struct Folder {
+pub struct Folder {
     table: OpTable,
     /// Records seen so far (= the line number of the last one: every record is one line).
     line: usize,
@@ -169,7 +169,7 @@ struct Folder {
 }
 
 impl Folder {
-    fn push(&mut self, record: JournalRecord) {
+    pub fn push(&mut self, record: JournalRecord) {
         self.line += 1;
         if self.refused.is_some() {
             return;
@@ -180,7 +180,7 @@ impl Folder {
         }
     }
 
-    fn finish(self, path: &Path) -> Result<OpTable> {
+    pub fn finish(self, path: &Path) -> Result<OpTable> {
         match self.refused {
             None => Ok(self.table),
             Some((line, why)) => Err(Error::corrupt(format!("{}:{line}: {why}", path.display()))

@@ -14,15 +14,16 @@
 //! torn last line being written is ignored, unless `strict` asks for complete files).
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::fsx;
+use crate::fsx::ChainEnd;
 use crate::ids::{self, IdKind};
-use crate::journal::{self, JournalRecord, OpPhase};
+use crate::journal::{Folder, JournalRecord, OpPhase, OpTable};
 use crate::run::state::{RunState, RunStatus};
 use crate::session::{Message, Role, SessionMeta};
 use crate::state::SessionPaths;
@@ -62,20 +63,32 @@ pub fn verify(
     blobs_dir: &Path,
     mode: Mode,
 ) -> Result<Verified> {
-    verify_with(paths, session_id, blobs_dir, mode, &HashMap::new())
+    verify_with(
+        paths,
+        session_id,
+        blobs_dir,
+        mode,
+        &HashMap::new(),
+        Prefetch::none(),
+    )
 }
 
 /// [`verify`], where `hashed` maps blob names (hex) whose bytes the caller has already hashed
 /// against their name (import does so while staging them) to their size: such a blob's reference
 /// is checked against that size instead of reading and hashing the file a second time. Every
 /// other blob is read and hashed here.
+///
+/// `early` holds chained files already read by a [`Prefetch`] (import reads each file as soon
+/// as it is staged, while the rest of the bundle is still arriving); the others are read here.
 pub fn verify_with(
     paths: &SessionPaths,
     session_id: &str,
     blobs_dir: &Path,
     mode: Mode,
     hashed: &HashMap<String, u64>,
+    early: Prefetch,
 ) -> Result<Verified> {
+    let mut early = early.finish();
     ids::validate_kind(session_id, IdKind::Session)?;
     let mut out = Verified {
         session_id: session_id.to_string(),
@@ -95,21 +108,49 @@ pub fn verify_with(
         read_json::<crate::session::LeaseRecord>(&lease_json)?;
     }
 
+    // The message log and the run journals are read (chain, parse, journal fold) at the same
+    // time on two threads; the results are then checked in the order documented above, so the
+    // first broken record reported is the same as reading them one after the other.
     let messages_path = paths.messages();
-    let messages = read_chain::<Message>(&messages_path, mode, &mut out)?;
-    let mut by_id: HashMap<&str, (usize, &Message)> = HashMap::with_capacity(messages.len());
-    for (i, m) in messages.iter().enumerate() {
-        if by_id.insert(m.id.as_str(), (i + 1, m)).is_some() {
+    let listed = run_ids(&paths.runs_dir());
+    let no_runs = Vec::new();
+    let (messages, journals) = std::thread::scope(|s| {
+        let messages = match early.remove(&messages_path) {
+            Some(Early::Messages(done)) => s.spawn(move || done),
+            _ => s.spawn(|| read_messages(&messages_path, mode)),
+        };
+        let runs = listed.as_ref().unwrap_or(&no_runs);
+        let journals: Vec<Result<JournalRead>> = runs
+            .iter()
+            .map(|run_id| {
+                let path = paths.run(run_id).journal();
+                match early.remove(&path) {
+                    Some(Early::Journal(done)) => done,
+                    _ => read_journal(&path, mode),
+                }
+            })
+            .collect();
+        let messages = messages
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (messages, journals)
+    });
+
+    let (messages, chain) = messages?;
+    note_chain(&messages_path, &chain, &mut out);
+    let mut by_id: HashMap<&str, &MsgRef> = HashMap::with_capacity(messages.len());
+    for m in &messages {
+        if by_id.insert(m.id.as_str(), m).is_some() {
             return Err(corrupt_at(
                 &messages_path,
-                i + 1,
+                m.line,
                 format!("message id {} appears twice", m.id),
             ));
         }
     }
     out.messages = messages.len();
 
-    let runs = run_ids(&paths.runs_dir())?;
+    let runs = listed?;
     // A fork starts without runs (its copied messages name the parent's runs).
     if let Some(first) = &meta.first_run_id
         && !runs.contains(first)
@@ -119,8 +160,8 @@ pub fn verify_with(
             format!("firstRunId {first} has no run directory"),
         ));
     }
-    let mut journals = HashMap::new();
-    for run_id in &runs {
+    let mut tables = HashMap::new();
+    for (run_id, journal) in runs.iter().zip(journals) {
         let run_paths = paths.run(run_id);
         let run: RunState = read_json(&run_paths.run_json())?;
         let run_json = run_paths.run_json();
@@ -134,7 +175,7 @@ pub fn verify_with(
             ));
         }
         match by_id.get(run.task_message_id.as_str()) {
-            Some((_, m)) if m.role == Role::User && m.run_id == *run_id => {}
+            Some(m) if m.role == Role::User && m.run_id == *run_id => {}
             _ => {
                 return Err(corrupt(
                     &run_json,
@@ -161,26 +202,26 @@ pub fn verify_with(
         }
 
         let journal_path = run_paths.journal();
-        let records = read_chain::<JournalRecord>(&journal_path, mode, &mut out)?;
-        // Cross-references are checked on the records by reference, then the records are folded
-        // (moved, not cloned); a fold error still wins, as it is the first check of the journal.
+        let journal = journal?;
+        note_chain(&journal_path, &journal.chain, &mut out);
+        // Cross-references are checked on what was kept of each record; a fold error still
+        // wins, as it is the first check of the journal.
         let checked = (|| -> Result<()> {
-            for (i, record) in records.iter().enumerate() {
-                let line = i + 1;
+            for (line, record) in &journal.records {
+                let line = *line;
                 match record {
-                    JournalRecord::Started {
+                    OpRef::Started {
                         op_id,
                         message_id,
                         tool_call_id,
                         call_index,
-                        ..
                     } => {
-                        let asks = by_id.get(message_id.as_str()).is_some_and(|(_, m)| {
+                        let asks = by_id.get(message_id.as_str()).is_some_and(|m| {
                             m.role == Role::Assistant
                                 && m.run_id == *run_id
-                                && m.tool_calls
+                                && m.call_ids
                                     .get(*call_index)
-                                    .is_some_and(|c| c.id == *tool_call_id)
+                                    .is_some_and(|c| c == tool_call_id)
                         });
                         if !asks {
                             return Err(corrupt_at(
@@ -192,12 +233,11 @@ pub fn verify_with(
                             ));
                         }
                     }
-                    JournalRecord::Settled {
+                    OpRef::Settled {
                         op_id,
                         turn_message_id,
-                        ..
                     } => {
-                        let answers = by_id.get(turn_message_id.as_str()).is_some_and(|(_, m)| {
+                        let answers = by_id.get(turn_message_id.as_str()).is_some_and(|m| {
                             m.role == Role::Tool && m.op_id.as_deref() == Some(op_id.as_str())
                         });
                         if !answers {
@@ -210,21 +250,17 @@ pub fn verify_with(
                             ));
                         }
                     }
-                    JournalRecord::OutcomeKnown { output, .. }
-                    | JournalRecord::Resolved { output, .. } => {
-                        if let Some(blob) = &output.blob {
-                            let name = blob.sha256.strip_prefix("sha256:").unwrap_or(&blob.sha256);
-                            check_blob(blobs_dir, name, blob.bytes, hashed)
-                                .map_err(|why| corrupt_at(&journal_path, line, why))?;
-                            out.blobs.insert(name.to_string());
-                        }
+                    OpRef::Blob { sha256, bytes } => {
+                        let name = sha256.strip_prefix("sha256:").unwrap_or(sha256);
+                        check_blob(blobs_dir, name, *bytes, hashed)
+                            .map_err(|why| corrupt_at(&journal_path, line, why))?;
+                        out.blobs.insert(name.to_string());
                     }
-                    JournalRecord::OutcomeUnknown { .. } => {}
                 }
             }
             Ok(())
         })();
-        let table = journal::fold(&journal_path, records)?;
+        let table = journal.table?;
         checked?;
         if run.status == RunStatus::InputRequired {
             for op in &run.unknown_ops {
@@ -239,19 +275,19 @@ pub fn verify_with(
             }
         }
         out.operations += table.ops().len();
-        journals.insert(run_id.clone(), table);
+        tables.insert(run_id.clone(), table);
     }
 
     // A fork's copied prefix belongs to its parent's runs (reachable through `parentId`).
     let inherited = meta.fork_point.as_ref().map_or(0, |p| p.copied());
-    for (id, (line, m)) in &by_id {
-        if *line <= inherited {
+    for (id, m) in &by_id {
+        if m.line <= inherited {
             continue;
         }
-        let Some(table) = journals.get(&m.run_id) else {
+        let Some(table) = tables.get(&m.run_id) else {
             return Err(corrupt_at(
                 &messages_path,
-                *line,
+                m.line,
                 format!(
                     "message {id} belongs to run {}, which has no run directory",
                     m.run_id
@@ -263,7 +299,7 @@ pub fn verify_with(
         {
             return Err(corrupt_at(
                 &messages_path,
-                *line,
+                m.line,
                 format!(
                     "tool message {id} answers operation {op_id}, which the journal of run {} does not hold",
                     m.run_id
@@ -274,6 +310,201 @@ pub fn verify_with(
     out.runs = runs;
     out.torn_tails.sort();
     Ok(out)
+}
+
+/// Reads chained files on a background thread as they become complete, ahead of
+/// [`verify_with`]: import hands it each staged `messages.jsonl` and `journal.jsonl` while it is
+/// still decoding the rest of the bundle, so reading, hashing and parsing them overlaps with it.
+/// The files must not change after they are handed over. Dropping it abandons the work.
+pub struct Prefetch {
+    jobs: Option<std::sync::mpsc::Sender<(PathBuf, bool)>>,
+    worker: Option<std::thread::JoinHandle<HashMap<PathBuf, Early>>>,
+}
+
+/// A file read by a [`Prefetch`].
+enum Early {
+    Messages(Result<(Vec<MsgRef>, ChainEnd)>),
+    Journal(Result<JournalRead>),
+}
+
+impl Prefetch {
+    /// A prefetch that reads nothing ahead.
+    pub fn none() -> Prefetch {
+        Prefetch {
+            jobs: None,
+            worker: None,
+        }
+    }
+
+    /// A prefetch with one worker thread, checking files with `mode`.
+    pub fn start(mode: Mode) -> Prefetch {
+        let (tx, rx) = std::sync::mpsc::channel::<(PathBuf, bool)>();
+        let worker = std::thread::spawn(move || {
+            let mut done = HashMap::new();
+            for (path, journal) in rx {
+                let early = if journal {
+                    Early::Journal(read_journal(&path, mode))
+                } else {
+                    Early::Messages(read_messages(&path, mode))
+                };
+                done.insert(path, early);
+            }
+            done
+        });
+        Prefetch {
+            jobs: Some(tx),
+            worker: Some(worker),
+        }
+    }
+
+    /// Queues the complete message log at `path`.
+    pub fn messages(&self, path: &Path) {
+        if let Some(jobs) = &self.jobs {
+            let _ = jobs.send((path.to_path_buf(), false));
+        }
+    }
+
+    /// Queues the complete run journal at `path`.
+    pub fn journal(&self, path: &Path) {
+        if let Some(jobs) = &self.jobs {
+            let _ = jobs.send((path.to_path_buf(), true));
+        }
+    }
+
+    /// Waits for the queued files.
+    fn finish(mut self) -> HashMap<PathBuf, Early> {
+        drop(self.jobs.take());
+        match self.worker.take() {
+            Some(worker) => worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            None => HashMap::new(),
+        }
+    }
+}
+
+/// What verification keeps of a message: its ids and links, not its content (so memory does
+/// not grow with the size of the log).
+struct MsgRef {
+    line: usize,
+    id: String,
+    run_id: String,
+    role: Role,
+    /// The ids of an assistant message's tool calls, in order.
+    call_ids: Vec<String>,
+    op_id: Option<String>,
+}
+
+/// What verification keeps of a journal record for the cross-references.
+enum OpRef {
+    Started {
+        op_id: String,
+        message_id: String,
+        tool_call_id: String,
+        call_index: usize,
+    },
+    Settled {
+        op_id: String,
+        turn_message_id: String,
+    },
+    /// An outcome whose full output is in a blob.
+    Blob { sha256: String, bytes: u64 },
+}
+
+/// A run journal read: its chain, its folded table (or the fold's first error) and the
+/// references of its records (with their line numbers).
+struct JournalRead {
+    chain: ChainEnd,
+    table: Result<OpTable>,
+    records: Vec<(usize, OpRef)>,
+}
+
+fn read_messages(path: &Path, mode: Mode) -> Result<(Vec<MsgRef>, ChainEnd)> {
+    let mut messages = Vec::new();
+    let chain = fsx::visit_chain(path, |m: Message| {
+        messages.push(MsgRef {
+            // Every record is one line, in order.
+            line: messages.len() + 1,
+            id: m.id,
+            run_id: m.run_id,
+            role: m.role,
+            call_ids: m.tool_calls.into_iter().map(|c| c.id).collect(),
+            op_id: m.op_id,
+        });
+    })?;
+    strict(path, &chain, mode)?;
+    Ok((messages, chain))
+}
+
+fn read_journal(path: &Path, mode: Mode) -> Result<JournalRead> {
+    let mut folder = Folder::default();
+    let mut records = Vec::new();
+    let mut line = 0;
+    let chain = fsx::visit_chain(path, |record: JournalRecord| {
+        line += 1;
+        let kept = match &record {
+            JournalRecord::Started {
+                op_id,
+                message_id,
+                tool_call_id,
+                call_index,
+                ..
+            } => Some(OpRef::Started {
+                op_id: op_id.clone(),
+                message_id: message_id.clone(),
+                tool_call_id: tool_call_id.clone(),
+                call_index: *call_index,
+            }),
+            JournalRecord::Settled {
+                op_id,
+                turn_message_id,
+                ..
+            } => Some(OpRef::Settled {
+                op_id: op_id.clone(),
+                turn_message_id: turn_message_id.clone(),
+            }),
+            JournalRecord::OutcomeKnown { output, .. } | JournalRecord::Resolved { output, .. } => {
+                output.blob.as_ref().map(|b| OpRef::Blob {
+                    sha256: b.sha256.clone(),
+                    bytes: b.bytes,
+                })
+            }
+            JournalRecord::OutcomeUnknown { .. } => None,
+        };
+        if let Some(kept) = kept {
+            records.push((line, kept));
+        }
+        folder.push(record);
+    })?;
+    strict(path, &chain, mode)?;
+    Ok(JournalRead {
+        chain,
+        table: folder.finish(path),
+        records,
+    })
+}
+
+/// A torn last line is a crash's leftover in place, damage in a bundle.
+fn strict(path: &Path, chain: &ChainEnd, mode: Mode) -> Result<()> {
+    if let Some(tail) = &chain.torn_tail
+        && mode == Mode::Strict
+    {
+        return Err(corrupt_at(
+            path,
+            tail.line,
+            "incomplete last line (the file was cut short)".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn note_chain(path: &Path, chain: &ChainEnd, out: &mut Verified) {
+    out.complete_lengths
+        .insert(path.to_path_buf(), chain.complete_len);
+    if let Some(tail) = &chain.torn_tail {
+        out.torn_tails
+            .push(format!("{}:{}", path.display(), tail.line));
+    }
 }
 
 /// The lock must re-derive (definition hash, policy hash, budgets, capabilities):
@@ -332,24 +563,6 @@ fn check_blob(
         ));
     }
     Ok(())
-}
-
-fn read_chain<T: DeserializeOwned>(path: &Path, mode: Mode, out: &mut Verified) -> Result<Vec<T>> {
-    let file = fsx::read_chain::<T>(path)?;
-    out.complete_lengths
-        .insert(path.to_path_buf(), file.complete_len);
-    if let Some(tail) = &file.torn_tail {
-        if mode == Mode::Strict {
-            return Err(corrupt_at(
-                path,
-                tail.line,
-                "incomplete last line (the file was cut short)".into(),
-            ));
-        }
-        out.torn_tails
-            .push(format!("{}:{}", path.display(), tail.line));
-    }
-    Ok(file.records)
 }
 
 fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
