@@ -202,6 +202,50 @@ fn sections_never_drop_a_mandatory_section() {
 }
 
 #[test]
+fn sections_refuse_an_unknown_name_and_list_the_valid_ones() {
+    let env = TestEnv::new();
+    copy_repo(&env, "v7");
+    let run = manifest(
+        &env,
+        V7,
+        "T-login-form",
+        &[
+            "--sections",
+            "authorization,repository_rules,acceptance,history_trigers",
+            "--out",
+            "m.json",
+        ],
+    );
+    run.expect(2);
+    assert!(
+        run.stderr.contains(
+            "--sections names unknown section(s) history_trigers - valid sections: acceptance, \
+             as_of, authorization, dead_ends, evidence, freshness, history_triggers, \
+             next_action, repository_rules, touched_surface"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty());
+    assert!(!env.path().join("m.json").exists(), "nothing written");
+
+    // An always-present section may be named; an empty item is no name.
+    let run = manifest(
+        &env,
+        V7,
+        "T-login-form",
+        &[
+            "--sections",
+            "authorization,repository_rules,acceptance,evidence,",
+        ],
+    );
+    run.expect(0);
+    let doc: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert!(doc.get("history_triggers").is_none());
+    assert!(doc.get("evidence").is_some());
+}
+
+#[test]
 fn an_approval_for_an_old_revision_does_not_count() {
     let env = TestEnv::new();
     let repo = copy_repo(&env, "v7");

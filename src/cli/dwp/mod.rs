@@ -21,7 +21,7 @@ const AFTER_HELP: &str = "Exit codes:
    1  failed (a descriptor audit found a FAIL, a stale summary, a resource hold, or an internal
       error)
    2  usage error, or a refused config write (the file is left unchanged); a --sections list
-      without a mandatory section
+      without a mandatory section or naming an unknown section
    3  not found (plan folder, contract, task, an undeclared limit, an unknown reservation key)
    4  invalid input (unknown ability in --caps, bad JSON, an invalid contract or journal event)
    5  conflict (another writer holds the plan's lock; a reservation already settled otherwise)

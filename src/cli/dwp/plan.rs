@@ -20,7 +20,7 @@ pub struct ManifestArgs {
     #[arg(long, value_name = "T")]
     task: String,
     /// Comma-separated sections to include; must name authorization, repository_rules and
-    /// acceptance. history_triggers is the only optional one.
+    /// acceptance. history_triggers is the only optional one; an unknown name is refused.
     #[arg(long, value_name = "A,B,…")]
     sections: Option<String>,
     /// Also write the output to FILE (replaced atomically; parent directories are created).

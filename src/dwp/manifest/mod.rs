@@ -58,11 +58,48 @@ impl Records {
     }
 }
 
-/// Which optional sections to include, from `--sections a,b,…` (None = all). Refuses a list
-/// that leaves out a mandatory section.
+/// The sections `--sections` may name: the mandatory ones, the one optional one, and those that
+/// are always present (naming them changes nothing). Sorted, as the document's keys are.
+pub const SECTIONS: [&str; 10] = [
+    "acceptance",
+    "as_of",
+    "authorization",
+    "dead_ends",
+    "evidence",
+    "freshness",
+    "history_triggers",
+    "next_action",
+    "repository_rules",
+    "touched_surface",
+];
+
+/// Which optional sections to include, from `--sections a,b,…` (None = all). Refuses a name
+/// that is no section of the manifest (a typo would otherwise silently drop
+/// `history_triggers`) and a list that leaves out a mandatory section. Empty items are skipped.
 pub fn parse_sections(arg: Option<&str>) -> Result<Option<Vec<String>>> {
     let Some(arg) = arg else { return Ok(None) };
-    let items: Vec<String> = arg.split(',').map(|s| s.trim().to_string()).collect();
+    let items: Vec<String> = arg
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let unknown: Vec<&str> = items
+        .iter()
+        .map(String::as_str)
+        .filter(|i| !SECTIONS.contains(i))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(Error::usage(format!(
+            "--sections names unknown section(s) {} - valid sections: {}",
+            unknown.join(", "),
+            SECTIONS.join(", ")
+        ))
+        .with_hint(format!(
+            "{} are mandatory, history_triggers is the only optional one, the others are always \
+             present",
+            MANDATORY.join(", ")
+        )));
+    }
     let missing: Vec<&str> = MANDATORY
         .iter()
         .copied()
