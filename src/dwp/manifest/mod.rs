@@ -221,13 +221,13 @@ pub fn derive(records: &Records, task_id: &str, sections: Option<&[String]>) -> 
         }
     }
 
-    let files = surface::files(&records.plan.root, &task.touched_surface)?;
-    let mut missing: Vec<&str> = files
+    let surface = surface::files(&records.plan.root, &task.touched_surface)?;
+    let missing: Vec<&str> = surface
+        .files
         .iter()
-        .filter(|(_, h)| h.is_none())
+        .filter(|(p, h)| h.is_none() && !surface.outside.contains(*p))
         .map(|(p, _)| p.as_str())
         .collect();
-    missing.sort();
     let mut reasons = Vec::new();
     if !missing.is_empty() {
         reasons.push(format!(
@@ -235,12 +235,20 @@ pub fn derive(records: &Records, task_id: &str, sections: Option<&[String]>) -> 
             missing.join(", ")
         ));
     }
+    if !surface.outside.is_empty() {
+        let outside: Vec<&str> = surface.outside.iter().map(String::as_str).collect();
+        reasons.push(format!(
+            "touched-surface entries outside the repository (not read): {}",
+            outside.join(", ")
+        ));
+    }
     if evidence_list.is_empty() {
         reasons.push(
             "no in-window accepted evidence yet - the impact of the surface is unmapped".into(),
         );
     }
-    let files_value: Map<String, Value> = files
+    let files_value: Map<String, Value> = surface
+        .files
         .into_iter()
         .map(|(k, v)| (k, v.map_or(Value::Null, Value::String)))
         .collect();

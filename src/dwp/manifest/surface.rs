@@ -1,35 +1,47 @@
 //! The task's touched surface (dwp-details.md §2.5): every declared file's sha256, directories
 //! expanded to the files beneath them.
 //!
-//! The manifest reads nothing outside the plan and its repository: an entry that resolves
-//! outside the repository root (an absolute path elsewhere, `..`, or a symlink pointing out) is
-//! not read and is reported like a missing file (`null`).
+//! §2.5 hashes an absolute entry like a relative one, but the manifest reads nothing outside the
+//! plan and its repository (dwp.md §4): an absolute entry inside the repository is hashed; an
+//! entry that resolves outside the repository root (an absolute path elsewhere, `..`, or a
+//! symlink pointing out) is not read, stays `null` like a missing file, and is reported as
+//! outside the repository rather than as missing on disk.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Component, Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-/// `path → sha256 hex` (or `None` when not a regular file inside the repository).
-pub fn files(root: &Path, surface: &[String]) -> Result<BTreeMap<String, Option<String>>> {
+/// The surface as the manifest reports it.
+#[derive(Debug, Default)]
+pub struct Surface {
+    /// `path → sha256 hex` (None when not a regular file inside the repository).
+    pub files: BTreeMap<String, Option<String>>,
+    /// The keys of `files` that resolve outside the repository (never read).
+    pub outside: BTreeSet<String>,
+}
+
+pub fn files(root: &Path, surface: &[String]) -> Result<Surface> {
     let canonical_root = root
         .canonicalize()
         .map_err(|e| Error::io("resolve the repository root", root, e))?;
-    let mut out = BTreeMap::new();
+    let mut out = Surface::default();
     for entry in surface {
         let path = if Path::new(entry).is_absolute() {
             PathBuf::from(entry)
         } else {
             root.join(entry)
         };
-        if path.is_dir() && inside(&canonical_root, &path) {
+        if !inside(root, &canonical_root, &path) {
+            out.files.insert(entry.clone(), None);
+            out.outside.insert(entry.clone());
+        } else if path.is_dir() {
             let mut found: Vec<PathBuf> = walkdir::WalkDir::new(&path)
                 .follow_links(false)
                 .into_iter()
                 .filter_map(|e| e.ok())
                 .filter(|e| !e.file_type().is_dir())
                 .map(|e| e.into_path())
-                .filter(|p| p.is_file())
                 .collect();
             found.sort();
             for file in found {
@@ -37,24 +49,44 @@ pub fn files(root: &Path, surface: &[String]) -> Result<BTreeMap<String, Option<
                     .strip_prefix(root)
                     .map(|p| p.to_string_lossy().into_owned())
                     .unwrap_or_else(|_| file.to_string_lossy().into_owned());
-                let hash = hash_inside(&canonical_root, &file)?;
-                out.insert(key, hash);
+                if inside(root, &canonical_root, &file) {
+                    out.files.insert(key, hash(&file)?);
+                } else {
+                    out.files.insert(key.clone(), None);
+                    out.outside.insert(key);
+                }
             }
         } else {
-            let hash = hash_inside(&canonical_root, &path)?;
-            out.insert(entry.clone(), hash);
+            out.files.insert(entry.clone(), hash(&path)?);
         }
     }
     Ok(out)
 }
 
-fn inside(canonical_root: &Path, path: &Path) -> bool {
-    path.canonicalize()
-        .is_ok_and(|p| p.starts_with(canonical_root))
+/// Whether `path` resolves inside the repository: by its real path when it exists (symlinks
+/// followed), else lexically (`..` applied) against the root as given or canonical.
+fn inside(root: &Path, canonical_root: &Path, path: &Path) -> bool {
+    match path.canonicalize() {
+        Ok(real) => real.starts_with(canonical_root),
+        Err(_) => {
+            let mut lexical = PathBuf::new();
+            for component in path.components() {
+                match component {
+                    Component::ParentDir => {
+                        lexical.pop();
+                    }
+                    Component::CurDir => {}
+                    other => lexical.push(other),
+                }
+            }
+            lexical.starts_with(root) || lexical.starts_with(canonical_root)
+        }
+    }
 }
 
-fn hash_inside(canonical_root: &Path, path: &Path) -> Result<Option<String>> {
-    if !path.is_file() || !inside(canonical_root, path) {
+/// The sha256 of a regular file (None for anything else, or nothing there).
+fn hash(path: &Path) -> Result<Option<String>> {
+    if !path.is_file() {
         return Ok(None);
     }
     let bytes = std::fs::read(path).map_err(|e| Error::io("read", path, e))?;
@@ -74,7 +106,7 @@ mod tests {
         std::fs::write(root.join("src/y.rs"), "y").unwrap();
         std::fs::write(tmp.path().join("secret"), "s").unwrap();
         std::os::unix::fs::symlink(tmp.path().join("secret"), root.join("src/link")).unwrap();
-        let map = files(
+        let surface = files(
             &root,
             &[
                 "src".into(),
@@ -84,6 +116,7 @@ mod tests {
             ],
         )
         .unwrap();
+        let map = &surface.files;
         assert_eq!(
             map.get("src/a/x.rs").unwrap().as_deref(),
             Some(crate::hash::sha256_hex(b"x").as_str())
@@ -97,5 +130,38 @@ mod tests {
         assert_eq!(map.get("../secret"), Some(&None));
         assert_eq!(map.get("nope.rs"), Some(&None));
         assert_eq!(map.get("src/*.rs"), Some(&None));
+        let outside: Vec<&str> = surface.outside.iter().map(String::as_str).collect();
+        assert_eq!(outside, ["../secret", "src/link"]);
+    }
+
+    #[test]
+    fn absolute_entries_are_hashed_inside_and_not_read_outside() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("repo");
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join("src/y.rs"), "y").unwrap();
+        std::fs::write(tmp.path().join("secret"), "s").unwrap();
+        let inside_abs = root.join("src/y.rs").display().to_string();
+        let outside_abs = tmp.path().join("secret").display().to_string();
+        let gone_abs = tmp.path().join("gone/x.rs").display().to_string();
+        let gone_in = root.join("src/gone.rs").display().to_string();
+        let surface = files(
+            &root,
+            &[
+                inside_abs.clone(),
+                outside_abs.clone(),
+                gone_abs.clone(),
+                gone_in.clone(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            surface.files[&inside_abs].as_deref(),
+            Some(crate::hash::sha256_hex(b"y").as_str())
+        );
+        assert_eq!(surface.files[&outside_abs], None);
+        assert_eq!(surface.files[&gone_in], None);
+        let outside: Vec<&String> = surface.outside.iter().collect();
+        assert_eq!(outside, [&gone_abs, &outside_abs]);
     }
 }
