@@ -26,6 +26,10 @@ pub const ALL: &[&str] = &[
     // `session import` (bundle::import): staged and verified, blobs moved, Session renamed.
     "import.after-staging",
     "import.before-rename",
+    // A plan journal append (dwp::plan::writer): validated and about to be written under the
+    // writer lock; written and fsynced, not yet reported.
+    "dwp.append.before-write",
+    "dwp.append.after-write",
 ];
 
 /// Aborts the process if the `KXEN_FAILPOINT` environment variable equals `name`.

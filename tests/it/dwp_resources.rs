@@ -523,3 +523,133 @@ fn host_records_count_and_caps_win_per_ability() {
     assert_eq!(report["host_capabilities"]["meter_spend"], true);
     assert_eq!(row(&report, "spend_usd")["spent"], json!(3.75));
 }
+
+/// `dwp resources VERB --plan V7 ARGS` aborted at `point`; the process must die there.
+#[cfg(feature = "failpoints")]
+fn crash(env: &TestEnv, point: &str, verb: &str, extra: &[&str]) {
+    let out = env
+        .cmd("dwp")
+        .env("KXEN_FAILPOINT", point)
+        .args(["resources", verb, "--plan", V7])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        None,
+        "{point}: the failpoint was not reached"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{point}: nothing reported before the crash"
+    );
+}
+
+/// The live journal without the fixture's torn last line (an earlier crash), so the only
+/// append of the next write is the one under test.
+#[cfg(feature = "failpoints")]
+fn drop_torn_tail(env: &TestEnv, plan: &str) -> Vec<u8> {
+    let path = env.path().join(plan).join("journal.ndjson");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let complete: String = text
+        .split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .collect();
+    std::fs::write(&path, &complete).unwrap();
+    complete.into_bytes()
+}
+
+/// `settle` and `exhaust` aborted around their one append: before the write the journal is
+/// unchanged, after it the journal has the complete line; either way a rerun ends with exactly
+/// one record, and a further rerun writes nothing.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_crash_mid_append_leaves_the_journal_whole_and_a_rerun_settles_once() {
+    let settle = ["--disposition", "committed", "--detail", "child finished"];
+    let exhaust = ["--limit", "spend_usd", "--detail", "budget hit"];
+    for point in ["dwp.append.before-write", "dwp.append.after-write"] {
+        for verb in ["settle", "exhaust"] {
+            let env = TestEnv::new();
+            copy_repo(&env, "v7");
+            let journal = env.path().join(V7).join("journal.ndjson");
+            let mut args: Vec<String> = Vec::new();
+            let statement = if verb == "settle" {
+                let key = add_reservation(&env, V7, json!(3.0), "usd");
+                args.extend(["--key".to_string(), key.clone()]);
+                args.extend(settle.map(String::from));
+                format!("RESERVATION: {key}: committed: child finished")
+            } else {
+                drop_torn_tail(&env, V7);
+                args.extend(exhaust.map(String::from));
+                "LIMIT: exhausted spend_usd: budget hit".to_string()
+            };
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let before = std::fs::read(&journal).unwrap();
+            let records = |env: &TestEnv| {
+                live_events(env, V7)
+                    .into_iter()
+                    .filter(|e| e["statement"] == statement.as_str())
+                    .count()
+            };
+
+            crash(&env, point, verb, &args);
+            let after = std::fs::read(&journal).unwrap();
+            if point == "dwp.append.before-write" {
+                assert_eq!(after, before, "{point} {verb}: journal unchanged");
+            } else {
+                let added = std::str::from_utf8(&after[before.len()..]).unwrap();
+                assert!(
+                    after.starts_with(&before) && added.ends_with('\n'),
+                    "{added}"
+                );
+                assert_eq!(
+                    added.lines().count(),
+                    1,
+                    "{point} {verb}: one complete line"
+                );
+                assert_eq!(records(&env), 1);
+            }
+
+            let rerun = res(&env, verb, V7, &args);
+            rerun.expect(0);
+            assert_eq!(records(&env), 1, "{point} {verb}: recorded exactly once");
+            let settled = std::fs::read(&journal).unwrap();
+            res(&env, verb, V7, &args).expect(0);
+            assert_eq!(
+                std::fs::read(&journal).unwrap(),
+                settled,
+                "replay writes nothing"
+            );
+            // The report reads the recovered journal.
+            res(&env, "report", V7, &[]).expect(0);
+        }
+    }
+}
+
+/// A power cut mid-write can leave part of the line: the next writer truncates it (recording a
+/// journal_repair) and then appends the settlement once.
+#[test]
+fn a_torn_settlement_line_is_repaired_and_settled_once() {
+    let env = TestEnv::new();
+    copy_repo(&env, "v7");
+    let journal = env.path().join(V7).join("journal.ndjson");
+    let key = add_reservation(&env, V7, json!(3.0), "usd");
+    let before = std::fs::read_to_string(&journal).unwrap();
+    let torn = format!("{before}{{\"actor\":{{\"kind\":\"helper\",\"identity\":\"dwp res");
+    std::fs::write(&journal, &torn).unwrap();
+    let args = ["--key", &key, "--disposition", "released"];
+    res(&env, "settle", V7, &args).expect(0);
+    let events = live_events(&env, V7);
+    let tail: Vec<&Value> = events.iter().rev().take(2).collect();
+    assert_eq!(tail[1]["type"], "journal_repair");
+    assert_eq!(tail[1]["byte_offset"], json!(before.len()));
+    assert_eq!(
+        tail[0]["statement"],
+        format!("RESERVATION: {key}: released")
+    );
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert!(text.starts_with(&before) && text.ends_with('\n'));
+    let settled = text.clone();
+    res(&env, "settle", V7, &args).expect(0);
+    assert_eq!(std::fs::read_to_string(&journal).unwrap(), settled);
+}

@@ -97,6 +97,9 @@ fn a_crash_at_every_failpoint_loses_nothing_and_repeats_nothing() {
         if point.starts_with("import.") {
             continue; // not on a run's path; tests/it/session_bundle.rs crashes imports there
         }
+        if point.starts_with("dwp.") {
+            continue; // plan journal appends; tests/it/dwp_resources.rs crashes them
+        }
         let env = TestEnv::new();
         let repo = env.git_repo("repo", &[("README", "x\n")]);
         let agent = fixer(&env);

@@ -23,6 +23,7 @@ use super::contract::Contract;
 use super::folder::Plan;
 use super::journal::{self, Event, Journal, Validator};
 use crate::error::{Error, Result};
+use crate::fsx::failpoint;
 use crate::fsx::{FileLock, LockWait};
 
 /// Our writer lock file inside the plan folder.
@@ -152,7 +153,9 @@ fn write(live: &Path, contract: &Contract, journal: &Journal, new: NewEvent) -> 
             live.display()
         ))
     })?;
+    failpoint::hit("dwp.append.before-write");
     crate::fsx::append_line(live, &line)?;
+    failpoint::hit("dwp.append.after-write");
     Ok(event)
 }
 
