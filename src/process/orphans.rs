@@ -7,7 +7,7 @@
 //! operator may then resolve it — which is only sound if nothing of it still runs.
 //!
 //! How: every `exec` child carries [`SESSION_VAR`]`=<session id>` (and the run and operation ids)
-//! in its environment, which its descendants inherit. At the start of every execution, under the
+//! in its environment, which its descendants inherit; so does a `command` model provider. At the start of every execution, under the
 //! Session's run lease — so no live runtime of this Session exists — every process carrying the
 //! Session's mark is a leftover and is SIGKILLed. The mark survives `setsid` and double forks;
 //! only a program that clears its environment escapes it. Linux only (it reads `/proc`); on other

@@ -77,6 +77,9 @@ impl Provider for CommandProvider {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        if let Some(id) = request.session_id {
+            command.env(process::orphans::SESSION_VAR, id);
+        }
         process::die_with_parent(&mut command);
         let mut child = command.spawn().map_err(|e| {
             Error::external(format!("cannot start {}: {e}", self.what())).with_hint(format!(
@@ -175,6 +178,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             messages: &messages,
             tools: &tools,
             timeout: None,
+            session_id: None,
         };
         let r = p.complete(&req, 0).unwrap();
         assert_eq!(r.text, "thinking");
@@ -199,6 +203,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             messages: &[],
             tools: &[],
             timeout: None,
+            session_id: None,
         };
         let (_t, p) = setup("echo 'rate limited' >&2; exit 3", "");
         let e = p.complete(&req, 0).unwrap_err();
@@ -240,6 +245,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             messages: &big,
             tools: &[],
             timeout: Some(Duration::from_secs(60)),
+            session_id: None,
         };
         assert_eq!(p.complete(&req, 0).unwrap().text, "hi");
     }

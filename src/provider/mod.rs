@@ -119,6 +119,10 @@ pub struct ModelRequest<'a> {
     pub tools: &'a [ToolSchema],
     /// A limit for this call; the provider's own timeout applies too (the shorter wins).
     pub timeout: Option<Duration>,
+    /// The Session the call serves (`None` for the Builder, before the Session exists). A command
+    /// provider's process carries it in its environment, so that one a killed runtime left
+    /// running is stopped at the Session's next start ([`crate::process::orphans`]).
+    pub session_id: Option<&'a str>,
 }
 
 /// A model client. `responses_so_far` is the number of model responses already recorded in the

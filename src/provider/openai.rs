@@ -393,6 +393,7 @@ mod tests {
                     messages: &messages,
                     tools: &tools,
                     timeout: None,
+                    session_id: None,
                 },
                 0,
             )
@@ -446,6 +447,7 @@ mod tests {
                     messages: &messages,
                     tools: &tools,
                     timeout: None,
+                    session_id: None,
                 },
                 1,
             )
@@ -491,6 +493,7 @@ mod tests {
             messages: &[],
             tools: &[],
             timeout: None,
+            session_id: None,
         };
         let e = p.complete(&req, 0).unwrap_err();
         assert_eq!(e.kind, ErrorKind::External);
@@ -525,6 +528,7 @@ mod tests {
             messages: &[],
             tools: &[],
             timeout: Some(Duration::from_secs(5)),
+            session_id: None,
         };
         assert_eq!(p.complete(&req, 0).unwrap_err().kind, ErrorKind::External);
         let p = provider(

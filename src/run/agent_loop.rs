@@ -264,6 +264,7 @@ impl Loop<'_, '_> {
         let history = Arc::clone(self.conv.history());
         let schemas = Arc::clone(&self.schemas);
         let role = self.ex.definition.spec.execution.model_role.clone();
+        let session_id = self.ex.session_id.to_string();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let result = {
@@ -272,6 +273,7 @@ impl Loop<'_, '_> {
                     messages: &history,
                     tools: &schemas,
                     timeout,
+                    session_id: Some(&session_id),
                 };
                 provider.complete(&request, responses_so_far)
             };

@@ -118,3 +118,67 @@ fn resume_stops_what_a_killed_runtime_left_running_before_recording_unknown() {
         text.stdout
     );
 }
+
+#[test]
+fn resume_stops_what_a_killed_runtime_s_model_command_left_running() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    // The first model call starts a background job (it would write `late` once `release`
+    // exists) and hangs; the runtime is killed during it. Later calls answer at once.
+    let dir = env.path().join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("model.sh"),
+        "cat > /dev/null\n\
+         if [ ! -e started ]; then\n\
+         (while [ ! -e release ]; do sleep 0.05; done; touch late) </dev/null >/dev/null 2>&1 &\n\
+         touch started\n\
+         exec sleep 30\n\
+         fi\n\
+         echo '{\"text\":\"done\"}'\n",
+    )
+    .unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "[providers.cmd]\nkind = \"command\"\nargv = [\"sh\", \"model.sh\"]\n\n[roles]\nexecution = \"cmd\"\n",
+    )
+    .unwrap();
+    let mut child = env
+        .cmd("kxen-agent")
+        .args(["run", "--workspace", repo.to_str().unwrap(), "--task", "Go"])
+        .args(["--agent", agent.to_str().unwrap()])
+        .args(["--config", config.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    while !dir.join("started").exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let list = env.run("kxen-agent", &["session", "list"]);
+    let session = list.jsonl()[0]["id"].as_str().unwrap().to_string();
+
+    let resumed = env.run(
+        "kxen-agent",
+        &["--resume", &session, "--config", config.to_str().unwrap()],
+    );
+    resumed.expect(0);
+    assert!(
+        resumed.stdout.contains("\"type\":\"warning\"") && resumed.stdout.contains("stopped "),
+        "{}",
+        resumed.stdout
+    );
+    std::fs::write(dir.join("release"), "").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        assert!(
+            !dir.join("late").exists(),
+            "a leftover of the killed model call ran on after recovery"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
