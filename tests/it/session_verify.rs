@@ -192,3 +192,79 @@ fn a_torn_tail_is_reported_not_refused_and_bad_ids_touch_nothing() {
     )
     .expect(3);
 }
+
+/// Journal lines for `records`, hash-chained as the runtime writes them.
+fn rechain(records: &[serde_json::Value]) -> Vec<String> {
+    let mut prev = kxen::fsx::chain::GENESIS.to_string();
+    records
+        .iter()
+        .map(|r| {
+            let line = kxen::fsx::chain::chain_line(&r.to_string(), &prev);
+            prev = kxen::fsx::chain::line_hash(line.as_bytes());
+            line
+        })
+        .collect()
+}
+
+/// Several kinds of damage in one journal: verify reports them in a fixed order — a broken
+/// chain, then an illegal sequence, then a dangling cross-reference — whatever their lines.
+#[test]
+fn journal_damage_is_reported_chain_first_then_sequence_then_references() {
+    let env = TestEnv::new();
+    let b = session(&env);
+    let journal = session_dir(&env, &b)
+        .join("runs")
+        .join(&b.run_id)
+        .join("journal.jsonl");
+    let mut records: Vec<serde_json::Value> = std::fs::read_to_string(&journal)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("prevHash");
+            v
+        })
+        .collect();
+    assert_eq!(records.len(), 12);
+    assert_eq!(records[2]["phase"], "settled");
+    let write = |lines: &[String]| std::fs::write(&journal, lines.join("\n") + "\n").unwrap();
+    let verify = || {
+        let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+        run.expect(10);
+        run.stderr
+    };
+
+    // Line 3 settles with a message that does not exist: a dangling reference.
+    records[2]["turnMessageId"] = json!("msg_nope");
+    write(&rechain(&records));
+    let err = verify();
+    assert!(
+        err.contains("journal.jsonl:3: operation")
+            && err.contains("which messages.jsonl does not hold"),
+        "{err}"
+    );
+
+    // Line 13 starts the first operation again: the illegal sequence wins over line 3.
+    records.push(records[0].clone());
+    write(&rechain(&records));
+    let err = verify();
+    assert!(
+        err.contains("journal.jsonl:13: operation") && err.contains("started twice"),
+        "{err}"
+    );
+
+    // Line 14 names the wrong predecessor: the broken chain wins over both.
+    let mut lines = rechain(&records);
+    let mut extra = records[1].clone();
+    extra["opId"] = json!("op_extra");
+    lines.push(kxen::fsx::chain::chain_line(
+        &extra.to_string(),
+        kxen::fsx::chain::GENESIS,
+    ));
+    write(&lines);
+    let err = verify();
+    assert!(
+        err.contains("journal.jsonl:14: the chain is broken"),
+        "{err}"
+    );
+}
