@@ -1,13 +1,16 @@
 //! `session import FILE --workspace PATH`.
 //!
-//! The bundle is read as a stream (one file's content in memory at a time) straight into
-//! `sessions/.staging-<ses>/` — the name readers already ignore and Session creation uses — under
-//! that staging directory's run lease. Order of checks: the format version, the Session id, the
-//! workspace identity and branch of PATH against the bundle's binding and that no Session with
-//! this id exists (all before anything is written); then, per entry, path safety (every id
-//! validated before a path is built), size and SHA-256; then the manifest and its section
-//! hashes; then the staged Session is verified end to end (chains, cross-references, lock,
-//! blobs). Only then are blobs moved into `blobs/` and the Session renamed into place. Any
+//! The bundle is read as a stream ([`super::reader`]): each file's and blob's content is decoded
+//! and hashed straight into `sessions/.staging-<ses>/` — the name readers already ignore and
+//! Session creation uses — under that staging directory's run lease, so no content is held whole
+//! (session.json, needed before the staging directory exists, is the exception). Order of
+//! checks: the format version and the Session id, then, per entry as it arrives, path safety
+//! (every id validated before a path is built), size and SHA-256; then the manifest and its
+//! section hashes; then the staged Session is verified end to end (chains, cross-references,
+//! lock, blobs; each chained file is read ahead on a second thread as soon as it is staged).
+//! Only once the whole bundle has passed (exit 4 or 10 otherwise) come the checks against the
+//! target: no Session with this id exists, and PATH has the bundle's workspace identity and
+//! branch (exit 5). Then blobs are moved into `blobs/` and the Session renamed into place. Any
 //! failure removes the staging directory (and a state dir this import created), so the target
 //! is left as it was.
 
@@ -97,7 +100,6 @@ pub fn import(state: &StateDir, req: &ImportRequest) -> Result<Imported> {
         blobs: Vec::new(),
         blob_names: HashSet::new(),
         manifest: None,
-        binding: None,
         early: verify::Prefetch::start(Mode::Strict),
     };
     let result = read_and_install(&mut ctx, file);
@@ -195,10 +197,11 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Imported> {
         ));
     }
 
-    // Bind the Session to PATH: identity and branch were checked when session.json arrived.
+    // Only now, with the whole bundle read and verified, the checks against this state dir and
+    // PATH; then bind the Session to PATH.
     let mut meta: SessionMeta = SessionMeta::read(&paths, &id)?;
-    let (binding, previous) = ctx.binding.take().expect("checked with session.json");
-    meta.workspace = binding;
+    let binding = ctx.check_target(&id, &meta)?;
+    let previous = std::mem::replace(&mut meta.workspace, binding).root;
     fsx::write_atomic_json(&paths.session_json(), &meta, fsx::STATE_FILE_MODE)?;
     let record = ImportRecord {
         imported_at: crate::clock::now_rfc3339(),
@@ -271,8 +274,6 @@ struct Ctx<'a> {
     blobs: Vec<BlobSum>,
     blob_names: HashSet<String>,
     manifest: Option<Manifest>,
-    /// The binding at PATH and the bundle's original root.
-    binding: Option<(git::WorkspaceBinding, PathBuf)>,
     /// Chained files already staged, being read ahead of the final verification.
     early: verify::Prefetch,
 }
@@ -304,36 +305,6 @@ impl Ctx<'_> {
                 ),
             ));
         }
-        let target = self.state.session(&id);
-        if target.dir.symlink_metadata().is_ok() {
-            return Err(Error::conflict(format!(
-                "session {id} already exists in {}",
-                self.state.root().display()
-            ))
-            .with_hint(format!(
-                "it was imported (or created) here before: continue it with \
-                 `kxen-agent --resume {id}`, {}",
-                crate::run::SAME_FLAGS
-            )));
-        }
-        let verified = git::verify(&meta.workspace, &self.req.workspace, true).map_err(|e| {
-            if e.kind == ErrorKind::Conflict {
-                let mut err = Error::conflict(format!(
-                    "cannot import session {id} into workspace {}: {}",
-                    self.req.workspace.display(),
-                    e.message
-                ));
-                err.hints = vec![
-                    "import into a clone of the Session's repository, on the Session's branch"
-                        .into(),
-                ];
-                err
-            } else {
-                e
-            }
-        })?;
-        self.binding = Some((verified.binding, meta.workspace.root.clone()));
-
         let mut created = Vec::new();
         for dir in [self.state.root().to_path_buf(), self.state.sessions_dir()] {
             if !dir.exists() {
@@ -369,6 +340,42 @@ impl Ctx<'_> {
             created,
         });
         Ok(())
+    }
+
+    /// The checks against this state dir and PATH, made only once the whole bundle has been
+    /// read and verified (so damaged input is always exit 4 or 10, whatever PATH is): no Session
+    /// with this id exists here, and PATH has the Session's workspace identity and branch.
+    /// Returns the binding at PATH.
+    fn check_target(&self, id: &str, meta: &SessionMeta) -> Result<git::WorkspaceBinding> {
+        let target = self.state.session(id);
+        if target.dir.symlink_metadata().is_ok() {
+            return Err(Error::conflict(format!(
+                "session {id} already exists in {}",
+                self.state.root().display()
+            ))
+            .with_hint(format!(
+                "it was imported (or created) here before: continue it with \
+                 `kxen-agent --resume {id}`, {}",
+                crate::run::SAME_FLAGS
+            )));
+        }
+        let verified = git::verify(&meta.workspace, &self.req.workspace, true).map_err(|e| {
+            if e.kind == ErrorKind::Conflict {
+                let mut err = Error::conflict(format!(
+                    "cannot import session {id} into workspace {}: {}",
+                    self.req.workspace.display(),
+                    e.message
+                ));
+                err.hints = vec![
+                    "import into a clone of the Session's repository, on the Session's branch"
+                        .into(),
+                ];
+                err
+            } else {
+                e
+            }
+        })?;
+        Ok(verified.binding)
     }
 
     /// Checks a file entry's path as soon as it is read: session.json first (and only first),

@@ -485,3 +485,59 @@ fn a_killed_import_leaves_the_target_unchanged_and_a_retry_succeeds() {
         .expect(0);
     }
 }
+
+/// Damage is always reported as damage (exit 4 or 10), never hidden behind the checks against
+/// the target: a wrong `--workspace` or a Session id that already exists here (exit 5) is only
+/// looked at once the whole bundle has been read and verified.
+#[test]
+fn damage_is_reported_before_the_workspace_and_existing_session_checks() {
+    let (env, repo) = setup();
+    let other = env.git_repo("other", &[("b.txt", "b\n")]);
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bundles");
+    let good = std::fs::read_to_string(fixtures.join("good.bundle.json")).unwrap();
+    // An unknown member after the manifest: the last thing in the file.
+    let body = good.trim_end().strip_suffix('}').unwrap();
+    let after = env.path().join("after-manifest.bundle.json");
+    std::fs::write(&after, format!("{body},\"note\":1}}\n")).unwrap();
+    let after_names = "unknown top-level field \"note\" after the manifest";
+
+    assert_refused(&env, &other, "after-manifest", &after, 4, after_names);
+    for (name, _, code, names) in corpus(&good) {
+        let path = fixtures.join(format!("{name}.bundle.json"));
+        assert_refused(&env, &other, name, &path, code, names);
+    }
+
+    // The same Session, imported for real: damaged copies of it are still damage.
+    let target = env.path().join("target-state");
+    let import = |bundle: &Path, workspace: &Path| {
+        env.run(
+            "kxen-agent",
+            &[
+                "--state-dir",
+                target.to_str().unwrap(),
+                "session",
+                "import",
+                bundle.to_str().unwrap(),
+                "--workspace",
+                workspace.to_str().unwrap(),
+            ],
+        )
+    };
+    import(&fixtures.join("good.bundle.json"), &repo).expect(0);
+    assert_refused(
+        &env,
+        &repo,
+        "after-manifest, exists",
+        &after,
+        4,
+        after_names,
+    );
+    for (name, _, code, names) in corpus(&good) {
+        let path = fixtures.join(format!("{name}.bundle.json"));
+        assert_refused(&env, &repo, name, &path, code, names);
+    }
+    // The undamaged bundle is then refused for what it is: already here.
+    let again = import(&fixtures.join("good.bundle.json"), &repo);
+    again.expect(5);
+    assert!(again.stderr.contains("already exists"), "{}", again.stderr);
+}
