@@ -71,10 +71,13 @@ fn main() {
         },
     );
     let ses = built.session_id;
-    // The children's peak RSS (wait4) includes what this process held when it spawned them
-    // (before exec); hand the builder's freed memory back so that figure is the child's own.
+    // A child's peak RSS (wait4) starts from this process's own peak when it is spawned (Linux
+    // carries the pre-exec high-water mark over exec), and building the Session peaks high:
+    // return the freed heap and reset this process's high-water mark (clear_refs 5), so the
+    // figures below are the children's own.
     // SAFETY: malloc_trim only returns free heap pages to the OS.
     unsafe { libc::malloc_trim(0) };
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
     let session_dir = state_a.join("sessions").join(&ses);
     let blobs_dir = state_a.join("blobs");
     let files: Vec<PathBuf> = [&session_dir, &blobs_dir]

@@ -412,10 +412,10 @@ impl Ctx<'_> {
                 if let Some(parent) = path.parent() {
                     fsx::create_staged_dir(parent)?;
                 }
-                Ok(Sink::staged(fsx::StagedFile::create(
-                    &path,
-                    fsx::STATE_FILE_MODE,
-                )?))
+                let mut sink = Sink::staged(fsx::StagedFile::create(&path, fsx::STATE_FILE_MODE)?);
+                // A chained file's bytes also go to the chain check as they are written.
+                sink.feed = chained(rel).and_then(|journal| self.early.stream(&path, journal));
+                Ok(sink)
             }
             _ => Ok(Sink::memory()),
         }
@@ -453,13 +453,10 @@ impl Ctx<'_> {
                 fsx::create_staged_dir(parent)?;
             }
             fsx::write_staged(&path, &held, fsx::STATE_FILE_MODE)?;
-        }
-        // The file is complete on disk: its chain can be checked while the rest arrives.
-        let staged = &self.staging.as_ref().expect("created by begin").dir;
-        if name == "messages.jsonl" {
-            self.early.messages(&staged.join(&rel));
-        } else if rel.ends_with("journal.jsonl") {
-            self.early.journal(&staged.join(&rel));
+            // Complete on disk: its chain can be checked while the rest arrives.
+            if let Some(journal) = chained(&rel) {
+                self.early.file(&path, journal);
+            }
         }
         self.files.push(FileSum {
             path: name,
@@ -531,6 +528,8 @@ struct Sink {
     len: u64,
     file: Option<fsx::StagedFile>,
     held: Vec<u8>,
+    /// The early chain check of this file, if it is chained.
+    feed: Option<verify::Feed>,
 }
 
 /// A [`Sink`] after its last byte.
@@ -548,6 +547,7 @@ impl Sink {
             len: 0,
             file: Some(file),
             held: Vec::new(),
+            feed: None,
         }
     }
 
@@ -557,12 +557,16 @@ impl Sink {
             len: 0,
             file: None,
             held: Vec::new(),
+            feed: None,
         }
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
         self.hasher.update(bytes);
         self.len += bytes.len() as u64;
+        if let Some(feed) = &self.feed {
+            feed.send(bytes);
+        }
         match &mut self.file {
             Some(f) => f.write(bytes),
             None => {
@@ -883,6 +887,18 @@ fn not_base64(ctx: &Ctx, name: Option<&str>, why: &str) -> Error {
             name.unwrap_or("(name not yet read)")
         ),
     )
+}
+
+/// For a staged file's relative path: `Some(true)` for a run journal, `Some(false)` for the
+/// message log, `None` for a file without a chain.
+fn chained(rel: &Path) -> Option<bool> {
+    if rel == Path::new("messages.jsonl") {
+        Some(false)
+    } else if rel.ends_with("journal.jsonl") {
+        Some(true)
+    } else {
+        None
+    }
 }
 
 /// The relative path for a bundle file name, or `None` if a Session never holds it. The run id

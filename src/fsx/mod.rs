@@ -26,7 +26,7 @@ pub use atomic::{
     create_dir_private, create_dir_with_mode, create_new, fsync_dir, write_atomic,
     write_atomic_json, write_atomic_stream,
 };
-pub use chain::{ChainEnd, ChainFile, ChainWriter, read_chain, visit_chain};
+pub use chain::{ChainEnd, ChainFile, ChainWriter, read_chain, visit_chain, visit_chain_from};
 pub use lock::{FileLock, LockWait};
 pub use tree::{
     StagedFile, create_staged_dir, remove_empty_dir, remove_staging_dir, rename_dir_into_place,

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -312,13 +313,58 @@ pub fn verify_with(
     Ok(out)
 }
 
-/// Reads chained files on a background thread as they become complete, ahead of
-/// [`verify_with`]: import hands it each staged `messages.jsonl` and `journal.jsonl` while it is
-/// still decoding the rest of the bundle, so reading, hashing and parsing them overlaps with it.
-/// The files must not change after they are handed over. Dropping it abandons the work.
+/// Checks chained files on a background thread ahead of [`verify_with`]: import hands it each
+/// `messages.jsonl` and `journal.jsonl` as it stages it — its bytes as they are decoded
+/// ([`Prefetch::stream`]), or the complete file ([`Prefetch::file`]) — so hashing and parsing
+/// the chains overlaps with reading the rest of the bundle, and no file is read back. The bytes
+/// must be exactly the file's. Dropping it abandons the work.
 pub struct Prefetch {
-    jobs: Option<std::sync::mpsc::Sender<(PathBuf, bool)>>,
+    jobs: Option<mpsc::Sender<Job>>,
     worker: Option<std::thread::JoinHandle<HashMap<PathBuf, Early>>>,
+}
+
+/// One file for the worker: its path, whether it is a journal, and where its bytes come from.
+struct Job {
+    path: PathBuf,
+    journal: bool,
+    /// `None`: read the complete file.
+    bytes: Option<mpsc::Receiver<Vec<u8>>>,
+}
+
+/// The bytes of a file being staged, sent to a [`Prefetch`] as they are written. Dropping it
+/// ends the file.
+pub struct Feed(mpsc::SyncSender<Vec<u8>>);
+
+impl Feed {
+    pub fn send(&self, bytes: &[u8]) {
+        // A worker that stopped (it panicked) is reported when the prefetch is finished.
+        let _ = self.0.send(bytes.to_vec());
+    }
+}
+
+/// A [`Read`](std::io::Read) over the chunks of a [`Feed`].
+struct FeedReader {
+    chunks: mpsc::Receiver<Vec<u8>>,
+    chunk: Vec<u8>,
+    at: usize,
+}
+
+impl std::io::Read for FeedReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.chunk.len() {
+            match self.chunks.recv() {
+                Ok(chunk) => {
+                    self.chunk = chunk;
+                    self.at = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.at);
+        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// A file read by a [`Prefetch`].
@@ -336,18 +382,29 @@ impl Prefetch {
         }
     }
 
-    /// A prefetch with one worker thread, checking files with `mode`.
+    /// A prefetch with one worker thread, checking files with `mode`, one after the other.
     pub fn start(mode: Mode) -> Prefetch {
-        let (tx, rx) = std::sync::mpsc::channel::<(PathBuf, bool)>();
+        let (tx, rx) = mpsc::channel::<Job>();
         let worker = std::thread::spawn(move || {
             let mut done = HashMap::new();
-            for (path, journal) in rx {
-                let early = if journal {
-                    Early::Journal(read_journal(&path, mode))
-                } else {
-                    Early::Messages(read_messages(&path, mode))
+            for job in rx {
+                let early = match (job.bytes, job.journal) {
+                    (Some(chunks), journal) => {
+                        let source = FeedReader {
+                            chunks,
+                            chunk: Vec::new(),
+                            at: 0,
+                        };
+                        if journal {
+                            Early::Journal(read_journal_from(&job.path, source, mode))
+                        } else {
+                            Early::Messages(read_messages_from(&job.path, source, mode))
+                        }
+                    }
+                    (None, true) => Early::Journal(read_journal(&job.path, mode)),
+                    (None, false) => Early::Messages(read_messages(&job.path, mode)),
                 };
-                done.insert(path, early);
+                done.insert(job.path, early);
             }
             done
         });
@@ -357,18 +414,30 @@ impl Prefetch {
         }
     }
 
-    /// Queues the complete message log at `path`.
-    pub fn messages(&self, path: &Path) {
+    /// Queues the complete file at `path` (`journal`: a run journal, else the message log).
+    pub fn file(&self, path: &Path, journal: bool) {
         if let Some(jobs) = &self.jobs {
-            let _ = jobs.send((path.to_path_buf(), false));
+            let _ = jobs.send(Job {
+                path: path.to_path_buf(),
+                journal,
+                bytes: None,
+            });
         }
     }
 
-    /// Queues the complete run journal at `path`.
-    pub fn journal(&self, path: &Path) {
-        if let Some(jobs) = &self.jobs {
-            let _ = jobs.send((path.to_path_buf(), true));
-        }
+    /// Queues the file being written at `path`; its bytes go through the returned feed, which
+    /// must be dropped (ending the file) before the next one is queued. A few chunks are
+    /// buffered; beyond that, sending waits for the worker.
+    pub fn stream(&self, path: &Path, journal: bool) -> Option<Feed> {
+        let jobs = self.jobs.as_ref()?;
+        let (tx, rx) = mpsc::sync_channel(8);
+        jobs.send(Job {
+            path: path.to_path_buf(),
+            journal,
+            bytes: Some(rx),
+        })
+        .ok()?;
+        Some(Feed(tx))
     }
 
     /// Waits for the queued files.
@@ -420,8 +489,22 @@ struct JournalRead {
 }
 
 fn read_messages(path: &Path, mode: Mode) -> Result<(Vec<MsgRef>, ChainEnd)> {
+    match std::fs::File::open(path) {
+        Ok(file) => read_messages_from(path, file, mode),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            read_messages_from(path, std::io::empty(), mode)
+        }
+        Err(e) => Err(Error::io("read", path, e)),
+    }
+}
+
+fn read_messages_from(
+    path: &Path,
+    source: impl std::io::Read,
+    mode: Mode,
+) -> Result<(Vec<MsgRef>, ChainEnd)> {
     let mut messages = Vec::new();
-    let chain = fsx::visit_chain(path, |m: Message| {
+    let chain = fsx::visit_chain_from(path, source, |m: Message| {
         messages.push(MsgRef {
             // Every record is one line, in order.
             line: messages.len() + 1,
@@ -437,10 +520,20 @@ fn read_messages(path: &Path, mode: Mode) -> Result<(Vec<MsgRef>, ChainEnd)> {
 }
 
 fn read_journal(path: &Path, mode: Mode) -> Result<JournalRead> {
+    match std::fs::File::open(path) {
+        Ok(file) => read_journal_from(path, file, mode),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            read_journal_from(path, std::io::empty(), mode)
+        }
+        Err(e) => Err(Error::io("read", path, e)),
+    }
+}
+
+fn read_journal_from(path: &Path, source: impl std::io::Read, mode: Mode) -> Result<JournalRead> {
     let mut folder = Folder::default();
     let mut records = Vec::new();
     let mut line = 0;
-    let chain = fsx::visit_chain(path, |record: JournalRecord| {
+    let chain = fsx::visit_chain_from(path, source, |record: JournalRecord| {
         line += 1;
         let kept = match &record {
             JournalRecord::Started {

@@ -541,3 +541,69 @@ fn damage_is_reported_before_the_workspace_and_existing_session_checks() {
     again.expect(5);
     assert!(again.stderr.contains("already exists"), "{}", again.stderr);
 }
+
+/// Entry keys in another order than export writes them (content before path, base64 before the
+/// blob's name) are still a valid bundle: such content is held until its entry is complete
+/// instead of being streamed, and checked the same way.
+#[test]
+fn entries_with_keys_in_another_order_import() {
+    let (env, repo) = setup();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bundles");
+    let good: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("good.bundle.json")).unwrap())
+            .unwrap();
+    let reorder = |entries: &Value, first: &str| -> Value {
+        Value::Array(
+            entries
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    let e = e.as_object().unwrap();
+                    let mut m = Map::new();
+                    m.insert(first.into(), e[first].clone());
+                    for (k, v) in e.iter().rev() {
+                        m.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
+                    Value::Object(m)
+                })
+                .collect(),
+        )
+    };
+    let mut b = good.clone();
+    b["files"] = reorder(&good["files"], "content");
+    b["blobs"] = reorder(&good["blobs"], "contentBase64");
+    assert!(!b["blobs"].as_array().unwrap().is_empty());
+    let path = env.path().join("reordered-keys.bundle.json");
+    std::fs::write(&path, b.to_string()).unwrap();
+    let target = env.path().join("target-state");
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            target.to_str().unwrap(),
+            "session",
+            "import",
+            path.to_str().unwrap(),
+            "--workspace",
+            repo.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    let id = run.jsonl()[0]["sessionId"].as_str().unwrap().to_string();
+    let verified = env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            target.to_str().unwrap(),
+            "session",
+            "verify",
+            &id,
+        ],
+    );
+    verified.expect(0);
+    assert_eq!(
+        verified.jsonl()[0]["blobs"].as_array().unwrap().len(),
+        good["blobs"].as_array().unwrap().len()
+    );
+}
