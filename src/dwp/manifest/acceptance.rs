@@ -4,6 +4,8 @@
 //! executed (`observed`), in-window `control_pair` whose verdict is `discriminating`; an ordinary
 //! passing gate never closes it, so gate evidence is not even consulted for it here.
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value, json};
 
 use crate::dwp::plan::contract::Criterion;
@@ -80,9 +82,42 @@ pub fn gate_evidence<'e>(
     best.ok_or(stale)
 }
 
-/// The acceptance entry of one criterion for `task`.
-pub fn entry(events: &[Event], task: &str, criterion: &Criterion) -> Value {
-    let window = window(events, task);
+/// [`gate_evidence`] per criterion of one task, each computed once (the acceptance entries and
+/// the evidence list both ask, and each answer is a scan of the whole journal).
+pub struct GateEvidence<'e> {
+    events: &'e [Event],
+    task: &'e str,
+    window: Window,
+    found: HashMap<String, Result<&'e Event, Vec<u64>>>,
+}
+
+impl<'e> GateEvidence<'e> {
+    pub fn new(events: &'e [Event], task: &'e str, window: Window) -> GateEvidence<'e> {
+        GateEvidence {
+            events,
+            task,
+            window,
+            found: HashMap::new(),
+        }
+    }
+
+    pub fn of(&mut self, criterion: &Criterion) -> Result<&'e Event, Vec<u64>> {
+        let (events, task, window) = (self.events, self.task, self.window);
+        self.found
+            .entry(criterion.id.clone())
+            .or_insert_with(|| gate_evidence(events, task, criterion, window))
+            .clone()
+    }
+}
+
+/// The acceptance entry of one criterion for `task` (`gates` answers for the same task).
+pub fn entry(
+    events: &[Event],
+    task: &str,
+    criterion: &Criterion,
+    gates: &mut GateEvidence,
+) -> Value {
+    let window = gates.window;
     let mut out = Map::new();
     out.insert("criterion".into(), json!(criterion.id));
     out.insert("task".into(), json!(task));
@@ -133,7 +168,7 @@ pub fn entry(events: &[Event], task: &str, criterion: &Criterion) -> Value {
             mechanism = format!("open (control did not discriminate: {last})");
         }
     } else {
-        match gate_evidence(events, task, criterion, window) {
+        match gates.of(criterion) {
             Ok(run) => {
                 satisfied = true;
                 mechanism = if run.str("command") == Some(SIGNOFF_COMMAND) {

@@ -188,14 +188,15 @@ pub fn derive(records: &Records, task_id: &str, sections: Option<&[String]>) -> 
     );
 
     // This task's criteria: those whose owner (first task naming it in gate_intent) is this task.
+    let window = acceptance::window(events, &task.id);
+    let mut gates = acceptance::GateEvidence::new(events, &task.id, window);
     let entries: Vec<Value> = contract
         .criteria
         .iter()
         .filter(|c| contract.owner_of(&c.id).is_some_and(|t| t.id == task.id))
-        .map(|c| acceptance::entry(events, &task.id, c))
+        .map(|c| acceptance::entry(events, &task.id, c, &mut gates))
         .collect();
 
-    let window = acceptance::window(events, &task.id);
     let mut evidence_list = Vec::new();
     let mut seen = Vec::new();
     for intent in &task.gate_intent {
@@ -206,7 +207,7 @@ pub fn derive(records: &Records, task_id: &str, sections: Option<&[String]>) -> 
         let Some(criterion) = contract.criterion(&intent.criterion) else {
             continue;
         };
-        if let Ok(run) = acceptance::gate_evidence(events, &task.id, criterion, window) {
+        if let Ok(run) = gates.of(criterion) {
             let path = run.value("evidence_path").unwrap_or(Value::Null);
             let resolves = path.as_str().is_some_and(|p| {
                 records.plan.dir.join(p).is_file() || records.plan.root.join(p).is_file()

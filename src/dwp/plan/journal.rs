@@ -235,7 +235,7 @@ fn read_file(
         }
     };
     let total = text.len() + rest.len();
-    let mut builder = ChunkBuilder::default();
+    let mut builder = ChunkBuilder::with_capacity(text.len());
     let mut invalid: Option<Error> = None;
     let mut offset = 0usize;
     let mut line_no = 0usize;
