@@ -37,6 +37,20 @@ pub struct Reader<R> {
     eof: bool,
 }
 
+/// The byte each one-letter escape stands for (`\n` → newline), 0 for every other byte.
+const ESCAPED: [u8; 256] = {
+    let mut t = [0u8; 256];
+    t[b'"' as usize] = b'"';
+    t[b'\\' as usize] = b'\\';
+    t[b'/' as usize] = b'/';
+    t[b'b' as usize] = 0x08;
+    t[b'f' as usize] = 0x0c;
+    t[b'n' as usize] = b'\n';
+    t[b'r' as usize] = b'\r';
+    t[b't' as usize] = b'\t';
+    t
+};
+
 /// Read size: large reads keep the syscall count low on a 100 MB bundle.
 const BUF: usize = 1 << 20;
 /// Decoded bytes handed to a string's sink per call.
@@ -250,17 +264,10 @@ impl<R: Read> Reader<R> {
                 if buf[i] != b'\\' || i + 1 >= end {
                     break;
                 }
-                let c = match buf[i + 1] {
-                    b'"' => b'"',
-                    b'\\' => b'\\',
-                    b'n' => b'\n',
-                    b't' => b'\t',
-                    b'r' => b'\r',
-                    b'/' => b'/',
-                    b'b' => 0x08,
-                    b'f' => 0x0c,
-                    _ => break,
-                };
+                let c = ESCAPED[usize::from(buf[i + 1])];
+                if c == 0 {
+                    break;
+                }
                 out[j] = c;
                 j += 1;
                 i += 2;

@@ -64,7 +64,7 @@ pub fn write_staged(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 }
 
 /// A new file inside a staging directory written in pieces (an import streams a file's content
-/// from the bundle into it), through one large buffer and without fsyncing; see
+/// from the bundle into it), in large writes and without fsyncing; see
 /// [`create_staged_dir`] and [`sync_staged`]. Refuses to overwrite a file.
 pub struct StagedFile {
     path: std::path::PathBuf,
@@ -82,7 +82,9 @@ impl StagedFile {
             .map_err(|e| Error::io("create", path, e))?;
         Ok(StagedFile {
             path: path.to_path_buf(),
-            out: std::io::BufWriter::with_capacity(1 << 20, file),
+            // Writes of 64 KiB and more (import hands over 256 KiB) go straight to the file;
+            // smaller ones are gathered.
+            out: std::io::BufWriter::with_capacity(1 << 16, file),
         })
     }
 
