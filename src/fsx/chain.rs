@@ -153,20 +153,18 @@ pub fn visit_chain<T: DeserializeOwned>(path: &Path, visit: impl FnMut(T)) -> Re
         }
         Err(e) => return Err(Error::io("read", path, e)),
     };
-    visit_chain_from(path, file, visit)
+    visit_chain_from(path, BufReader::with_capacity(1 << 16, file), visit)
 }
 
 /// [`visit_chain`] over the bytes of the file at `path` as `source` yields them (import checks a
 /// file's chain from the bytes it is staging, instead of reading the file back).
 pub fn visit_chain_from<T: DeserializeOwned>(
     path: &Path,
-    source: impl std::io::Read,
+    mut reader: impl BufRead,
     visit: impl FnMut(T),
 ) -> Result<ChainEnd> {
-    let file = source;
     let name = path.display().to_string();
     let io = |e| Error::io("read", path, e);
-    let mut reader = BufReader::with_capacity(1 << 16, file);
     let mut checker = Checker::new(visit);
     let mut line = Vec::new();
     loop {

@@ -351,19 +351,32 @@ struct FeedReader {
 
 impl std::io::Read for FeedReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::io::BufRead;
+        let chunk = self.fill_buf()?;
+        let n = buf.len().min(chunk.len());
+        buf[..n].copy_from_slice(&chunk[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+/// The chunks are the buffer: lines are read out of them without another copy.
+impl std::io::BufRead for FeedReader {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
         while self.at == self.chunk.len() {
             match self.chunks.recv() {
                 Ok(chunk) => {
                     self.chunk = chunk;
                     self.at = 0;
                 }
-                Err(_) => return Ok(0),
+                Err(_) => return Ok(&[]),
             }
         }
-        let n = buf.len().min(self.chunk.len() - self.at);
-        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        Ok(&self.chunk[self.at..])
+    }
+
+    fn consume(&mut self, n: usize) {
         self.at += n;
-        Ok(n)
     }
 }
 
@@ -490,7 +503,9 @@ struct JournalRead {
 
 fn read_messages(path: &Path, mode: Mode) -> Result<(Vec<MsgRef>, ChainEnd)> {
     match std::fs::File::open(path) {
-        Ok(file) => read_messages_from(path, file, mode),
+        Ok(file) => {
+            read_messages_from(path, std::io::BufReader::with_capacity(1 << 16, file), mode)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             read_messages_from(path, std::io::empty(), mode)
         }
@@ -500,7 +515,7 @@ fn read_messages(path: &Path, mode: Mode) -> Result<(Vec<MsgRef>, ChainEnd)> {
 
 fn read_messages_from(
     path: &Path,
-    source: impl std::io::Read,
+    source: impl std::io::BufRead,
     mode: Mode,
 ) -> Result<(Vec<MsgRef>, ChainEnd)> {
     let mut messages = Vec::new();
@@ -521,7 +536,7 @@ fn read_messages_from(
 
 fn read_journal(path: &Path, mode: Mode) -> Result<JournalRead> {
     match std::fs::File::open(path) {
-        Ok(file) => read_journal_from(path, file, mode),
+        Ok(file) => read_journal_from(path, std::io::BufReader::with_capacity(1 << 16, file), mode),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             read_journal_from(path, std::io::empty(), mode)
         }
@@ -529,7 +544,7 @@ fn read_journal(path: &Path, mode: Mode) -> Result<JournalRead> {
     }
 }
 
-fn read_journal_from(path: &Path, source: impl std::io::Read, mode: Mode) -> Result<JournalRead> {
+fn read_journal_from(path: &Path, source: impl std::io::BufRead, mode: Mode) -> Result<JournalRead> {
     let mut folder = Folder::default();
     let mut records = Vec::new();
     let mut line = 0;
