@@ -544,7 +544,11 @@ fn read_journal(path: &Path, mode: Mode) -> Result<JournalRead> {
     }
 }
 
-fn read_journal_from(path: &Path, source: impl std::io::BufRead, mode: Mode) -> Result<JournalRead> {
+fn read_journal_from(
+    path: &Path,
+    source: impl std::io::BufRead,
+    mode: Mode,
+) -> Result<JournalRead> {
     let mut folder = Folder::default();
     let mut records = Vec::new();
     let mut line = 0;
