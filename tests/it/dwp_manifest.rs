@@ -576,3 +576,64 @@ fn v6_markdown_matches_its_golden() {
     assert!(run.stdout.contains("- src/parse.rs: "));
     assert!(run.stdout.ends_with("`\n"));
 }
+
+/// A touched-surface entry outside the repository (an absolute path elsewhere, `..`) is not
+/// read: `null`, with its own widening reason rather than "missing on disk"; an absolute path
+/// inside the repository is hashed.
+#[test]
+fn touched_surface_outside_the_repository_is_not_read_and_says_so() {
+    let env = TestEnv::new();
+    let repo = copy_repo(&env, "v7");
+    std::fs::write(env.path().join("outside.txt"), "secret\n").unwrap();
+    let outside = env.path().join("outside.txt").display().to_string();
+    let inside = repo.join("README.md");
+    std::fs::write(&inside, "inside\n").unwrap();
+    let inside = inside.display().to_string();
+    let plan = kxen::dwp::plan::Plan::open(&env.path().join(V7)).unwrap();
+    let live = plan.live_contract_path().unwrap();
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&live).unwrap()).unwrap();
+    let task = doc["tasks"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|t| t["id"] == "T-login-form")
+        .unwrap();
+    let surface = task["touched_surface"].as_array_mut().unwrap();
+    surface.extend([
+        Value::from(outside.clone()),
+        Value::from("../outside.txt"),
+        Value::from(inside.clone()),
+    ]);
+    if doc.get("contract_id").is_some() {
+        doc["contract_id"] = kxen::dwp::plan::contract::compute_id(doc.as_object().unwrap()).into();
+    }
+    std::fs::write(&live, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+
+    let run = manifest(&env, V7, "T-login-form", &[]);
+    run.expect(0);
+    let m: Value = serde_json::from_str(&run.stdout).unwrap();
+    let files = &m["touched_surface"]["files"];
+    assert_eq!(files[&outside], Value::Null);
+    assert_eq!(files["../outside.txt"], Value::Null);
+    assert_eq!(files[&inside], kxen::hash::sha256_hex(b"inside\n"));
+    let reasons: Vec<&str> = m["touched_surface"]["widen_reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert!(
+        reasons.contains(&format!(
+            "touched-surface entries outside the repository (not read): ../outside.txt, {outside}"
+        )
+        .as_str()),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .all(|r| !r.contains("missing on disk") || !r.contains("outside.txt")),
+        "{reasons:?}"
+    );
+    assert_eq!(m["touched_surface"]["widen_discovery"], true);
+}
