@@ -1,68 +1,125 @@
-//! Finding and stopping the processes a crashed runtime left behind.
+//! Finding and stopping the processes a tool call or a crashed runtime left behind.
 //!
-//! Why: `exec` runs `sh -c COMMAND` as the leader of its own process group, and the shell dies
-//! with the runtime ([`die_with_parent`](super::die_with_parent)), but the programs the shell
-//! started (`python3 …`, `make` and its compilers) do not: after a SIGKILL of kxen-agent they may
-//! go on changing the workspace. The operation is recorded as UNKNOWN at the next start, and an
-//! operator may then resolve it — which is only sound if nothing of it still runs.
+//! Why: `exec` runs `sh -c COMMAND` as the leader of its own process group. The group is killed
+//! when the command ends, on timeout and on cancel, and the shell dies with the runtime
+//! ([`die_with_parent`](super::die_with_parent)) — but a program that left the group (`setsid`)
+//! escapes the group kill, and after a SIGKILL of kxen-agent the programs the shell started go on
+//! running. An operation whose outcome is UNKNOWN may then be resolved by an operator, which is
+//! only sound if nothing of it still runs.
 //!
-//! How: every `exec` child carries [`SESSION_VAR`]`=<session id>` (and the run and operation ids)
-//! in its environment, which its descendants inherit; so does a `command` model provider. At the start of every execution, under the
-//! Session's run lease — so no live runtime of this Session exists — every process carrying the
-//! Session's mark is a leftover and is SIGKILLed. The mark survives `setsid` and double forks;
-//! only a program that clears its environment escapes it. Linux only (it reads `/proc`); on other
-//! systems nothing is found.
+//! How: every `exec` child carries marks in its environment, inherited by everything it starts:
+//! [`ATTEMPT_VAR`] (a random id of the runtime process's attempt at the run, recorded in
+//! `run.json`) and [`OPERATION_VAR`] (the tool-journal operation), plus the Session and run ids
+//! for the command's own use. A `command` model provider carries the attempt mark too.
+//! - When `exec` had to kill a command (timeout, or a cancel it did not obey), every process still
+//!   carrying the operation's mark is stopped before the outcome is recorded; `run resolve` does
+//!   the same before it records an operator's resolution.
+//! - At the start of every execution, under the Session's run lease, the attempts that crashed
+//!   (ended without closing their attempt record) have their leftovers stopped, by attempt mark.
+//!   An attempt that ended normally is never scanned for, so a daemon a command started on
+//!   purpose survives later runs; and a random per-attempt mark never matches the live processes
+//!   of a copy of the Session in another state dir (an imported bundle keeps the ids).
+//!
+//! Each kill goes through a pidfd that is re-checked for the mark first, so a pid reused between
+//! the scan and the kill is never signaled. The mark survives `setsid` and double forks; only a
+//! program that clears or overwrites its environment escapes it. Linux only (it reads `/proc`);
+//! on other systems nothing is found.
 
-/// Names the Session an `exec` child belongs to (inherited by everything it starts).
-pub const SESSION_VAR: &str = "KXEN_SESSION_ID";
-/// Names the run of that `exec` child.
-pub const RUN_VAR: &str = "KXEN_RUN_ID";
-/// Names the tool-journal operation of that `exec` child.
+/// The attempt (one runtime process's work on a run) a child belongs to.
+pub const ATTEMPT_VAR: &str = "KXEN_ATTEMPT_ID";
+/// The tool-journal operation of an `exec` child.
 pub const OPERATION_VAR: &str = "KXEN_OPERATION_ID";
+/// The Session of an `exec` child (for the command's own use; never a reason to kill).
+pub const SESSION_VAR: &str = "KXEN_SESSION_ID";
+/// The run of an `exec` child (for the command's own use; never a reason to kill).
+pub const RUN_VAR: &str = "KXEN_RUN_ID";
 
-/// How often the scan repeats while it still finds processes (a leftover may fork between the
+/// How often the scan repeats while it still stops processes (a leftover may fork between the
 /// scan and the kill).
 const MAX_ROUNDS: usize = 20;
 
-/// SIGKILLs every process that carries `KXEN_SESSION_ID=<session_id>`, except this process and
-/// its ancestors. Returns how many processes were stopped. The caller must hold the Session's
-/// run lease.
-pub fn stop_leftovers(session_id: &str) -> usize {
-    let mark = format!("{SESSION_VAR}={session_id}");
+/// A new random attempt mark.
+pub fn new_attempt_mark() -> String {
+    crate::hash::hex(&crate::ids::random_bytes::<12>())
+}
+
+/// SIGKILLs every process whose environment holds `var=value` for one of `values`, except this
+/// process and its ancestors. Returns how many processes were stopped.
+pub fn stop_marked(var: &str, values: &[&str]) -> usize {
+    if values.is_empty() {
+        return 0;
+    }
+    let marks: Vec<Vec<u8>> = values
+        .iter()
+        .map(|v| format!("{var}={v}").into_bytes())
+        .collect();
     let spared = self_and_ancestors();
     let mut stopped = std::collections::BTreeSet::new();
     for _ in 0..MAX_ROUNDS {
-        let found: Vec<i32> = marked_processes(mark.as_bytes())
-            .into_iter()
-            .filter(|pid| !spared.contains(pid))
-            .collect();
-        if found.is_empty() {
-            break;
-        }
-        for pid in found {
-            // SAFETY: kill has no memory-safety preconditions; a pid that is gone only fails.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
+        let mut progress = false;
+        for pid in marked_processes(&marks) {
+            if !spared.contains(&pid) && kill_if_marked(pid, &marks) {
+                stopped.insert(pid);
+                progress = true;
             }
-            stopped.insert(pid);
+        }
+        if !progress {
+            break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     stopped.len()
 }
 
-/// Every live process whose environment holds exactly the entry `mark` (`NAME=value`).
-/// Processes that vanish or cannot be read (another user's) are skipped.
-fn marked_processes(mark: &[u8]) -> Vec<i32> {
+/// SIGKILLs `pid` if it still carries one of `marks`: through a pidfd taken *before* the check,
+/// so a process that exits and whose pid is reused afterwards is never the one signaled.
+#[cfg(target_os = "linux")]
+fn kill_if_marked(pid: i32, marks: &[Vec<u8>]) -> bool {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is passed.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return false;
+    }
+    let fd = fd as i32;
+    let still_marked = carries_mark(pid, marks) && !is_zombie(pid);
+    // SAFETY: pidfd_send_signal on the fd we own, with no siginfo; close releases it.
+    let sent = still_marked
+        && unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd,
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        } == 0;
+    unsafe {
+        libc::close(fd);
+    }
+    sent
+}
+
+#[cfg(not(target_os = "linux"))]
+fn kill_if_marked(_pid: i32, _marks: &[Vec<u8>]) -> bool {
+    false
+}
+
+fn carries_mark(pid: i32, marks: &[Vec<u8>]) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+        env.split(|b| *b == 0)
+            .any(|entry| marks.iter().any(|m| entry == m.as_slice()))
+    })
+}
+
+/// Every live process whose environment holds one of `marks` (`NAME=value` entries). Processes
+/// that vanish or cannot be read (another user's) are skipped.
+fn marked_processes(marks: &[Vec<u8>]) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|entry| entry == mark))
-        })
+        .filter(|pid| carries_mark(*pid, marks))
         // A zombie keeps its environ readable until reaped; it runs nothing any more.
         .filter(|pid| !is_zombie(*pid))
         .collect()
@@ -105,16 +162,16 @@ mod tests {
     use std::time::{Duration, Instant};
 
     #[test]
-    fn leftovers_of_one_session_are_stopped_and_others_spared() {
-        let ses = crate::ids::new_id(crate::ids::IdKind::Session);
-        let other = crate::ids::new_id(crate::ids::IdKind::Session);
+    fn marked_leftovers_are_stopped_and_others_spared() {
+        let ses = new_attempt_mark();
+        let other = new_attempt_mark();
         let spawn = |id: &str| {
             // The shell starts a grandchild in the background and exits: the grandchild is the
             // kind of process a crashed runtime leaves behind.
             let mut child = Command::new("/bin/sh")
                 .arg("-c")
                 .arg("sleep 30 >/dev/null 2>&1 & echo $!")
-                .env(SESSION_VAR, id)
+                .env(ATTEMPT_VAR, id)
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap();
@@ -128,15 +185,18 @@ mod tests {
         let alive = |pid: i32| std::fs::metadata(format!("/proc/{pid}")).is_ok() && !is_zombie(pid);
         assert!(alive(mine) && alive(theirs));
 
-        assert_eq!(stop_leftovers(&ses), 1);
+        assert_eq!(stop_marked(ATTEMPT_VAR, &[&ses]), 1);
         let deadline = Instant::now() + Duration::from_secs(5);
         while alive(mine) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(!alive(mine), "the leftover still runs");
         assert!(alive(theirs), "another Session's process was stopped");
-        assert_eq!(stop_leftovers(&ses), 0);
-        assert_eq!(stop_leftovers(&other), 1);
+        assert_eq!(stop_marked(ATTEMPT_VAR, &[&ses]), 0);
+        assert_eq!(stop_marked(ATTEMPT_VAR, &[]), 0);
+        // Another variable with the same value is not the mark.
+        assert_eq!(stop_marked(OPERATION_VAR, &[&other]), 0);
+        assert_eq!(stop_marked(ATTEMPT_VAR, &[&other]), 1);
     }
 
     #[test]

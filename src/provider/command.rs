@@ -77,8 +77,8 @@ impl Provider for CommandProvider {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        if let Some(id) = request.session_id {
-            command.env(process::orphans::SESSION_VAR, id);
+        if let Some(mark) = request.attempt_mark {
+            command.env(process::orphans::ATTEMPT_VAR, mark);
         }
         process::die_with_parent(&mut command);
         let mut child = command.spawn().map_err(|e| {
@@ -178,7 +178,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             messages: &messages,
             tools: &tools,
             timeout: None,
-            session_id: None,
+            attempt_mark: None,
         };
         let r = p.complete(&req, 0).unwrap();
         assert_eq!(r.text, "thinking");
@@ -203,7 +203,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             messages: &[],
             tools: &[],
             timeout: None,
-            session_id: None,
+            attempt_mark: None,
         };
         let (_t, p) = setup("echo 'rate limited' >&2; exit 3", "");
         let e = p.complete(&req, 0).unwrap_err();
@@ -245,7 +245,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             messages: &big,
             tools: &[],
             timeout: Some(Duration::from_secs(60)),
-            session_id: None,
+            attempt_mark: None,
         };
         assert_eq!(p.complete(&req, 0).unwrap().text, "hi");
     }

@@ -88,6 +88,38 @@ pub struct ToolCall {
     pub arguments: Value,
 }
 
+/// How deeply a tool call's arguments may nest. Deeper arguments are kept as their JSON text (a
+/// string, which every tool refuses as "not an object"): the durable records that embed them
+/// (`messages.jsonl`, the journal) add nesting levels of their own, and every record must stay
+/// within what the readers parse back (serde_json's limit of 128) — a record written but not
+/// readable would be taken for a torn tail or for damage. No real tool needs a tenth of this.
+pub const MAX_ARGUMENT_DEPTH: usize = 64;
+
+impl ToolCall {
+    /// Applies [`MAX_ARGUMENT_DEPTH`] to `arguments`.
+    pub fn bound_arguments(&mut self) {
+        if depth(&self.arguments) > MAX_ARGUMENT_DEPTH {
+            let text = serde_json::to_string(&self.arguments).unwrap_or_default();
+            self.arguments = Value::String(text);
+        }
+    }
+}
+
+/// The nesting depth of `value` (a scalar is 0), without recursion.
+fn depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|i| (i, d + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|i| (i, d + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Tokens a model call consumed, when the provider reports them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -119,10 +151,10 @@ pub struct ModelRequest<'a> {
     pub tools: &'a [ToolSchema],
     /// A limit for this call; the provider's own timeout applies too (the shorter wins).
     pub timeout: Option<Duration>,
-    /// The Session the call serves (`None` for the Builder, before the Session exists). A command
-    /// provider's process carries it in its environment, so that one a killed runtime left
-    /// running is stopped at the Session's next start ([`crate::process::orphans`]).
-    pub session_id: Option<&'a str>,
+    /// The mark of the run attempt the call serves (`None` for the Builder, before any run). A
+    /// command provider's process carries it in its environment, so that what a killed runtime
+    /// left running is stopped at the run's next start ([`crate::process::orphans`]).
+    pub attempt_mark: Option<&'a str>,
 }
 
 /// A model client. `responses_so_far` is the number of model responses already recorded in the
@@ -148,6 +180,48 @@ pub(crate) fn effective_timeout(own: Duration, request: Option<Duration>) -> Dur
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Arguments as deep as a provider can parse them must still give records that read back.
+    #[test]
+    fn too_deep_arguments_are_kept_as_text_so_every_record_reads_back() {
+        use crate::session::{CallRecord, Message, MessageLog, Role};
+        let deep = 126;
+        let text = format!("{}1{}", "{\"a\":".repeat(deep), "}".repeat(deep));
+        let mut call = ToolCall {
+            id: "c1".into(),
+            name: "exec".into(),
+            arguments: serde_json::from_str(&text).unwrap(),
+        };
+        call.bound_arguments();
+        assert_eq!(call.arguments, Value::String(text));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("messages.jsonl");
+        let mut message = Message::new("run_1", Role::Assistant, "");
+        message.tool_calls = vec![CallRecord {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+        }];
+        let mut log = MessageLog::open(&path).unwrap();
+        log.append(Message::new("run_1", Role::User, "task"))
+            .unwrap();
+        log.append(message).unwrap();
+        drop(log);
+        let size = std::fs::metadata(&path).unwrap().len();
+        let reopened = MessageLog::open(&path).unwrap();
+        assert_eq!(reopened.messages().len(), 2);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
+
+        // Ordinary nesting is left alone.
+        let mut call = ToolCall {
+            id: "c2".into(),
+            name: "write".into(),
+            arguments: json!({"path": "a", "content": {"x": [[[1]]]}}),
+        };
+        let before = call.arguments.clone();
+        call.bound_arguments();
+        assert_eq!(call.arguments, before);
+    }
 
     #[test]
     fn messages_serialize_camel_case_and_round_trip() {

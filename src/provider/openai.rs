@@ -393,7 +393,7 @@ mod tests {
                     messages: &messages,
                     tools: &tools,
                     timeout: None,
-                    session_id: None,
+                    attempt_mark: None,
                 },
                 0,
             )
@@ -447,7 +447,7 @@ mod tests {
                     messages: &messages,
                     tools: &tools,
                     timeout: None,
-                    session_id: None,
+                    attempt_mark: None,
                 },
                 1,
             )
@@ -493,7 +493,7 @@ mod tests {
             messages: &[],
             tools: &[],
             timeout: None,
-            session_id: None,
+            attempt_mark: None,
         };
         let e = p.complete(&req, 0).unwrap_err();
         assert_eq!(e.kind, ErrorKind::External);
@@ -528,7 +528,7 @@ mod tests {
             messages: &[],
             tools: &[],
             timeout: Some(Duration::from_secs(5)),
-            session_id: None,
+            attempt_mark: None,
         };
         assert_eq!(p.complete(&req, 0).unwrap_err().kind, ErrorKind::External);
         let p = provider(

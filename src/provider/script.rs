@@ -68,7 +68,7 @@ mod tests {
             messages: &[],
             tools: &[],
             timeout: None,
-            session_id: None,
+            attempt_mark: None,
         }
     }
 

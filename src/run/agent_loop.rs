@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::fsx::failpoint;
 use crate::ids::{self, IdKind};
 use crate::journal::{BlobPointer, Journal, JournalRecord, OpPhase, ToolOutcome};
+use crate::process::orphans;
 use crate::provider::{ModelRequest, ModelResponse, Provider, ToolCall};
 use crate::run::conversation::Conversation;
 use crate::run::events::{Event, EventSink, preview};
@@ -96,7 +97,8 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         messages.append(task.clone())?;
         conv.push(task);
     }
-    close_crashed_attempts(&mut run, &conv);
+    let crashed_marks = close_crashed_attempts(&mut run, &conv);
+    let attempt_mark = orphans::new_attempt_mark();
     let journal = Journal::open(&run_paths.journal())?;
     let schemas = tools::schemas(ex.capabilities);
     let mut lp = Loop {
@@ -111,12 +113,15 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         blobs: BlobStore::new(ex.state.blobs_dir()),
         tool_home: ex.state.tool_home(),
         started: Instant::now(),
+        attempt_mark: attempt_mark.clone(),
+        crashed_marks,
     };
     run.status = RunStatus::Running;
     run.unknown_ops.clear();
     run.attempts.push(Attempt {
         started_at: crate::clock::now_rfc3339(),
         pid: std::process::id(),
+        mark: Some(attempt_mark),
         provider: ex.provider_info.clone(),
         ended_at: None,
         crashed: false,
@@ -145,6 +150,11 @@ struct Loop<'a, 'b> {
     blobs: BlobStore,
     tool_home: PathBuf,
     started: Instant,
+    /// This attempt's mark (see [`orphans`]): carried by its tool and model-command processes.
+    attempt_mark: String,
+    /// The marks of earlier attempts found crashed at this start: their leftovers are stopped
+    /// in recovery.
+    crashed_marks: Vec<String>,
     /// Model responses of this run so far (all attempts).
     turns: u64,
     usage: UsageRecord,
@@ -182,12 +192,16 @@ impl Loop<'_, '_> {
                 let why = format!("the run reached its turn budget (maxTurns {max_turns})");
                 return self.fail(run, FailReason::BudgetExhausted, why, sink);
             }
-            let response = match self.call_model(run)? {
+            let mut response = match self.call_model(run)? {
                 Ok(response) => response,
                 Err(Stop::Fail(reason, why)) => return self.fail(run, reason, why, sink),
                 Err(Stop::Canceled) => return self.cancel(run, sink),
             };
             self.turns += 1;
+            response
+                .tool_calls
+                .iter_mut()
+                .for_each(ToolCall::bound_arguments);
             let usage = response.usage.map(|u| UsageRecord {
                 input_tokens: u.input_tokens,
                 output_tokens: u.output_tokens,
@@ -264,7 +278,7 @@ impl Loop<'_, '_> {
         let history = Arc::clone(self.conv.history());
         let schemas = Arc::clone(&self.schemas);
         let role = self.ex.definition.spec.execution.model_role.clone();
-        let session_id = self.ex.session_id.to_string();
+        let attempt_mark = self.attempt_mark.clone();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let result = {
@@ -273,7 +287,7 @@ impl Loop<'_, '_> {
                     messages: &history,
                     tools: &schemas,
                     timeout,
-                    session_id: Some(&session_id),
+                    attempt_mark: Some(&attempt_mark),
                 };
                 provider.complete(&request, responses_so_far)
             };
@@ -432,6 +446,7 @@ impl Loop<'_, '_> {
             mark: OperationMark {
                 session_id: self.ex.session_id,
                 run_id: &run.id,
+                attempt: &self.attempt_mark,
                 op_id: &op_id,
             },
         };
@@ -542,13 +557,14 @@ impl Loop<'_, '_> {
     /// Recovery at the start of every execution: brings every tool call of this run to a
     /// settled state, or reports the operations whose outcome is unknown.
     fn recover(&mut self, run: &RunState, sink: &mut dyn EventSink) -> Result<Next> {
-        // Processes a crashed attempt's `exec` left running stop first, so that nothing of an
-        // operation recorded below as UNKNOWN still runs when an operator resolves it.
-        let stopped = crate::process::orphans::stop_leftovers(self.ex.session_id);
+        // Processes a crashed attempt left running stop first, so that nothing of an operation
+        // recorded below as UNKNOWN still runs when an operator resolves it.
+        let marks: Vec<&str> = self.crashed_marks.iter().map(String::as_str).collect();
+        let stopped = orphans::stop_marked(orphans::ATTEMPT_VAR, &marks);
         if stopped > 0 {
             sink.emit(Event::Warning {
                 message: format!(
-                    "stopped {stopped} process(es) that an earlier attempt's tool calls left \
+                    "stopped {stopped} process(es) that a crashed earlier attempt at this run left \
                      running (SIGKILL)"
                 ),
             });
@@ -702,9 +718,11 @@ impl Loop<'_, '_> {
 
 /// Attempts that ended in a crash never recorded their duration. Count them up to the run's
 /// last durable activity (its last message), so budgets keep counting them without counting
-/// the time nothing ran.
-fn close_crashed_attempts(run: &mut RunState, conv: &Conversation) {
+/// the time nothing ran. Returns the marks of the attempts it closed, whose leftover processes
+/// recovery stops.
+fn close_crashed_attempts(run: &mut RunState, conv: &Conversation) -> Vec<String> {
     let last_activity = conv.last_activity().and_then(crate::clock::parse_rfc3339);
+    let mut marks = Vec::new();
     for attempt in run
         .attempts
         .iter_mut()
@@ -717,7 +735,9 @@ fn close_crashed_attempts(run: &mut RunState, conv: &Conversation) {
         };
         attempt.wall_clock_ms = Some(spent);
         attempt.crashed = true;
+        marks.extend(attempt.mark.clone());
     }
+    marks
 }
 
 /// The `runFinished` event for a result.
@@ -771,7 +791,7 @@ fn unknown_reason(stopped: usize) -> String {
     if stopped > 0 {
         reason.push_str(&format!(
             " (its processes may have run on after the crash: {stopped} leftover process(es) of \
-             the session were stopped before this was recorded)"
+             the crashed attempt were stopped before this was recorded)"
         ));
     }
     reason

@@ -37,7 +37,7 @@ pub fn build_definition(
         messages: &messages,
         tools: &[],
         timeout: Some(BUILDER_TIMEOUT),
-        session_id: None,
+        attempt_mark: None,
     };
     let response = provider.complete(&request, 0).map_err(|e| {
         let kind = if e.kind == ErrorKind::InvalidInput {

@@ -54,6 +54,9 @@ pub fn resolve(
             .with_hint(format!("see its phase with `{inspect}`")));
         }
     }
+    // Whatever of the operation still runs (a program that left the killed command's process
+    // group) stops before the resolution is recorded: nothing of it may act after it.
+    crate::process::orphans::stop_marked(crate::process::orphans::OPERATION_VAR, &[op_id]);
     journal.record(JournalRecord::Resolved {
         op_id: op_id.to_string(),
         at: crate::clock::now_rfc3339(),

@@ -65,6 +65,11 @@ pub enum FailReason {
 pub struct Attempt {
     pub started_at: String,
     pub pid: u32,
+    /// The random mark this attempt's tool and model-command processes carry in their
+    /// environment (`KXEN_ATTEMPT_ID`), so that what a crashed attempt left running can be found
+    /// and stopped ([`crate::process::orphans`]). Absent in runs written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<String>,
     /// The provider that served the model role in this attempt (name, kind, model; no secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<serde_json::Value>,
@@ -185,7 +190,10 @@ impl RunState {
 
     /// Wall-clock time spent by earlier, finished attempts.
     pub fn spent_wall_clock_ms(&self) -> u64 {
-        self.attempts.iter().filter_map(|a| a.wall_clock_ms).sum()
+        self.attempts
+            .iter()
+            .filter_map(|a| a.wall_clock_ms)
+            .fold(0u64, u64::saturating_add)
     }
 }
 

@@ -43,8 +43,9 @@ pub struct UsageRecord {
 
 impl UsageRecord {
     pub fn add(&mut self, other: UsageRecord) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
+        // Saturating: a provider's (or a hand-edited file's) absurd count must not wrap or panic.
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
     }
 }
 

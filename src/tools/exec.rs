@@ -96,6 +96,7 @@ fn run_with_env(
         .envs(env::child_env(vars, ctx.pass_env, ctx.tool_home))
         .env(orphans::SESSION_VAR, ctx.mark.session_id)
         .env(orphans::RUN_VAR, ctx.mark.run_id)
+        .env(orphans::ATTEMPT_VAR, ctx.mark.attempt)
         .env(orphans::OPERATION_VAR, ctx.mark.op_id)
         .stdin(Stdio::null())
         .stdout(writer)
@@ -115,6 +116,10 @@ fn run_with_env(
         Duration::from_millis(timeout_ms),
         Some(ctx.cancel),
     );
+    if matches!(waited, Ok(Waited::TimedOut | Waited::CanceledKilled)) {
+        // The group is dead; what left it (`setsid`) still carries the operation's mark.
+        orphans::stop_marked(orphans::OPERATION_VAR, &[ctx.mark.op_id]);
+    }
     let captured = capture.finish();
     let mut text = String::from_utf8_lossy(&captured.bytes).into_owned();
     if !text.is_empty() && !text.ends_with('\n') {

@@ -62,11 +62,13 @@ pub struct ToolContext<'a> {
     pub mark: OperationMark<'a>,
 }
 
-/// The Session, run and operation a tool call belongs to.
+/// The Session, run, attempt and operation a tool call belongs to.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OperationMark<'a> {
     pub session_id: &'a str,
     pub run_id: &'a str,
+    /// The random mark of the runtime process's attempt at the run (see `run.json` attempts).
+    pub attempt: &'a str,
     pub op_id: &'a str,
 }
 
@@ -376,6 +378,7 @@ pub(crate) mod testutil {
                 mark: OperationMark {
                     session_id: "ses_test",
                     run_id: "run_test",
+                    attempt: "attempt_test",
                     op_id: "op_test",
                 },
             }

@@ -35,6 +35,26 @@ fn a_fenced_json_answer_is_recorded_as_the_bare_object() {
     let text = finished(&events)["finalText"].as_str().unwrap();
     let parsed: Value = serde_json::from_str(text).expect("finalText is the JSON object");
     assert_eq!(parsed, json!({"ok": true}));
+
+    // A broken contract fails the run, and the human view says why.
+    let config = script_config(&env, &[answer("all fine, no JSON")]);
+    let run = run_new(&env, &repo, "Report", &agent, &config, &[]);
+    run.expect(1);
+    let events = run.jsonl();
+    let fin = finished(&events);
+    let session = fin["sessionId"].as_str().unwrap();
+    let run_id = fin["runId"].as_str().unwrap();
+    let text = env.run(
+        "kxen-agent",
+        &["--format", "text", "run", "show", session, run_id],
+    );
+    text.expect(0);
+    assert!(
+        text.stdout
+            .contains("error: the final output must be one JSON object"),
+        "{}",
+        text.stdout
+    );
 }
 
 #[test]

@@ -1,13 +1,16 @@
-//! A SIGKILLed runtime's `exec` may leave programs running (the shell dies with the runtime, what
-//! it started does not). The next start of the Session stops them before it records the
-//! operation as UNKNOWN, so nothing of it runs on while an operator resolves it.
+//! Nothing of an operation runs on while an operator resolves it: a SIGKILLed runtime's `exec`
+//! (or model command) may leave programs running — the shell dies with the runtime, what it
+//! started does not — and the next start stops them before it records the operation as UNKNOWN;
+//! a killed command's detached descendants are stopped too. Only crashed attempts are cleaned up
+//! after, and never another state dir's copy of the Session.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::env::TestEnv;
-use crate::run_support::{answer, call, fixer, script_config};
+use crate::env::{TestEnv, git};
+use crate::run_support::{answer, call, finished, fixer, script_config};
 
 #[test]
 fn resume_stops_what_a_killed_runtime_left_running_before_recording_unknown() {
@@ -181,4 +184,309 @@ fn resume_stops_what_a_killed_runtime_s_model_command_left_running() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A script config in `dir` (several per test: one per state dir).
+fn config_in(dir: &Path, turns: &[Value]) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let lines: String = turns.iter().map(|t| format!("{t}\n")).collect();
+    std::fs::write(dir.join("turns.jsonl"), lines).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "[providers.script]\nkind = \"script\"\npath = \"turns.jsonl\"\n\n[roles]\nexecution = \"script\"\nplanning = \"script\"\n",
+    )
+    .unwrap();
+    config
+}
+
+/// An imported copy of a Session keeps its ids; its own runs must never stop the original's.
+#[test]
+fn a_resume_in_another_state_dir_never_touches_a_live_run_of_the_same_session() {
+    let env = TestEnv::new();
+    let origin = env.git_repo("origin", &[("README.md", "hello\n")]);
+    for clone in ["a", "b"] {
+        git(
+            env.path(),
+            &["clone", "-q", origin.to_str().unwrap(), clone],
+        );
+    }
+    let (ws_a, ws_b) = (env.path().join("a"), env.path().join("b"));
+    let (state_a, state_b) = (env.path().join("state-a"), env.path().join("state-b"));
+    let agent = fixer(&env);
+    let config_a = config_in(
+        &env.path().join("model-a"),
+        &[
+            answer("first"),
+            call(
+                "c1",
+                "exec",
+                json!({"command": "touch started; sleep 3; touch finished"}),
+            ),
+            answer("a done"),
+        ],
+    );
+    let config_b = config_in(
+        &env.path().join("model-b"),
+        &[answer("first"), answer("b done")],
+    );
+    let sa = state_a.to_str().unwrap();
+    let sb = state_b.to_str().unwrap();
+    let first = env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            sa,
+            "run",
+            "--workspace",
+            ws_a.to_str().unwrap(),
+            "--task",
+            "hi",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config_a.to_str().unwrap(),
+            "--allow-shell",
+        ],
+    );
+    first.expect(0);
+    let id = finished(&first.jsonl())["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bundle = env.path().join("b.json");
+    env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            sa,
+            "session",
+            "export",
+            &id,
+            "--output",
+            bundle.to_str().unwrap(),
+        ],
+    )
+    .expect(0);
+    env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            sb,
+            "session",
+            "import",
+            bundle.to_str().unwrap(),
+            "--workspace",
+            ws_b.to_str().unwrap(),
+        ],
+    )
+    .expect(0);
+
+    // A live run of the Session in state dir A, inside its exec.
+    let r1 = env
+        .cmd("kxen-agent")
+        .args([
+            "--state-dir",
+            sa,
+            "--resume",
+            &id,
+            "--task",
+            "second",
+            "--config",
+            config_a.to_str().unwrap(),
+            "--allow-shell",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    while !ws_a.join("started").exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // An unrelated resume of the imported copy in state dir B (its own lease, free).
+    let r2 = env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            sb,
+            "--resume",
+            &id,
+            "--task",
+            "other",
+            "--config",
+            config_b.to_str().unwrap(),
+            "--allow-shell",
+        ],
+    );
+    r2.expect(0);
+    let out = r1.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !r2.stdout.contains("stopped"),
+        "state dir B's resume stopped processes of state dir A's live run: {}\n--- A's events:\n{stdout}",
+        r2.stdout
+    );
+    assert!(
+        ws_a.join("finished").exists(),
+        "A's live exec was killed: {stdout}"
+    );
+}
+
+/// UNKNOWN recorded in-process (a cancel whose tool had to be killed): a process that left the
+/// command's group (`setsid`) is stopped too, so it cannot act after the resolution.
+#[test]
+fn nothing_of_a_killed_operation_runs_on_after_it_is_resolved() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = config_in(
+        &env.path().join("model"),
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "setsid sh -c 'while [ ! -e release ]; do sleep 0.05; done; touch late.txt' >/dev/null 2>&1 </dev/null & trap '' TERM; touch started; while true; do sleep 0.1; done"}),
+            ),
+            answer("done"),
+        ],
+    );
+    let child = env
+        .cmd("kxen-agent")
+        .args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "Wait",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    while !repo.join("started").exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(7), "{stdout}");
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ir = events
+        .iter()
+        .find(|e| e["type"] == "runInputRequired")
+        .unwrap();
+    let session = ir["sessionId"].as_str().unwrap().to_string();
+    let run_id = ir["runId"].as_str().unwrap().to_string();
+    let op = ir["opIds"][0].as_str().unwrap().to_string();
+    let resolved = env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "resolve",
+            &session,
+            &run_id,
+            &op,
+            "--output",
+            "nothing happened",
+        ],
+    );
+    resolved.expect(0);
+    // The operator has recorded the outcome; the operation's detached process still runs.
+    std::fs::write(repo.join("release"), "").unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        !repo.join("late.txt").exists(),
+        "the resolved operation changed the workspace after its resolution was recorded"
+    );
+}
+
+/// Only crashed attempts are cleaned up: a server a `command` model provider starts on first use
+/// (a local inference daemon) survives a clean run and the next one.
+#[test]
+fn a_daemon_a_model_command_started_survives_later_runs() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let dir = env.path().join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("model.sh"),
+        "cat > /dev/null\n\
+         if [ ! -e daemon.pid ]; then\n\
+         setsid sh -c 'echo $$ > daemon.pid; exec sleep 30' >/dev/null 2>&1 </dev/null &\n\
+         while [ ! -s daemon.pid ]; do sleep 0.02; done\n\
+         fi\n\
+         echo '{\"text\":\"ok\"}'\n",
+    )
+    .unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "[providers.m]\nkind = \"command\"\nargv = [\"sh\", \"model.sh\"]\n\n[roles]\nexecution = \"m\"\n",
+    )
+    .unwrap();
+    let first = env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "hi",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    first.expect(0);
+    let session = finished(&first.jsonl())["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pid = std::fs::read_to_string(dir.join("daemon.pid"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let alive = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    };
+    assert!(alive(&pid));
+    let second = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &session,
+            "--task",
+            "again",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    second.expect(0);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        alive(&pid),
+        "the model server was SIGKILLed by a clean resume: {}",
+        second.stdout
+    );
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .unwrap();
 }

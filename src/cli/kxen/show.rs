@@ -65,8 +65,17 @@ fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
 }
 
 /// One line, at most `max` characters, for a summary.
+/// `text` on one line, at most `max` characters, with control characters (escape sequences a
+/// tool or model wrote) shown as `?` so they never reach the terminal.
 fn clip(text: &str, max: usize) -> String {
-    let one_line = text.replace('\n', " ");
+    let one_line: String = text
+        .chars()
+        .map(|c| match c {
+            '\n' => ' ',
+            c if c.is_control() => '?',
+            c => c,
+        })
+        .collect();
     if one_line.chars().count() <= max {
         one_line
     } else {
@@ -136,7 +145,7 @@ fn session_text(s: &Value) -> String {
         for call in m["toolCalls"].as_array().into_iter().flatten() {
             out.push_str(&format!(
                 "  -> {} {}",
-                str_of(call, "name"),
+                clip(str_of(call, "name"), 40),
                 clip(&call["arguments"].to_string(), 60)
             ));
         }
@@ -162,8 +171,12 @@ fn run_text(shown: &view::RunView) -> String {
             .and_then(Value::as_str)
             .unwrap_or("");
         out.push_str(&format!("result: {}\n", clip(final_text, 100)));
-        if let Some(error) = result.get("error").and_then(Value::as_str) {
-            out.push_str(&format!("error: {error}\n"));
+        if let Some(error) = result
+            .get("error")
+            .and_then(|e| e.get("message"))
+            .and_then(Value::as_str)
+        {
+            out.push_str(&format!("error: {}\n", clip(error, 200)));
         }
     }
     let attempts = run["attempts"].as_array().map_or(0, Vec::len);
@@ -173,12 +186,12 @@ fn run_text(shown: &view::RunView) -> String {
             "{}  {:<14} {} {}\n",
             op.op_id,
             op.phase.name(),
-            op.tool,
+            clip(&op.tool, 40),
             clip(op.arguments.as_str(), 60),
         ));
         // What an operator needs before `run resolve`: why the outcome is unknown.
         if let Some(reason) = &op.unknown_reason {
-            out.push_str(&format!("    unknown: {reason}\n"));
+            out.push_str(&format!("    unknown: {}\n", clip(reason, 400)));
         }
         if let Some(output) = &op.output {
             let what = if output.is_error { "error" } else { "output" };
@@ -218,4 +231,17 @@ pub fn run_resolve(
 
 fn print<T: serde::Serialize>(value: &T) {
     output::line(&serde_json::to_string(value).unwrap_or_else(|_| "{}".into()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clip;
+
+    #[test]
+    fn clip_keeps_one_line_and_no_control_characters() {
+        assert_eq!(clip("a\nb", 10), "a b");
+        assert_eq!(clip("red \u{1b}[31mX\u{7}", 20), "red ?[31mX?");
+        assert_eq!(clip("abcdef", 3), "abc…");
+        assert_eq!(clip("ééé", 3), "ééé");
+    }
 }
