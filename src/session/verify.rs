@@ -115,10 +115,17 @@ pub fn verify_with(
     let messages_path = paths.messages();
     let listed = run_ids(&paths.runs_dir());
     let no_runs = Vec::new();
+    let early_messages = match early.remove(&messages_path) {
+        Some(Early::Messages(done)) => Some(done),
+        _ => None,
+    };
     let (messages, journals) = std::thread::scope(|s| {
-        let messages = match early.remove(&messages_path) {
-            Some(Early::Messages(done)) => s.spawn(move || done),
-            _ => s.spawn(|| read_messages(&messages_path, mode)),
+        // On a second thread unless it was read early (or no thread can be started).
+        let messages = match early_messages {
+            Some(done) => Err(Some(done)),
+            None => std::thread::Builder::new()
+                .spawn_scoped(s, || read_messages(&messages_path, mode))
+                .map_err(|_| None),
         };
         let runs = listed.as_ref().unwrap_or(&no_runs);
         let journals: Vec<Result<JournalRead>> = runs
@@ -131,9 +138,13 @@ pub fn verify_with(
                 }
             })
             .collect();
-        let messages = messages
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let messages = match messages {
+            Ok(thread) => thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(Some(done)) => done,
+            Err(None) => read_messages(&messages_path, mode),
+        };
         (messages, journals)
     });
 
@@ -395,10 +406,11 @@ impl Prefetch {
         }
     }
 
-    /// A prefetch with one worker thread, checking files with `mode`, one after the other.
+    /// A prefetch with one worker thread, checking files with `mode`, one after the other (or
+    /// [`Prefetch::none`] if no thread can be started).
     pub fn start(mode: Mode) -> Prefetch {
         let (tx, rx) = mpsc::channel::<Job>();
-        let worker = std::thread::spawn(move || {
+        let worker = std::thread::Builder::new().spawn(move || {
             let mut done = HashMap::new();
             for job in rx {
                 let early = match (job.bytes, job.journal) {
@@ -421,9 +433,13 @@ impl Prefetch {
             }
             done
         });
-        Prefetch {
-            jobs: Some(tx),
-            worker: Some(worker),
+        match worker {
+            Ok(worker) => Prefetch {
+                jobs: Some(tx),
+                worker: Some(worker),
+            },
+            // No thread to spare: everything is read by `verify_with` itself.
+            Err(_) => Prefetch::none(),
         }
     }
 
