@@ -346,6 +346,10 @@ pub(crate) mod testutil {
         pub caps: Vec<String>,
         pub pass_env: Vec<String>,
         pub cancel: AtomicBool,
+        /// Unique per fixture: a killed command's leftovers are stopped by operation id, which
+        /// must never match a command of a test running in parallel.
+        pub op_id: String,
+        pub attempt: String,
     }
 
     impl Fixture {
@@ -364,6 +368,8 @@ pub(crate) mod testutil {
                 caps: IMPLEMENTED.iter().map(|s| s.to_string()).collect(),
                 pass_env: Vec::new(),
                 cancel: AtomicBool::new(false),
+                op_id: crate::ids::new_id(crate::ids::IdKind::Operation),
+                attempt: crate::process::orphans::new_attempt_mark(),
             }
         }
 
@@ -378,8 +384,8 @@ pub(crate) mod testutil {
                 mark: OperationMark {
                     session_id: "ses_test",
                     run_id: "run_test",
-                    attempt: "attempt_test",
-                    op_id: "op_test",
+                    attempt: &self.attempt,
+                    op_id: &self.op_id,
                 },
             }
         }

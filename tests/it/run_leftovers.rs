@@ -18,14 +18,15 @@ fn resume_stops_what_a_killed_runtime_left_running_before_recording_unknown() {
     let repo = env.git_repo("repo", &[("README", "x\n")]);
     let agent = fixer(&env);
     // The inner shell is a child of the tool's shell: it survives the runtime's death and would
-    // write `late.txt` as soon as `release` exists.
+    // write `late.txt` as soon as `release` exists. It announces itself (`started`), so the kill
+    // below always finds it running.
     let config = script_config(
         &env,
         &[
             call(
                 "c1",
                 "exec",
-                json!({"command": "touch started; sh -c 'while [ ! -e release ]; do sleep 0.05; done; touch late.txt'"}),
+                json!({"command": "sh -c 'touch started; while [ ! -e release ]; do sleep 0.05; done; touch late.txt'"}),
             ),
             answer("done"),
         ],
