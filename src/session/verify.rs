@@ -199,18 +199,31 @@ pub fn verify_with(
             }
         }
         if run.settled
-            && let Some(final_id) = run
-                .result
-                .as_ref()
-                .and_then(|r| r.final_message_id.as_ref())
-            && !by_id.contains_key(final_id.as_str())
+            && let Some(result) = run.result.as_ref()
+            && let Some(final_id) = result.final_message_id.as_ref()
         {
-            return Err(corrupt(
-                &run_json,
-                format!(
-                    "the run is settled but its final message {final_id} is not in messages.jsonl"
-                ),
-            ));
+            let Some(message) = by_id.get(final_id.as_str()) else {
+                return Err(corrupt(
+                    &run_json,
+                    format!(
+                        "the run is settled but its final message {final_id} is not in \
+                         messages.jsonl"
+                    ),
+                ));
+            };
+            let agrees = message.role == Role::Assistant
+                && message.run_id == *run_id
+                && message.answer_hash == Some(answer_digest(&result.final_text));
+            if !agrees {
+                return Err(corrupt(
+                    &run_json,
+                    format!(
+                        "the run's finalText is not the content of its final message {final_id} \
+                         (messages.jsonl line {}): one of them was changed",
+                        message.line
+                    ),
+                ));
+            }
         }
 
         let journal_path = run_paths.journal();
@@ -491,6 +504,20 @@ struct MsgRef {
     /// The ids of an assistant message's tool calls, in order.
     call_ids: Vec<String>,
     op_id: Option<String>,
+    /// For an assistant message without tool calls (a run's final answer): a hash of its content,
+    /// to compare with the run's recorded `finalText`. The last line of a chained file has no
+    /// successor to protect it; this cross-reference does.
+    answer_hash: Option<u64>,
+}
+
+/// A fast, non-cryptographic digest of a final answer. It detects a changed or swapped final
+/// message; a forger able to rewrite both the message and `run.json` is beyond any check without
+/// a secret, as `docs/state-format.md` says.
+fn answer_digest(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
 }
 
 /// What verification keeps of a journal record for the cross-references.
@@ -542,6 +569,8 @@ fn read_messages_from(
             id: m.id,
             run_id: m.run_id,
             role: m.role,
+            answer_hash: (m.role == Role::Assistant && m.tool_calls.is_empty())
+                .then(|| answer_digest(&m.content)),
             call_ids: m.tool_calls.into_iter().map(|c| c.id).collect(),
             op_id: m.op_id,
         });

@@ -268,3 +268,25 @@ fn journal_damage_is_reported_chain_first_then_sequence_then_references() {
         "{err}"
     );
 }
+
+/// The last line of a chained file has no successor naming its hash: the run's recorded final
+/// text is what protects a final answer there.
+#[test]
+fn a_changed_final_answer_on_the_last_line_is_damage() {
+    let env = TestEnv::new();
+    let b = session(&env);
+    let messages = session_dir(&env, &b).join("messages.jsonl");
+    let last = std::fs::read_to_string(&messages).unwrap().lines().count();
+    edit_line(&messages, last, |l| {
+        assert!(l.contains("The check passes now."), "{l}");
+        l.replace("The check passes now.", "The check FAILS now.  ")
+    });
+    let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+    run.expect(10);
+    assert!(run.stderr.contains("run.json"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("messages.jsonl line {last}")),
+        "{}",
+        run.stderr
+    );
+}
