@@ -65,13 +65,13 @@ fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
 }
 
 /// One line, at most `max` characters, for a summary.
-/// `text` on one line, at most `max` characters, with control characters (escape sequences a
-/// tool or model wrote) shown as `?` so they never reach the terminal.
+/// `text` on one line, at most `max` characters: line breaks and tabs become spaces, other
+/// control characters (escape sequences a tool or model wrote) `?`, so none reaches the terminal.
 fn clip(text: &str, max: usize) -> String {
     let one_line: String = text
         .chars()
         .map(|c| match c {
-            '\n' => ' ',
+            '\n' | '\t' | '\r' => ' ',
             c if c.is_control() => '?',
             c => c,
         })
@@ -240,6 +240,7 @@ mod tests {
     #[test]
     fn clip_keeps_one_line_and_no_control_characters() {
         assert_eq!(clip("a\nb", 10), "a b");
+        assert_eq!(clip("     1\tx\r\n", 20), "     1 x  ");
         assert_eq!(clip("red \u{1b}[31mX\u{7}", 20), "red ?[31mX?");
         assert_eq!(clip("abcdef", 3), "abc…");
         assert_eq!(clip("ééé", 3), "ééé");
