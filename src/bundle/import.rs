@@ -618,6 +618,10 @@ impl Base64Stream {
         }
         // Keep 1..=4 characters back: the final quad may carry padding.
         let n = (self.pending.len() - 1) / 4 * 4;
+        // Padding is only valid at the very end; a run decoded on its own would accept it.
+        if let Some(at) = self.pending[..n].iter().position(|&b| b == b'=') {
+            return Err(shift(base64::DecodeError::InvalidByte(at, b'='), self.done));
+        }
         self.decode(n, out)
     }
 
@@ -924,6 +928,45 @@ fn safe_path(name: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Streamed decoding accepts exactly what decoding the whole text accepts, wherever the
+    /// pieces break: padding followed by more text is refused even when a piece ends right
+    /// after it.
+    #[test]
+    fn base64_padding_mid_text_is_refused_wherever_the_pieces_break() {
+        use base64::Engine;
+        let whole = b"QQ==Qg==";
+        assert!(
+            base64::engine::general_purpose::STANDARD
+                .decode(whole)
+                .is_err()
+        );
+        for cut in 0..=whole.len() {
+            let mut sink = Sink::memory();
+            let mut stream = Base64Stream::new();
+            let fed = stream
+                .feed(&whole[..cut], &mut sink)
+                .and_then(|_| stream.feed(&whole[cut..], &mut sink));
+            let result = fed.and_then(|_| stream.finish(&mut sink));
+            assert!(result.is_err(), "accepted with a cut at {cut}");
+        }
+        // Valid text still decodes, whatever the pieces.
+        let text = base64::engine::general_purpose::STANDARD.encode(b"hello, world!");
+        for cut in 0..=text.len() {
+            let mut sink = Sink::memory();
+            let mut stream = Base64Stream::new();
+            stream
+                .feed(&text.as_bytes()[..cut], &mut sink)
+                .unwrap()
+                .unwrap();
+            stream
+                .feed(&text.as_bytes()[cut..], &mut sink)
+                .unwrap()
+                .unwrap();
+            stream.finish(&mut sink).unwrap().unwrap();
+            assert_eq!(sink.finish().unwrap().held.unwrap(), b"hello, world!");
+        }
+    }
 
     #[test]
     fn only_session_paths_with_valid_ids_are_accepted() {

@@ -414,8 +414,14 @@ impl<R: Read> Reader<R> {
                     if depth == 0 {
                         return Ok((out, at));
                     }
-                    self.skip_ws()?;
-                    out.push(b' ');
+                    // Copied as read, so a position serde_json reports inside the value maps
+                    // back to the same line and column of the bundle.
+                    out.push(b);
+                    self.pos += 1;
+                    if b == b'\n' {
+                        self.line += 1;
+                        self.line_start = self.offset();
+                    }
                     continue;
                 }
                 _ => {}
@@ -657,5 +663,30 @@ mod tests {
         assert!(r.value::<bool>().unwrap());
         assert!(!r.next_element(false).unwrap());
         r.end().unwrap();
+    }
+
+    /// An error inside a multi-line value is placed where serde_json places it in the whole
+    /// document.
+    #[test]
+    fn errors_inside_a_multi_line_value_keep_their_position() {
+        for doc in [
+            &b"[{\n  \"a\": 1,\n  \"b\":   x}]"[..],
+            &b"[ {\"a\":\t[1,\r\n 2,\n\n   ]} ]"[..],
+            &b"[{\"a\": 1,  \"b\": 2 , }]"[..],
+        ] {
+            let mut r = small(doc);
+            r.expect(b'[', "", "").unwrap();
+            assert!(r.next_element(true).unwrap());
+            let serde = serde_json::from_slice::<Vec<serde_json::Value>>(doc).unwrap_err();
+            match r.value::<serde_json::Value>() {
+                Err(ReadError::Syntax { line, col, .. }) => assert_eq!(
+                    (line, col),
+                    (serde.line() as u64, serde.column() as u64),
+                    "{}",
+                    String::from_utf8_lossy(doc)
+                ),
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

@@ -907,11 +907,17 @@ fn matching<'a>(f: FieldRef<'a>, at: &str, re: &regex::Regex, what: &str) -> Che
 
 fn int(f: FieldRef, at: &str, min: i64) -> Check<i64> {
     // A plain JSON integer reads directly; anything else gets the parsed value's message.
+    // `-0` is an integer (0) to Python's json, as to the DWP reference, though serde_json makes
+    // it a float: it reads as 0 here, and is below a minimum of 1 like any 0.
     if let FieldRef::Json(raw) = f
         && let Ok(n) = raw.parse::<i64>()
-        && n >= min
     {
-        return Ok(n);
+        if n >= min {
+            return Ok(n);
+        }
+        if raw == "-0" {
+            return Err(format!("{at}: 0 is below the minimum {min}"));
+        }
     }
     check::int(&f.value(), at, min)
 }

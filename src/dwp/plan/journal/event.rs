@@ -320,6 +320,7 @@ impl Event {
     /// An integer field.
     pub fn i64(&self, key: &str) -> Option<i64> {
         match self.field(key)? {
+            // `-0` reads as 0, as in Python's json (see `journal::int`).
             FieldRef::Json(raw) => match raw.parse::<i64>() {
                 Ok(n) => Some(n),
                 Err(_) => serde_json::from_str::<Value>(raw).ok()?.as_i64(),

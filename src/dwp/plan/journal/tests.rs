@@ -451,3 +451,42 @@ fn indexed_fields_read_back_as_the_parsed_line() {
     let e = Event::from_map(1, EventType::Observation, &map).unwrap();
     assert_eq!(e.to_map(), map);
 }
+
+/// `-0` is the integer 0 to Python's json (the DWP reference), though serde_json makes it a
+/// float: the journal reads it as 0 — accepted where 0 is, refused below a minimum of 1.
+#[test]
+fn negative_zero_reads_as_zero_like_the_reference() {
+    let (_tmp, dir) = copy_plan("v7");
+    let text = std::fs::read_to_string(dir.join(LIVE_FILE)).unwrap();
+    assert!(text.contains("\"exit_code\":0"));
+    std::fs::write(
+        dir.join(LIVE_FILE),
+        text.replacen("\"exit_code\":0", "\"exit_code\":-0", 1),
+    )
+    .unwrap();
+    let contract = Plan::open(&dir).unwrap().contract().unwrap();
+    let journal = read(&dir, &contract).unwrap();
+    let zero = journal
+        .events
+        .iter()
+        .filter(|e| e.has("exit_code"))
+        .any(|e| e.i64("exit_code") == Some(0));
+    assert!(zero);
+
+    let (_tmp, dir) = copy_plan("v7");
+    let text = std::fs::read_to_string(dir.join(LIVE_FILE)).unwrap();
+    let first_seq = text.split("\"seq\":").nth(1).unwrap();
+    let digits: String = first_seq.chars().take_while(char::is_ascii_digit).collect();
+    std::fs::write(
+        dir.join(LIVE_FILE),
+        text.replacen(&format!("\"seq\":{digits}"), "\"seq\":-0", 1),
+    )
+    .unwrap();
+    let contract = Plan::open(&dir).unwrap().contract().unwrap();
+    let err = read(&dir, &contract).unwrap_err();
+    assert!(
+        err.message.contains("seq: 0 is below the minimum 1"),
+        "{}",
+        err.message
+    );
+}
