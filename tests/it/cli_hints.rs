@@ -4,7 +4,9 @@
 use serde_json::{Value, json};
 
 use crate::env::TestEnv;
-use crate::run_support::{agent, answer, call, finished, fixer, run_new, script_config};
+use crate::run_support::{
+    agent, answer, call, finished, fixer, run_new, script_config, spawn_new, wait_for,
+};
 
 /// The id in the `sessionCreated` event of a run's stdout.
 fn session_id(events: &[Value]) -> String {
@@ -122,27 +124,15 @@ fn the_input_required_hint_repeats_the_flags_a_resume_needs() {
             answer("never reached"),
         ],
     );
-    let child = env
-        .cmd("kxen-agent")
-        .args([
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "Wait",
-            "--agent",
-            fixer(&env).to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-shell",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    while !repo.join("started").exists() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let child = spawn_new(
+        &env,
+        &repo,
+        "Wait",
+        &fixer(&env),
+        &config,
+        &["--allow-shell"],
+    );
+    wait_for(&repo.join("started"));
     let kill = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::env::{TestEnv, git};
-use crate::run_support::{answer, call, finished, fixer, script_config};
+use crate::run_support::{answer, call, finished, fixer, script_config, spawn_new, wait_for};
 
 #[test]
 fn resume_stops_what_a_killed_runtime_left_running_before_recording_unknown() {
@@ -52,9 +52,7 @@ fn resume_stops_what_a_killed_runtime_left_running_before_recording_unknown() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    while !repo.join("started").exists() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(&repo.join("started"));
     child.kill().unwrap();
     child.wait().unwrap();
     let list = env.run("kxen-agent", &["session", "list"]);
@@ -158,9 +156,7 @@ fn resume_stops_what_a_killed_runtime_s_model_command_left_running() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    while !dir.join("started").exists() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(&dir.join("started"));
     child.kill().unwrap();
     child.wait().unwrap();
     let list = env.run("kxen-agent", &["session", "list"]);
@@ -301,9 +297,7 @@ fn a_resume_in_another_state_dir_never_touches_a_live_run_of_the_same_session() 
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    while !ws_a.join("started").exists() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(&ws_a.join("started"));
     // An unrelated resume of the imported copy in state dir B (its own lease, free).
     let r2 = env.run(
         "kxen-agent",
@@ -351,27 +345,8 @@ fn nothing_of_a_killed_operation_runs_on_after_it_is_resolved() {
             answer("done"),
         ],
     );
-    let child = env
-        .cmd("kxen-agent")
-        .args([
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "Wait",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-shell",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    while !repo.join("started").exists() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let child = spawn_new(&env, &repo, "Wait", &agent, &config, &["--allow-shell"]);
+    wait_for(&repo.join("started"));
     std::thread::sleep(Duration::from_millis(200));
     assert!(
         std::process::Command::new("kill")

@@ -471,9 +471,7 @@ fn a_second_process_gets_exit_5_naming_the_holder() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    while !repo.join("started").exists() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for(&repo.join("started"));
     let session = only_session(&env).unwrap();
     // Read-only views work while the run holds the lease.
     env.run("kxen-agent", &["session", "show", &session])
@@ -538,27 +536,8 @@ fn sigint_during_a_long_exec_stops_the_run_cleanly() {
             answer("never reached"),
         ],
     );
-    let child = env
-        .cmd("kxen-agent")
-        .args([
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "Wait",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-shell",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    while !repo.join("started").exists() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let child = spawn_new(&env, &repo, "Wait", &agent, &config, &["--allow-shell"]);
+    wait_for(&repo.join("started"));
     let signaled = std::time::Instant::now();
     let kill = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -621,26 +600,8 @@ fn sigint_during_a_model_call_abandons_it() {
         "[providers.slow]\nkind = \"command\"\nargv = [\"sh\", \"model.sh\"]\n\n[roles]\nexecution = \"slow\"\n",
     )
     .unwrap();
-    let child = env
-        .cmd("kxen-agent")
-        .args([
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "Read",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    while !dir.join("calling").exists() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let child = spawn_new(&env, &repo, "Read", &agent, &config, &[]);
+    wait_for(&dir.join("calling"));
     let signaled = std::time::Instant::now();
     let kill = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])

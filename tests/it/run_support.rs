@@ -101,3 +101,37 @@ pub fn run_new(
     args.extend_from_slice(extra);
     env.run("kxen-agent", &args)
 }
+
+/// Waits until `path` exists (a marker file a test's command writes once it runs).
+pub fn wait_for(path: &Path) {
+    while !path.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// [`run_new`] in the background, with stdout and stderr piped: for tests that signal or kill
+/// the run while it works.
+pub fn spawn_new(
+    env: &TestEnv,
+    workspace: &Path,
+    task: &str,
+    agent: &Path,
+    config: &Path,
+    extra: &[&str],
+) -> std::process::Child {
+    env.cmd("kxen-agent")
+        .args([
+            "run",
+            "--workspace",
+            workspace.to_str().unwrap(),
+            "--task",
+            task,
+        ])
+        .args(["--agent", agent.to_str().unwrap()])
+        .args(["--config", config.to_str().unwrap()])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
