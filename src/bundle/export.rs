@@ -43,6 +43,18 @@ fn check_output(output: &Path, session_id: &str) -> Result<()> {
             output.display()
         )));
     }
+    // An atomic replace renames over the path itself: a symlink (`/dev/stdout`, a link to a
+    // shared file) or a device would be replaced by the bundle, not written through.
+    if let Ok(meta) = output.symlink_metadata()
+        && !meta.file_type().is_file()
+    {
+        return Err(Error::usage(format!(
+            "--output {} is a symlink or a special file; export replaces its target path \
+             atomically, so it writes only to a regular file or a new path",
+            output.display()
+        ))
+        .with_hint(format!("name a file, e.g. {example}")));
+    }
     if output == Path::new("-") {
         return Err(Error::usage(
             "--output - is not supported: a bundle is written to a file, atomically",
@@ -53,6 +65,14 @@ fn check_output(output: &Path, session_id: &str) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
+    if dir.exists() && !dir.is_dir() {
+        return Err(Error::usage(format!(
+            "{} in --output {} is not a directory",
+            dir.display(),
+            output.display()
+        ))
+        .with_hint(format!("name a file, e.g. {example}")));
+    }
     if !dir.is_dir() {
         return Err(Error::not_found(format!(
             "the directory {} of --output {} does not exist",

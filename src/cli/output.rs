@@ -24,6 +24,21 @@ pub enum Format {
 }
 
 /// Writes one line to stdout.
+/// `text` made safe for a terminal: line breaks and tabs stay, a CR before a line break goes, any
+/// other control character (an escape sequence a model or a tool wrote, which could retitle the
+/// window or clear the screen) is shown as `?`. For the human (`text`) views only; JSON lines
+/// escape control characters anyway.
+pub fn terminal_safe(text: &str) -> String {
+    text.replace("\r\n", "\n")
+        .chars()
+        .map(|c| match c {
+            '\n' | '\t' => c,
+            c if c.is_control() => '?',
+            c => c,
+        })
+        .collect()
+}
+
 pub fn line(text: &str) {
     write_stdout(format!("{text}\n").as_bytes());
 }
@@ -97,4 +112,18 @@ pub fn report_error(err: &Error, format: Format) -> i32 {
         json_line(&value);
     }
     err.exit_code()
+}
+
+#[cfg(test)]
+mod terminal_tests {
+    use super::terminal_safe;
+
+    #[test]
+    fn escape_sequences_never_reach_the_terminal() {
+        assert_eq!(
+            terminal_safe("hello \u{1b}]0;PWNED\u{7} \u{1b}[2J model\rX"),
+            "hello ?]0;PWNED? ?[2J model?X"
+        );
+        assert_eq!(terminal_safe("a\r\nb\tc\n"), "a\nb\tc\n");
+    }
 }

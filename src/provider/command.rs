@@ -80,6 +80,9 @@ impl Provider for CommandProvider {
         if let Some(mark) = request.attempt_mark {
             command.env(process::orphans::ATTEMPT_VAR, mark);
         }
+        if let Some(mark) = request.call_mark {
+            command.env(process::orphans::MODEL_CALL_VAR, mark);
+        }
         process::die_with_parent(&mut command);
         let mut child = command.spawn().map_err(|e| {
             Error::external(format!("cannot start {}: {e}", self.what())).with_hint(format!(
@@ -179,6 +182,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             tools: &tools,
             timeout: None,
             attempt_mark: None,
+            call_mark: None,
         };
         let r = p.complete(&req, 0).unwrap();
         assert_eq!(r.text, "thinking");
@@ -204,6 +208,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             tools: &[],
             timeout: None,
             attempt_mark: None,
+            call_mark: None,
         };
         let (_t, p) = setup("echo 'rate limited' >&2; exit 3", "");
         let e = p.complete(&req, 0).unwrap_err();
@@ -246,6 +251,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             tools: &[],
             timeout: Some(Duration::from_secs(60)),
             attempt_mark: None,
+            call_mark: None,
         };
         assert_eq!(p.complete(&req, 0).unwrap().text, "hi");
     }

@@ -155,6 +155,9 @@ pub struct ModelRequest<'a> {
     /// command provider's process carries it in its environment, so that what a killed runtime
     /// left running is stopped at the run's next start ([`crate::process::orphans`]).
     pub attempt_mark: Option<&'a str>,
+    /// A random mark of this one call (`KXEN_MODEL_CALL_ID` in a command provider's
+    /// environment): when a cancel abandons the call, what the command started is stopped by it.
+    pub call_mark: Option<&'a str>,
 }
 
 /// A model client. `responses_so_far` is the number of model responses already recorded in the

@@ -394,6 +394,7 @@ mod tests {
                     tools: &tools,
                     timeout: None,
                     attempt_mark: None,
+                    call_mark: None,
                 },
                 0,
             )
@@ -448,6 +449,7 @@ mod tests {
                     tools: &tools,
                     timeout: None,
                     attempt_mark: None,
+                    call_mark: None,
                 },
                 1,
             )
@@ -494,6 +496,7 @@ mod tests {
             tools: &[],
             timeout: None,
             attempt_mark: None,
+            call_mark: None,
         };
         let e = p.complete(&req, 0).unwrap_err();
         assert_eq!(e.kind, ErrorKind::External);
@@ -529,6 +532,7 @@ mod tests {
             tools: &[],
             timeout: Some(Duration::from_secs(5)),
             attempt_mark: None,
+            call_mark: None,
         };
         assert_eq!(p.complete(&req, 0).unwrap_err().kind, ErrorKind::External);
         let p = provider(

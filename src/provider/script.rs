@@ -69,6 +69,7 @@ mod tests {
             tools: &[],
             timeout: None,
             attempt_mark: None,
+            call_mark: None,
         }
     }
 

@@ -279,6 +279,8 @@ impl Loop<'_, '_> {
         let schemas = Arc::clone(&self.schemas);
         let role = self.ex.definition.spec.execution.model_role.clone();
         let attempt_mark = self.attempt_mark.clone();
+        let call_mark = orphans::new_attempt_mark();
+        let call_mark_sent = call_mark.clone();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let result = {
@@ -288,6 +290,7 @@ impl Loop<'_, '_> {
                     tools: &schemas,
                     timeout,
                     attempt_mark: Some(&attempt_mark),
+                    call_mark: Some(&call_mark_sent),
                 };
                 provider.complete(&request, responses_so_far)
             };
@@ -298,7 +301,12 @@ impl Loop<'_, '_> {
         loop {
             match rx.recv_timeout(CANCEL_POLL) {
                 Ok(result) => return Ok(result),
-                Err(RecvTimeoutError::Timeout) if self.canceled() => return Err(Stop::Canceled),
+                Err(RecvTimeoutError::Timeout) if self.canceled() => {
+                    // The call is abandoned (nothing of it is journaled); a command provider's
+                    // processes stop with it rather than outliving the run.
+                    orphans::stop_marked(orphans::MODEL_CALL_VAR, &[&call_mark]);
+                    return Err(Stop::Canceled);
+                }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     return Ok(Err(Error::failed(

@@ -38,6 +38,7 @@ pub fn build_definition(
         tools: &[],
         timeout: Some(BUILDER_TIMEOUT),
         attempt_mark: None,
+        call_mark: None,
     };
     let response = provider.complete(&request, 0).map_err(|e| {
         let kind = if e.kind == ErrorKind::InvalidInput {

@@ -116,8 +116,13 @@ fn run_with_env(
         Duration::from_millis(timeout_ms),
         Some(ctx.cancel),
     );
-    if matches!(waited, Ok(Waited::TimedOut | Waited::CanceledKilled)) {
-        // The group is dead; what left it (`setsid`) still carries the operation's mark.
+    if matches!(
+        waited,
+        Ok(Waited::TimedOut | Waited::CanceledKilled | Waited::CanceledExited(_))
+    ) {
+        // Stopped from outside (timeout or cancel): the group is dead, and what left it
+        // (`setsid`) still carries the operation's mark. A command that ends by itself keeps
+        // what it detached on purpose.
         orphans::stop_marked(orphans::OPERATION_VAR, &[ctx.mark.op_id]);
     }
     let captured = capture.finish();

@@ -183,3 +183,78 @@ fn an_agent_left_without_tools_is_warned_about() {
     run.expect(0);
     assert!(!run.stdout.contains("gets no tools"), "{}", run.stdout);
 }
+
+/// A run in a state dir given on the command line: the hint's command names it, so pasting the
+/// hint finds the run.
+#[test]
+fn hints_repeat_a_state_dir_given_on_the_command_line() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let agent = agent(
+        &env,
+        "reporter",
+        "read",
+        "",
+        "{format: json, requiredFields: [ok]}",
+    );
+    let config = script_config(&env, &[answer("no JSON here")]);
+    let other = env.path().join("other-state");
+    let run = run_new(
+        &env,
+        &repo,
+        "Report",
+        &agent,
+        &config,
+        &["--state-dir", other.to_str().unwrap()],
+    );
+    run.expect(1);
+    let hint = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("hint: inspect the run with `"))
+        .unwrap_or_else(|| panic!("no hint: {}", run.stderr));
+    let command = hint.split('`').nth(1).unwrap();
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(
+        words[..3],
+        ["kxen-agent", "--state-dir", other.to_str().unwrap()]
+    );
+    let pasted = env.run("kxen-agent", &words[1..]);
+    pasted.expect(0);
+    assert_eq!(pasted.jsonl()[0]["run"]["status"], "failed");
+}
+
+#[test]
+fn export_never_replaces_a_symlink_or_writes_under_a_file() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let config = script_config(&env, &[answer("done")]);
+    let run = run_new(&env, &repo, "Look", &fixer(&env), &config, &[]);
+    let id = session_id(&run.jsonl());
+    let target = env.path().join("target.json");
+    std::fs::write(&target, "keep").unwrap();
+    let link = env.path().join("link.json");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let out = env.run(
+        "kxen-agent",
+        &["session", "export", &id, "--output", link.to_str().unwrap()],
+    );
+    out.expect(2);
+    assert!(out.stderr.contains("symlink"), "{}", out.stderr);
+    assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+
+    let under_file = target.join("x.bundle.json");
+    let out = env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "export",
+            &id,
+            "--output",
+            under_file.to_str().unwrap(),
+        ],
+    );
+    out.expect(2);
+    assert!(out.stderr.contains("is not a directory"), "{}", out.stderr);
+}

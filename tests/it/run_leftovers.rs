@@ -466,3 +466,82 @@ fn a_daemon_a_model_command_started_survives_later_runs() {
         .status()
         .unwrap();
 }
+
+/// A cancel the command obeys still stops what it detached (`setsid`): canceled means stopped.
+#[test]
+fn a_canceled_command_takes_what_it_detached_with_it() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "setsid sh -c 'while [ ! -e release ]; do sleep 0.05; done; touch late.txt' >/dev/null 2>&1 </dev/null & touch started; sleep 30"}),
+            ),
+            answer("never reached"),
+        ],
+    );
+    let child = spawn_new(
+        &env,
+        &repo,
+        "Wait",
+        &fixer(&env),
+        &config,
+        &["--allow-shell"],
+    );
+    wait_for(&repo.join("started"));
+    interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    assert_released_changes_nothing(&repo.join("release"), &repo.join("late.txt"));
+}
+
+/// A cancel abandons a model call; what a `command` provider started stops with it.
+#[test]
+fn an_abandoned_model_command_stops_with_the_cancel() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let dir = env.path().join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("model.sh"),
+        "cat > /dev/null\n\
+         (while [ ! -e release ]; do sleep 0.05; done; touch late) </dev/null >/dev/null 2>&1 &\n\
+         touch calling\n\
+         exec sleep 30\n",
+    )
+    .unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "[providers.cmd]\nkind = \"command\"\nargv = [\"sh\", \"model.sh\"]\n\n[roles]\nexecution = \"cmd\"\n",
+    )
+    .unwrap();
+    let child = spawn_new(&env, &repo, "Go", &fixer(&env), &config, &[]);
+    wait_for(&dir.join("calling"));
+    interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    assert_released_changes_nothing(&dir.join("release"), &dir.join("late"));
+}
+
+fn interrupt(child: &std::process::Child) {
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+}
+
+/// Creates `release`, then checks for a second that `late` never appears: the process that
+/// would write it is gone.
+fn assert_released_changes_nothing(release: &Path, late: &Path) {
+    std::fs::write(release, "").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        assert!(!late.exists(), "a stopped process acted after the cancel");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -30,7 +30,7 @@ impl Renderer {
                 capabilities,
                 built,
                 ..
-            } => output::line(&format!(
+            } => say(&format!(
                 "session {session_id}: agent {agent}{} with {}",
                 if built { " (built for this task)" } else { "" },
                 capabilities.join(", ")
@@ -39,16 +39,18 @@ impl Renderer {
                 session_id,
                 run_id,
                 new_run,
-            } => output::line(&format!(
+            } => say(&format!(
                 "session {session_id}: {} run {run_id}",
                 if new_run { "new" } else { "continuing" }
             )),
-            Event::OperationResolved { op_id, run_id, .. } => output::line(&format!(
+            Event::OperationResolved { op_id, run_id, .. } => say(&format!(
                 "operation {op_id} of run {run_id} resolved; continue with --resume"
             )),
-            Event::Warning { message } => output::note(&format!("warning: {message}")),
-            Event::RunStarted { run_id, .. } => output::line(&format!("run {run_id} started")),
-            Event::ModelText { text, .. } => output::line(text.trim_end()),
+            Event::Warning { message } => {
+                output::note(&output::terminal_safe(&format!("warning: {message}")))
+            }
+            Event::RunStarted { run_id, .. } => say(&format!("run {run_id} started")),
+            Event::ModelText { text, .. } => say(text.trim_end()),
             Event::ToolStarted {
                 op_id, arguments, ..
             } => {
@@ -71,9 +73,9 @@ impl Renderer {
                 } else {
                     "ok".to_string()
                 };
-                output::line(&format!("  [{tool}] {args} -> {status}"));
+                say(&format!("  [{tool}] {args} -> {status}"));
             }
-            Event::RunInputRequired { run_id, op_ids, .. } => output::line(&format!(
+            Event::RunInputRequired { run_id, op_ids, .. } => say(&format!(
                 "run {run_id} needs input: unknown outcome of {}",
                 op_ids.join(", ")
             )),
@@ -84,9 +86,9 @@ impl Renderer {
                 final_text,
                 ..
             } => {
-                output::line(&format!("run {run_id} {status} after {turns} turns"));
+                say(&format!("run {run_id} {status} after {turns} turns"));
                 if !final_text.is_empty() && status != "completed" {
-                    output::line(final_text.trim_end());
+                    say(final_text.trim_end());
                 }
             }
         }
@@ -102,4 +104,9 @@ impl EventSink for Renderer {
             Format::Text => self.text(event),
         }
     }
+}
+
+/// One line of the text view, made safe for the terminal.
+fn say(text: &str) {
+    output::line(&output::terminal_safe(text));
 }

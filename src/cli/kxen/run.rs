@@ -110,7 +110,8 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i
     };
     let ending = agent_loop::execute(&execution, &run_id, &mut renderer)?;
     drop(lease);
-    Ok(exit_code(&session_id, &run_id, &ending, &resume_flags))
+    let hints = Hints::new(state_flag.map(|_| state.root()), resume_flags);
+    Ok(exit_code(&session_id, &run_id, &ending, &hints))
 }
 
 /// `--resume SES [--task …]`: continue the Session under its lease.
@@ -158,7 +159,8 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i3
         cancel,
     };
     let ending = agent_loop::execute(&execution, &resumed.run_id, &mut renderer)?;
-    let code = exit_code(&resumed.meta.id, &resumed.run_id, &ending, &resume_flags);
+    let hints = Hints::new(state_flag.map(|_| state.root()), resume_flags);
+    let code = exit_code(&resumed.meta.id, &resumed.run_id, &ending, &hints);
     drop(resumed);
     Ok(code)
 }
@@ -210,10 +212,32 @@ fn shell_word(word: &str) -> String {
     }
 }
 
-/// The exit code of a run's ending (0 only for `completed`), with the error line on stderr.
-/// `resume_flags` (see [`resume_flags`]) completes the `--resume` command in the hints.
-pub fn exit_code(session_id: &str, run_id: &str, ending: &Ending, resume_flags: &str) -> i32 {
-    let inspect = format!("kxen-agent run show {session_id} {run_id}");
+/// What the commands printed in hints must repeat to work when pasted: `--state-dir` when it was
+/// given on the command line (as an absolute path), and the flags of [`resume_flags`].
+pub struct Hints {
+    /// `kxen-agent` with the global options.
+    bin: String,
+    resume_flags: String,
+}
+
+impl Hints {
+    fn new(state_dir: Option<&Path>, resume_flags: String) -> Hints {
+        let bin = match state_dir {
+            Some(dir) => format!(
+                "kxen-agent --state-dir {}",
+                shell_word(&dir.to_string_lossy())
+            ),
+            None => "kxen-agent".to_string(),
+        };
+        Hints { bin, resume_flags }
+    }
+}
+
+/// The exit code of a run's ending (0 only for `completed`), with the error line on stderr; the
+/// hints name commands that work when pasted (see [`Hints`]).
+pub fn exit_code(session_id: &str, run_id: &str, ending: &Ending, hints: &Hints) -> i32 {
+    let Hints { bin, resume_flags } = hints;
+    let inspect = format!("{bin} run show {session_id} {run_id}");
     match ending {
         Ending::InputRequired(ops) => {
             output::note(&format!(
@@ -221,7 +245,7 @@ pub fn exit_code(session_id: &str, run_id: &str, ending: &Ending, resume_flags: 
                 ops.join(", ")
             ));
             output::note(&format!(
-                "hint: inspect with `{inspect}`, then record what happened with `kxen-agent run resolve {session_id} {run_id} OP --output TEXT` and continue with `kxen-agent --resume {session_id}{resume_flags}`"
+                "hint: inspect with `{inspect}`, then record what happened with `{bin} run resolve {session_id} {run_id} OP --output TEXT` and continue with `{bin} --resume {session_id}{resume_flags}`"
             ));
             ErrorKind::InputRequired.exit_code()
         }

@@ -64,7 +64,6 @@ fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
     v[key].as_str().unwrap_or("-")
 }
 
-/// One line, at most `max` characters, for a summary.
 /// `text` on one line, at most `max` characters: line breaks and tabs become spaces, other
 /// control characters (escape sequences a tool or model wrote) `?`, so none reaches the terminal.
 fn clip(text: &str, max: usize) -> String {
