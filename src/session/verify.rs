@@ -213,7 +213,7 @@ pub fn verify_with(
             };
             let agrees = message.role == Role::Assistant
                 && message.run_id == *run_id
-                && message.answer_hash == Some(answer_digest(&result.final_text));
+                && message.answer_hash == Some(digest(&result.final_text));
             if !agrees {
                 return Err(corrupt(
                     &run_json,
@@ -240,6 +240,7 @@ pub fn verify_with(
                         message_id,
                         tool_call_id,
                         call_index,
+                        arguments,
                     } => {
                         let asks = by_id.get(message_id.as_str()).is_some_and(|m| {
                             m.role == Role::Assistant
@@ -248,6 +249,21 @@ pub fn verify_with(
                                     .get(*call_index)
                                     .is_some_and(|c| c == tool_call_id)
                         });
+                        let same_arguments = asks
+                            && by_id
+                                .get(message_id.as_str())
+                                .is_some_and(|m| m.call_args.get(*call_index) == Some(arguments));
+                        if asks && !same_arguments {
+                            return Err(corrupt_at(
+                                &journal_path,
+                                line,
+                                format!(
+                                    "operation {op_id} started call {call_index} of assistant \
+                                     message {message_id} with other arguments than \
+                                     messages.jsonl holds: one of them was changed"
+                                ),
+                            ));
+                        }
                         if !asks {
                             return Err(corrupt_at(
                                 &journal_path,
@@ -503,6 +519,9 @@ struct MsgRef {
     role: Role,
     /// The ids of an assistant message's tool calls, in order.
     call_ids: Vec<String>,
+    /// A digest of each call's arguments (compact JSON), compared with the journal's `started`
+    /// record: the journal covers a last assistant message no successor's `prevHash` protects.
+    call_args: Vec<u64>,
     op_id: Option<String>,
     /// For an assistant message without tool calls (a run's final answer): a hash of its content,
     /// to compare with the run's recorded `finalText`. The last line of a chained file has no
@@ -510,10 +529,10 @@ struct MsgRef {
     answer_hash: Option<u64>,
 }
 
-/// A fast, non-cryptographic digest of a final answer. It detects a changed or swapped final
-/// message; a forger able to rewrite both the message and `run.json` is beyond any check without
-/// a secret, as `docs/state-format.md` says.
-fn answer_digest(text: &str) -> u64 {
+/// A fast, non-cryptographic digest of a final answer or a call's arguments. It detects a changed
+/// or swapped record; a forger able to rewrite both sides of a cross-reference is beyond any check
+/// without a secret, as `docs/state-format.md` says.
+fn digest(text: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     text.hash(&mut h);
@@ -527,6 +546,8 @@ enum OpRef {
         message_id: String,
         tool_call_id: String,
         call_index: usize,
+        /// [`digest`] of the arguments' compact JSON.
+        arguments: u64,
     },
     Settled {
         op_id: String,
@@ -570,7 +591,12 @@ fn read_messages_from(
             run_id: m.run_id,
             role: m.role,
             answer_hash: (m.role == Role::Assistant && m.tool_calls.is_empty())
-                .then(|| answer_digest(&m.content)),
+                .then(|| digest(&m.content)),
+            call_args: m
+                .tool_calls
+                .iter()
+                .map(|c| digest(&c.arguments.to_string()))
+                .collect(),
             call_ids: m.tool_calls.into_iter().map(|c| c.id).collect(),
             op_id: m.op_id,
         });
@@ -605,12 +631,14 @@ fn read_journal_from(
                 message_id,
                 tool_call_id,
                 call_index,
+                arguments,
                 ..
             } => Some(OpRef::Started {
                 op_id: op_id.clone(),
                 message_id: message_id.clone(),
                 tool_call_id: tool_call_id.clone(),
                 call_index: *call_index,
+                arguments: digest(&arguments.to_string()),
             }),
             JournalRecord::Settled {
                 op_id,

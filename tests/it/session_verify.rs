@@ -290,3 +290,41 @@ fn a_changed_final_answer_on_the_last_line_is_damage() {
         run.stderr
     );
 }
+
+/// Recomputes every `prevHash` of a chained file, as someone who edits a line and "repairs" the
+/// chain after it would.
+fn rechain_file(path: &PathBuf) {
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("prevHash");
+            v
+        })
+        .collect();
+    std::fs::write(path, rechain(&records).join("\n") + "\n").unwrap();
+}
+
+/// A tool call's arguments in the conversation are what the model sees on resume; the journal's
+/// `started` record of that call must agree, even when the chain was re-made after an edit.
+#[test]
+fn changed_call_arguments_disagree_with_the_journal() {
+    let env = TestEnv::new();
+    let b = session(&env);
+    let messages = session_dir(&env, &b).join("messages.jsonl");
+    let text = std::fs::read_to_string(&messages).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.contains("sh check.sh --step 2"))
+        .unwrap()
+        + 1;
+    edit_line(&messages, line, |l| {
+        l.replace("sh check.sh --step 2", "rm -rf ~")
+    });
+    rechain_file(&messages);
+    let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+    run.expect(10);
+    assert!(run.stderr.contains("journal.jsonl:"), "{}", run.stderr);
+    assert!(run.stderr.contains("other arguments"), "{}", run.stderr);
+}
