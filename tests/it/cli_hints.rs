@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use crate::env::TestEnv;
 use crate::run_support::{
-    agent, answer, call, finished, fixer, run_new, script_config, spawn_new, wait_for,
+    agent, answer, call, finished, fixer, interrupt, run_new, script_config, spawn_new, wait_for,
 };
 
 /// The id in the `sessionCreated` event of a run's stdout.
@@ -19,17 +19,22 @@ fn session_id(events: &[Value]) -> String {
         .to_string()
 }
 
-#[test]
-fn a_fenced_json_answer_is_recorded_as_the_bare_object() {
-    let env = TestEnv::new();
-    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
-    let agent = agent(
-        &env,
+/// An agent whose final output must be a JSON object with `ok`.
+fn json_reporter(env: &TestEnv) -> std::path::PathBuf {
+    agent(
+        env,
         "reporter",
         "read",
         "",
         "{format: json, requiredFields: [ok]}",
-    );
+    )
+}
+
+#[test]
+fn a_fenced_json_answer_is_recorded_as_the_bare_object() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let agent = json_reporter(&env);
     let config = script_config(&env, &[answer("```json\n{\"ok\": true}\n```")]);
     let run = run_new(&env, &repo, "Report", &agent, &config, &[]);
     run.expect(0);
@@ -133,11 +138,7 @@ fn the_input_required_hint_repeats_the_flags_a_resume_needs() {
         &["--allow-shell"],
     );
     wait_for(&repo.join("started"));
-    let kill = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    interrupt(&child);
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(7), "{stderr}");
@@ -190,13 +191,7 @@ fn an_agent_left_without_tools_is_warned_about() {
 fn hints_repeat_a_state_dir_given_on_the_command_line() {
     let env = TestEnv::new();
     let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
-    let agent = agent(
-        &env,
-        "reporter",
-        "read",
-        "",
-        "{format: json, requiredFields: [ok]}",
-    );
+    let agent = json_reporter(&env);
     let config = script_config(&env, &[answer("no JSON here")]);
     let other = env.path().join("other-state");
     let run = run_new(

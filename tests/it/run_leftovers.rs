@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::env::{TestEnv, git};
-use crate::run_support::{answer, call, finished, fixer, script_config, spawn_new, wait_for};
+use crate::run_support::{
+    answer, call, command_config, finished, fixer, interrupt, script_config, spawn_new, wait_for,
+};
 
 #[test]
 fn resume_stops_what_a_killed_runtime_left_running_before_recording_unknown() {
@@ -128,10 +130,8 @@ fn resume_stops_what_a_killed_runtime_s_model_command_left_running() {
     let agent = fixer(&env);
     // The first model call starts a background job (it would write `late` once `release`
     // exists) and hangs; the runtime is killed during it. Later calls answer at once.
-    let dir = env.path().join("model");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("model.sh"),
+    let config = command_config(
+        &env,
         "cat > /dev/null\n\
          if [ ! -e started ]; then\n\
          (while [ ! -e release ]; do sleep 0.05; done; touch late) </dev/null >/dev/null 2>&1 &\n\
@@ -139,14 +139,8 @@ fn resume_stops_what_a_killed_runtime_s_model_command_left_running() {
          exec sleep 30\n\
          fi\n\
          echo '{\"text\":\"done\"}'\n",
-    )
-    .unwrap();
-    let config = dir.join("config.toml");
-    std::fs::write(
-        &config,
-        "[providers.cmd]\nkind = \"command\"\nargv = [\"sh\", \"model.sh\"]\n\n[roles]\nexecution = \"cmd\"\n",
-    )
-    .unwrap();
+    );
+    let dir = env.path().join("model");
     let mut child = env
         .cmd("kxen-agent")
         .args(["run", "--workspace", repo.to_str().unwrap(), "--task", "Go"])
@@ -348,13 +342,7 @@ fn nothing_of_a_killed_operation_runs_on_after_it_is_resolved() {
     let child = spawn_new(&env, &repo, "Wait", &agent, &config, &["--allow-shell"]);
     wait_for(&repo.join("started"));
     std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    interrupt(&child);
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(7), "{stdout}");
@@ -398,24 +386,16 @@ fn a_daemon_a_model_command_started_survives_later_runs() {
     let env = TestEnv::new();
     let repo = env.git_repo("repo", &[("README", "x\n")]);
     let agent = fixer(&env);
-    let dir = env.path().join("model");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("model.sh"),
+    let config = command_config(
+        &env,
         "cat > /dev/null\n\
          if [ ! -e daemon.pid ]; then\n\
          setsid sh -c 'echo $$ > daemon.pid; exec sleep 30' >/dev/null 2>&1 </dev/null &\n\
          while [ ! -s daemon.pid ]; do sleep 0.02; done\n\
          fi\n\
          echo '{\"text\":\"ok\"}'\n",
-    )
-    .unwrap();
-    let config = dir.join("config.toml");
-    std::fs::write(
-        &config,
-        "[providers.m]\nkind = \"command\"\nargv = [\"sh\", \"model.sh\"]\n\n[roles]\nexecution = \"m\"\n",
-    )
-    .unwrap();
+    );
+    let dir = env.path().join("model");
     let first = env.run(
         "kxen-agent",
         &[
@@ -503,36 +483,20 @@ fn a_canceled_command_takes_what_it_detached_with_it() {
 fn an_abandoned_model_command_stops_with_the_cancel() {
     let env = TestEnv::new();
     let repo = env.git_repo("repo", &[("README", "x\n")]);
-    let dir = env.path().join("model");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("model.sh"),
+    let config = command_config(
+        &env,
         "cat > /dev/null\n\
          (while [ ! -e release ]; do sleep 0.05; done; touch late) </dev/null >/dev/null 2>&1 &\n\
          touch calling\n\
          exec sleep 30\n",
-    )
-    .unwrap();
-    let config = dir.join("config.toml");
-    std::fs::write(
-        &config,
-        "[providers.cmd]\nkind = \"command\"\nargv = [\"sh\", \"model.sh\"]\n\n[roles]\nexecution = \"cmd\"\n",
-    )
-    .unwrap();
+    );
+    let dir = env.path().join("model");
     let child = spawn_new(&env, &repo, "Go", &fixer(&env), &config, &[]);
     wait_for(&dir.join("calling"));
     interrupt(&child);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130));
     assert_released_changes_nothing(&dir.join("release"), &dir.join("late"));
-}
-
-fn interrupt(child: &std::process::Child) {
-    let kill = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
 }
 
 /// Creates `release`, then checks for a second that `late` never appears: the process that

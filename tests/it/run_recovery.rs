@@ -539,11 +539,7 @@ fn sigint_during_a_long_exec_stops_the_run_cleanly() {
     let child = spawn_new(&env, &repo, "Wait", &agent, &config, &["--allow-shell"]);
     wait_for(&repo.join("started"));
     let signaled = std::time::Instant::now();
-    let kill = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    interrupt(&child);
     let out = child.wait_with_output().unwrap();
     // The 30 s command was not waited for: the cleanup window is 2 s.
     assert!(signaled.elapsed() < std::time::Duration::from_secs(20));
@@ -580,10 +576,8 @@ fn sigint_during_a_model_call_abandons_it() {
     let agent = fixer(&env);
     // The model is a command: its first call asks for one read; its second hangs (after saying
     // so with a marker file) until it is abandoned.
-    let dir = env.path().join("model");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("model.sh"),
+    let config = command_config(
+        &env,
         "cat > /dev/null\n\
          n=$(($(cat calls 2>/dev/null || echo 0) + 1)); echo $n > calls\n\
          if [ $n -eq 1 ]; then\n\
@@ -592,22 +586,12 @@ fn sigint_during_a_model_call_abandons_it() {
          fi\n\
          touch calling\n\
          exec sleep 30\n",
-    )
-    .unwrap();
-    let config = dir.join("config.toml");
-    std::fs::write(
-        &config,
-        "[providers.slow]\nkind = \"command\"\nargv = [\"sh\", \"model.sh\"]\n\n[roles]\nexecution = \"slow\"\n",
-    )
-    .unwrap();
+    );
+    let dir = env.path().join("model");
     let child = spawn_new(&env, &repo, "Read", &agent, &config, &[]);
     wait_for(&dir.join("calling"));
     let signaled = std::time::Instant::now();
-    let kill = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    interrupt(&child);
     let out = child.wait_with_output().unwrap();
     // The 30 s call was not waited for.
     assert!(signaled.elapsed() < std::time::Duration::from_secs(20));

@@ -135,3 +135,28 @@ pub fn spawn_new(
         .spawn()
         .unwrap()
 }
+
+/// Writes `model/model.sh` with `script` and a config whose `execution` role runs it as a
+/// `command` provider (`sh model.sh`, in `model/`); returns the config's path. `model/` is where
+/// the script's marker files land.
+pub fn command_config(env: &TestEnv, script: &str) -> PathBuf {
+    let dir = env.path().join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("model.sh"), script).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "[providers.cmd]\nkind = \"command\"\nargv = [\"sh\", \"model.sh\"]\n\n[roles]\nexecution = \"cmd\"\n",
+    )
+    .unwrap();
+    config
+}
+
+/// Sends SIGINT to a spawned run (as Ctrl-C does).
+pub fn interrupt(child: &std::process::Child) {
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+}
