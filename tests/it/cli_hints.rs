@@ -152,6 +152,8 @@ fn the_input_required_hint_repeats_the_flags_a_resume_needs() {
         config.display()
     );
     assert!(hint.contains(&expected), "{hint}");
+    // The one unknown operation is named in the resolve command.
+    assert!(hint.contains(" op_") && !hint.contains(" OP "), "{hint}");
 }
 
 #[test]

@@ -115,9 +115,12 @@ fn resume_stops_what_a_killed_runtime_left_running_before_recording_unknown() {
         "{}",
         text.stdout
     );
+    // One unknown operation: the command names it, ready to paste.
+    let op_id = op["opId"].as_str().unwrap();
     assert!(
-        text.stdout
-            .contains(&format!("kxen-agent run resolve {session} {run_id} OP")),
+        text.stdout.contains(&format!(
+            "kxen-agent run resolve {session} {run_id} {op_id} --output TEXT"
+        )),
         "{}",
         text.stdout
     );

@@ -244,8 +244,13 @@ pub fn exit_code(session_id: &str, run_id: &str, ending: &Ending, hints: &Hints)
                 "error: run {run_id} needs input: the outcome of {} is unknown (the tool may have had its effect)",
                 ops.join(", ")
             ));
+            // With one unknown operation the command names it; with several, OP stands for each.
+            let op = match ops.as_slice() {
+                [one] => one.as_str(),
+                _ => "OP",
+            };
             output::note(&format!(
-                "hint: inspect with `{inspect}`, then record what happened with `{bin} run resolve {session_id} {run_id} OP --output TEXT` and continue with `{bin} --resume {session_id}{resume_flags}`"
+                "hint: inspect with `{inspect}`, then record what happened with `{bin} run resolve {session_id} {run_id} {op} --output TEXT` and continue with `{bin} --resume {session_id}{resume_flags}`"
             ));
             ErrorKind::InputRequired.exit_code()
         }

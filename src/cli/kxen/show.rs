@@ -198,8 +198,12 @@ fn run_text(shown: &view::RunView) -> String {
         }
     }
     if !shown.run.unknown_ops.is_empty() {
+        let op = match shown.run.unknown_ops.as_slice() {
+            [one] => one.as_str(),
+            _ => "OP",
+        };
         out.push_str(&format!(
-            "needs input: record what happened with `kxen-agent run resolve {} {} OP --output TEXT`\n",
+            "needs input: record what happened with `kxen-agent run resolve {} {} {op} --output TEXT`\n",
             str_of(run, "sessionId"),
             str_of(run, "id"),
         ));
