@@ -112,7 +112,8 @@ pub enum SessionCommand {
     Export {
         /// The Session id (`ses_…`).
         session: String,
-        /// The bundle to write (`*.bundle.json`).
+        /// The bundle to write (`*.bundle.json`): a new path or a regular file (it is replaced
+        /// atomically, so not `-`, a symlink or a device).
         #[arg(long, short, value_name = "FILE")]
         output: PathBuf,
     },
@@ -162,7 +163,8 @@ pub enum SessionCommand {
 #[derive(Debug, Subcommand)]
 pub enum RunCommand {
     /// Record the verified outcome of an operation whose outcome is UNKNOWN; the operation is
-    /// never re-executed, and the next --resume gives the model exactly this output.
+    /// never re-executed, and the next --resume gives the model exactly this output. Any process
+    /// of the operation still running (Linux) is stopped before the outcome is recorded.
     Resolve {
         /// The Session id (`ses_…`).
         session: String,
