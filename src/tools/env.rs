@@ -3,7 +3,12 @@
 //! Removed unless named in `passEnv`: every variable whose name looks like a credential (see
 //! [`looks_sensitive`]), agent sockets, CI files that accept workflow commands, cloud credential
 //! and config locations, loader and shell start-up hooks (`LD_PRELOAD`, `BASH_ENV`), and any
-//! variable whose value is a URL with embedded user info (`https://user:token@host`). Model-provider keys are removed even when listed in `passEnv`:
+//! variable whose value looks like one: user info in a URL or in a scheme-less authority
+//! (`https://user:token@host`, `user:pass@proxy:3128`), a connection-string secret
+//! (`AccountKey=`, `password=`, …) or a private key (`-----BEGIN … PRIVATE KEY-----`). The rules
+//! err on the side of removing: a harmless look-alike a rule would catch is kept only when it is
+//! listed in [`NOT_SENSITIVE`] (each entry has a test), and value rules apply to it all the same.
+//! Model-provider keys are removed even when listed in `passEnv`:
 //! the well-known names below plus every `api_key_env` of the loaded model config (registered via
 //! [`register_provider_key_env`]). This is not a sandbox — files stay readable — but no secret is
 //! handed to the model's commands for free.
@@ -46,6 +51,12 @@ const SENSITIVE_NAMES: &[&str] = &[
     "GPG_AGENT_INFO",
     "GNUPGHOME",
     "NETRC",
+    // Password-manager, VPN and Kerberos sessions whose names do not say "secret".
+    "SSHPASS",
+    "BW_SESSION",
+    "KRB5CCNAME",
+    "KRB5_KTNAME",
+    "KRB5_CLIENT_KTNAME",
     // GitHub Actions files that turn writes into workflow commands, and runtime endpoints.
     "GITHUB_ENV",
     "GITHUB_PATH",
@@ -99,6 +110,24 @@ const SENSITIVE_PARTS: &[&str] = &[
     "PRIVKEY",
     "PASSFILE",
     "JWT",
+    "AUTHKEY",
+    "KEYFILE",
+    "CONNECTION_STRING",
+    "CONNSTR",
+];
+
+/// Name prefixes (upper-cased) that mark a credential: 1Password CLI sessions are
+/// `OP_SESSION_<account>`; `GIT_CONFIG_*` can name a credential helper or a command git runs.
+const SENSITIVE_PREFIXES: &[&str] = &["OP_SESSION_", "GIT_CONFIG_"];
+
+/// Substrings of a value (lower-cased) that mark a connection string carrying a secret
+/// (Azure storage and service-bus strings, ODBC/ADO.NET strings).
+const SECRET_VALUE_PARTS: &[&str] = &[
+    "accountkey=",
+    "sharedaccesskey=",
+    "sharedaccesssignature=",
+    "password=",
+    "passwd=",
 ];
 
 /// `_`-separated name words that mark a credential (`NPM_AUTH`, `GH_PAT`, `OPENAI_KEY`) without
@@ -107,8 +136,14 @@ const SENSITIVE_WORDS: &[&str] = &[
     "AUTH", "PAT", "KEY", "KEYS", "DSN", "COOKIE", "PASS", "PWD", "CRED", "CREDS",
 ];
 
-/// Names that match a word above but are not secrets: the shell's working directory.
-const NOT_SENSITIVE: &[&str] = &["PWD"];
+/// Names a name rule above would remove but that are not secrets (the allow-list of harmless
+/// look-alikes; each has a test). Value rules still apply to them.
+pub(crate) const NOT_SENSITIVE: &[&str] = &[
+    // The shell's working directory (word `PWD`).
+    "PWD",
+    // Hugging Face tokenizers' thread switch (part `TOKEN`).
+    "TOKENIZERS_PARALLELISM",
+];
 
 static REGISTERED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
@@ -133,7 +168,12 @@ pub fn is_provider_key_env(name: &str) -> bool {
 }
 
 /// Whether a variable is removed from tool environments unless named in `passEnv`.
-fn looks_sensitive(name: &str, value: &OsStr) -> bool {
+pub(crate) fn looks_sensitive(name: &str, value: &OsStr) -> bool {
+    sensitive_name(name) || sensitive_value(&value.to_string_lossy())
+}
+
+/// The name rules (the allow-list [`NOT_SENSITIVE`] exempts a name from these only).
+fn sensitive_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     if NOT_SENSITIVE.contains(&upper.as_str()) {
         return false;
@@ -141,8 +181,16 @@ fn looks_sensitive(name: &str, value: &OsStr) -> bool {
     SENSITIVE_NAMES.contains(&upper.as_str())
         || SENSITIVE_PARTS.iter().any(|p| upper.contains(p))
         || upper.split('_').any(|w| SENSITIVE_WORDS.contains(&w))
-        || upper.starts_with("GIT_CONFIG_")
-        || url_with_userinfo(&value.to_string_lossy())
+        || SENSITIVE_PREFIXES.iter().any(|p| upper.starts_with(p))
+}
+
+/// The value rules: user info, connection-string secrets, private keys.
+pub(crate) fn sensitive_value(value: &str) -> bool {
+    let lower = value.to_ascii_lowercase();
+    url_with_userinfo(value)
+        || authority_with_password(value)
+        || SECRET_VALUE_PARTS.iter().any(|p| lower.contains(p))
+        || private_key_block(value)
 }
 
 /// `scheme://user[:pass]@host…` anywhere in the value.
@@ -154,6 +202,36 @@ fn url_with_userinfo(value: &str) -> bool {
             .next()
             .unwrap_or("");
         authority.contains('@')
+    })
+}
+
+/// `user:pass@host` without a scheme (how proxies are often configured: `user:pass@proxy:3128`).
+/// Only a `:` before the `@` counts, so `git@github.com:org/repo`, `alice@example.com` and
+/// `image@sha256:…` are not caught.
+fn authority_with_password(value: &str) -> bool {
+    value.match_indices('@').any(|(at, _)| {
+        let before = &value[..at];
+        let start = before
+            .rfind(|c: char| c.is_whitespace() || "/,;=\"'<>()[]{}".contains(c))
+            .map_or(0, |i| i + 1);
+        let userinfo = &before[start..];
+        let host_follows = value[at + 1..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '[');
+        host_follows
+            && userinfo
+                .split_once(':')
+                .is_some_and(|(user, pass)| !user.is_empty() && !pass.is_empty())
+    })
+}
+
+/// A PEM private key (`-----BEGIN RSA PRIVATE KEY-----`, `… OPENSSH PRIVATE KEY`, `… PGP PRIVATE
+/// KEY BLOCK`); certificates and public keys are not secrets.
+fn private_key_block(value: &str) -> bool {
+    value.match_indices("-----BEGIN ").any(|(i, m)| {
+        let label = value[i + m.len()..].split("-----").next().unwrap_or("");
+        label.contains("PRIVATE KEY")
     })
 }
 
@@ -291,6 +369,90 @@ mod tests {
             "the policy's provider-word rule"
         );
         assert!(!is_provider_key_env("PATH"));
+    }
+
+    /// Each gap found by the attack report of issue 12 item 4, one variable each.
+    #[test]
+    fn credentials_with_innocent_names_or_in_values_are_removed() {
+        let vars = [
+            ("SSHPASS", "hunter2"),
+            ("TS_AUTHKEY", "tskey-auth-abc"),
+            ("TAILSCALE_AUTHKEY", "tskey-auth-abc"),
+            ("BW_SESSION", "bwsession"),
+            ("OP_SESSION_my_team", "opsession"),
+            (
+                "AZURE_STORAGE_CONNECTION_STRING",
+                "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Zm9v==",
+            ),
+            (
+                "STORAGE",
+                "Endpoint=sb://x/;SharedAccessKeyName=r;SharedAccessKey=abc",
+            ),
+            ("ODBC", "Driver=x;Server=db;Uid=sa;Password=hunter2"),
+            (
+                "GOOGLE_CLOUD_KEYFILE_JSON",
+                "{\"type\":\"service_account\"}",
+            ),
+            ("KRB5CCNAME", "FILE:/tmp/krb5cc_0"),
+            ("HTTPS_PROXY", "user:pass@proxy:3128"),
+            ("ALL_PROXY", "socks5://user@proxy:1080"),
+            (
+                "DEPLOY",
+                "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----",
+            ),
+            ("SIGNER", "-----BEGIN PGP PRIVATE KEY BLOCK-----"),
+            ("PATH", "/usr/bin"),
+        ];
+        assert_eq!(names(&vars, &[]), ["HOME", "PATH"]);
+        // passEnv still lets a named one through.
+        assert_eq!(names(&vars[..1], &["SSHPASS"]), ["HOME", "SSHPASS"]);
+    }
+
+    /// Values that resemble the value rules but carry no secret are kept.
+    #[test]
+    fn value_look_alikes_are_kept() {
+        for (name, value) in [
+            ("EMAIL", "alice@example.com"),
+            ("UPSTREAM_SSH", "git@github.com:org/repo.git"),
+            ("IMAGE", "rust@sha256:0123abcd"),
+            ("PS1", "\\u@\\h:\\w\\$ "),
+            ("NPM_SCOPE", "@scope:registry=https://registry.npmjs.org/"),
+            (
+                "DBUS_SESSION_BUS_ADDRESS",
+                "unix:path=/run/user/0/bus,guid=ab",
+            ),
+            ("NO_PROXY", "localhost,127.0.0.1,.internal"),
+            ("HTTP_PROXY", "http://proxy:3128"),
+            (
+                "CA_BUNDLE",
+                "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
+            ),
+            ("SIGNING_PUB", "-----BEGIN PUBLIC KEY-----"),
+            ("HINT", "set password later"),
+        ] {
+            assert!(
+                names(&[(name, value)], &[]).contains(&name.to_string()),
+                "{name}={value} must be kept"
+            );
+        }
+    }
+
+    /// Each allow-list entry is caught by a name rule without the list, and kept with it; a
+    /// value rule still removes it.
+    #[test]
+    fn every_allow_listed_look_alike_is_kept_but_not_its_secret_value() {
+        for name in NOT_SENSITIVE {
+            let upper = name.to_ascii_uppercase();
+            let caught_without_list = SENSITIVE_PARTS.iter().any(|p| upper.contains(p))
+                || upper.split('_').any(|w| SENSITIVE_WORDS.contains(&w));
+            assert!(caught_without_list, "{name} needs no allow-list entry");
+            assert!(names(&[(name, "/work")], &[]).contains(&name.to_string()));
+            assert_eq!(names(&[(name, "user:pw@host:1")], &[]), ["HOME"]);
+        }
+        assert_eq!(
+            names(&[("TOKENIZERS_PARALLELISM", "false")], &[]),
+            ["HOME", "TOKENIZERS_PARALLELISM"]
+        );
     }
 
     #[test]
