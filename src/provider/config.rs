@@ -149,8 +149,8 @@ impl ModelConfig {
             .with_hint("pass --config FILE (see README \"Models\")"));
         };
         let path = std::path::absolute(&path).unwrap_or(path);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
             Err(e)
                 if e.kind() == std::io::ErrorKind::NotFound && source == ConfigSource::Default =>
             {
@@ -173,6 +173,15 @@ impl ModelConfig {
                 return Err(err);
             }
         };
+        // Not UTF-8 is a broken file the user wrote (exit 4), not a failure of the system.
+        let text = String::from_utf8(bytes).map_err(|e| {
+            Error::invalid(format!(
+                "invalid model config {}: not UTF-8 text (invalid byte at offset {})",
+                path.display(),
+                e.utf8_error().valid_up_to()
+            ))
+            .with_hint("save the config as UTF-8 (TOML files are UTF-8)")
+        })?;
         Self::parse(&text, &path, source)
     }
 

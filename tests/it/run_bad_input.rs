@@ -216,3 +216,42 @@ fn the_builder_writes_the_definition_when_no_agent_is_given() {
         assert!(!env.state_dir().exists());
     }
 }
+
+#[test]
+fn a_model_config_that_is_not_utf8_is_invalid_input_naming_the_file() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a")]);
+    let agent = fixer(&env);
+    let config = env.path().join("latin1.toml");
+    std::fs::write(&config, b"# caf\xe9\n[roles]\n").unwrap();
+    let run_args = [
+        "run",
+        "--workspace",
+        repo.to_str().unwrap(),
+        "--task",
+        "x",
+        "--agent",
+        agent.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    refused(&env, &run_args, 4, "latin1.toml");
+    let run = env.run("kxen-agent", &run_args);
+    assert!(run.stderr.contains("UTF-8"), "{}", run.stderr);
+}
+
+#[test]
+fn a_script_line_over_the_limit_fails_the_model_call_naming_file_and_line() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a")]);
+    // 17 MiB of valid JSON on one line: more than the 16 MiB a script line may hold.
+    let huge = answer(&"x".repeat(17 << 20));
+    let config = script_config(&env, &[huge]);
+    let run = run_new(&env, &repo, "x", &fixer(&env), &config, &[]);
+    run.expect(9);
+    assert!(
+        run.stderr.contains("turns.jsonl:1: a response line is longer than 16777216 bytes"),
+        "{}",
+        run.stderr
+    );
+}
