@@ -6,44 +6,117 @@
 //! N being the model responses already recorded in its history — gets response N+1, so a resumed
 //! run continues from the right line. It is read on every call, so nothing is cached across runs.
 
+use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 
 use super::{ModelRequest, ModelResponse, Provider};
 use crate::error::{Error, Result};
 
+/// The longest response line read (a tool call that writes a large file still fits).
+pub const MAX_LINE_BYTES: u64 = 16 << 20;
+/// The most of a script file read before giving up: a script is a list of recorded turns, so
+/// anything bigger is a mistake (`/dev/zero`, a log file) that must not exhaust memory.
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
+
 #[derive(Debug, Clone)]
 pub struct ScriptProvider {
     path: PathBuf,
+    max_line: u64,
+    max_file: u64,
 }
 
 impl ScriptProvider {
     pub fn new(path: PathBuf) -> ScriptProvider {
-        ScriptProvider { path }
+        Self::with_limits(path, MAX_LINE_BYTES, MAX_FILE_BYTES)
+    }
+
+    /// A provider with smaller read limits, for tests.
+    pub fn with_limits(path: PathBuf, max_line: u64, max_file: u64) -> ScriptProvider {
+        ScriptProvider {
+            path,
+            max_line,
+            max_file,
+        }
+    }
+
+    /// Reads the script line by line up to the non-blank line number `wanted` (0-based) and
+    /// returns it with its 1-based line number, or the count of response lines when the file
+    /// ends first. Only that much of the file is read, and never more than the limits.
+    fn response_line(&self, wanted: usize) -> Result<std::result::Result<(usize, String), usize>> {
+        let file = std::fs::File::open(&self.path)
+            .map_err(|e| Error::io("read the model script", &self.path, e))?;
+        let mut reader = BufReader::new(file);
+        let (mut line_no, mut responses, mut total) = (0usize, 0usize, 0u64);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let n = reader
+                .by_ref()
+                .take(self.max_line + 1)
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| Error::io("read the model script", &self.path, e))?;
+            if n == 0 {
+                return Ok(Err(responses));
+            }
+            line_no += 1;
+            total += n as u64;
+            let content = buf.strip_suffix(b"\n").unwrap_or(&buf);
+            if content.len() as u64 > self.max_line {
+                return Err(self.too_big(format!(
+                    "{}:{line_no}: a response line is longer than {} bytes",
+                    self.path.display(),
+                    self.max_line
+                )));
+            }
+            if total > self.max_file {
+                return Err(self.too_big(format!(
+                    "{} is larger than {} bytes (read up to line {line_no})",
+                    self.path.display(),
+                    self.max_file
+                )));
+            }
+            let Ok(line) = std::str::from_utf8(content) else {
+                return Err(Error::invalid(format!(
+                    "{}:{line_no}: not UTF-8 text",
+                    self.path.display()
+                )));
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            if responses == wanted {
+                return Ok(Ok((line_no, line.to_string())));
+            }
+            responses += 1;
+        }
+    }
+
+    fn too_big(&self, message: String) -> Error {
+        Error::invalid(message).with_hint(format!(
+            "a script holds one JSON response per line (at most {} bytes a line, {} bytes in all); \
+             check that the config's `path` names the right file",
+            self.max_line, self.max_file
+        ))
     }
 }
 
 impl Provider for ScriptProvider {
     fn complete(&self, _request: &ModelRequest, responses_so_far: usize) -> Result<ModelResponse> {
-        let text = std::fs::read_to_string(&self.path)
-            .map_err(|e| Error::io("read the model script", &self.path, e))?;
-        let lines: Vec<(usize, &str)> = text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| (i + 1, l))
-            .collect();
-        let Some((line_no, line)) = lines.get(responses_so_far) else {
-            return Err(Error::external(format!(
-                "script exhausted: {} has {} response line(s) and response {} was requested",
-                self.path.display(),
-                lines.len(),
-                responses_so_far + 1
-            ))
-            .with_hint(
-                "add more response lines to the script, or map the role to another provider",
-            ));
+        let (line_no, line) = match self.response_line(responses_so_far)? {
+            Ok(found) => found,
+            Err(count) => {
+                return Err(Error::external(format!(
+                    "script exhausted: {} has {count} response line(s) and response {} was \
+                     requested",
+                    self.path.display(),
+                    responses_so_far + 1
+                ))
+                .with_hint(
+                    "add more response lines to the script, or map the role to another provider",
+                ));
+            }
         };
-        serde_json::from_str(line).map_err(|e| {
+        serde_json::from_str(&line).map_err(|e| {
             Error::invalid(format!(
                 "{}:{line_no}: not a model response: {e}",
                 self.path.display()
@@ -129,6 +202,55 @@ mod tests {
             .complete(&request(), 0)
             .unwrap_err();
         assert_eq!(e.kind, ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn reads_only_up_to_the_wanted_line_within_the_limits() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("t.jsonl");
+        // Line 2 is longer than the line limit, but line 1 is answered without reading it.
+        let long = format!("{{\"text\":\"{}\"}}", "x".repeat(100));
+        std::fs::write(&path, format!("{{\"text\":\"ok\"}}\n{long}\n")).unwrap();
+        let p = ScriptProvider::with_limits(path.clone(), 64, 1 << 20);
+        assert_eq!(p.complete(&request(), 0).unwrap().text, "ok");
+        let e = p.complete(&request(), 1).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput);
+        assert!(
+            e.message.contains("t.jsonl:2:") && e.message.contains("longer than 64 bytes"),
+            "{}",
+            e.message
+        );
+        // Many blank lines: the file limit stops the read, naming the file.
+        std::fs::write(&path, "\n".repeat(5000)).unwrap();
+        let p = ScriptProvider::with_limits(path, 64, 1000);
+        let e = p.complete(&request(), 0).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput);
+        assert!(
+            e.message.contains("larger than 1000 bytes"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn an_endless_file_is_refused_at_the_line_limit() {
+        // `/dev/zero` never ends and has no newline: the default line limit stops it.
+        let p = ScriptProvider::new(PathBuf::from("/dev/zero"));
+        let e = p.complete(&request(), 0).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput);
+        assert!(e.message.contains("/dev/zero:1:"), "{}", e.message);
+        assert!(e.hints[0].contains("one JSON response per line"));
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_names_its_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("t.jsonl");
+        std::fs::write(&path, b"{\"text\":\"ok\"}\n{\"text\":\"\xff\"}\n").unwrap();
+        let p = ScriptProvider::new(path);
+        let e = p.complete(&request(), 1).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput);
+        assert!(e.message.contains("t.jsonl:2: not UTF-8"), "{}", e.message);
     }
 
     proptest::proptest! {

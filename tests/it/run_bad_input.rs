@@ -250,7 +250,8 @@ fn a_script_line_over_the_limit_fails_the_model_call_naming_file_and_line() {
     let run = run_new(&env, &repo, "x", &fixer(&env), &config, &[]);
     run.expect(9);
     assert!(
-        run.stderr.contains("turns.jsonl:1: a response line is longer than 16777216 bytes"),
+        run.stderr
+            .contains("turns.jsonl:1: a response line is longer than 16777216 bytes"),
         "{}",
         run.stderr
     );
