@@ -150,6 +150,29 @@ pub fn repair_torn_tail(path: &Path, tail: &TornTail) -> Result<()> {
     file.sync_all().map_err(|e| Error::io("fsync", path, e))
 }
 
+/// Ends a file whose last line is complete but lacks its newline (written by another tool or by
+/// hand) with one, so the next [`append_line`] starts a line of its own. `len` is the length
+/// the caller read under the file's writer lock; a file of another length changed meanwhile.
+pub fn terminate_last_line(path: &Path, len: u64) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::io("open for append", path, e))?;
+    let now = file
+        .metadata()
+        .map_err(|e| Error::io("stat", path, e))?
+        .len();
+    if now != len {
+        return Err(Error::conflict(format!(
+            "{} changed while adding the newline its last line lacks; retry",
+            path.display()
+        )));
+    }
+    file.write_all(b"\n")
+        .map_err(|e| Error::io("append to", path, e))?;
+    file.sync_data().map_err(|e| Error::io("fsync", path, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,7 +27,9 @@ pub const ALL: &[&str] = &[
     "import.after-staging",
     "import.before-rename",
     // A plan journal append (dwp::plan::writer): validated and about to be written under the
-    // writer lock; written and fsynced, not yet reported.
+    // writer lock; written and fsynced, not yet reported. `after-newline`: the missing newline
+    // of a complete last event was added, nothing else written.
+    "dwp.append.after-newline",
     "dwp.append.before-write",
     "dwp.append.after-write",
 ];

@@ -653,3 +653,86 @@ fn a_torn_settlement_line_is_repaired_and_settled_once() {
     res(&env, "settle", V7, &args).expect(0);
     assert_eq!(std::fs::read_to_string(&journal).unwrap(), settled);
 }
+
+/// A complete last event without its trailing newline (another tool, or a hand edit) is an
+/// event: readers count it, and the next writer adds the newline before its own line instead of
+/// truncating it as torn.
+#[test]
+fn a_complete_last_event_without_a_newline_is_kept_and_terminated() {
+    let env = TestEnv::new();
+    copy_repo(&env, "v7");
+    let journal = env.path().join(V7).join("journal.ndjson");
+    let key = add_reservation(&env, V7, json!(3.0), "usd");
+    let with_newline = std::fs::read_to_string(&journal).unwrap();
+    let unterminated = with_newline.strip_suffix('\n').unwrap();
+    std::fs::write(&journal, unterminated).unwrap();
+    let pending = |env: &TestEnv| {
+        row(&json_of(res(env, "report", V7, &[]).expect(0)), "spend_usd")["pending"].clone()
+    };
+    assert_eq!(
+        pending(&env),
+        json!(5.0),
+        "the unterminated reservation counts"
+    );
+
+    res(
+        &env,
+        "settle",
+        V7,
+        &["--key", &key, "--disposition", "released"],
+    )
+    .expect(0);
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert!(
+        text.starts_with(&with_newline),
+        "the last event was kept and terminated:\n{}",
+        &text[with_newline.len().saturating_sub(200)..]
+    );
+    let added: Vec<Value> = text[with_newline.len()..]
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(added.len(), 1, "only the settlement, no journal_repair");
+    assert_eq!(
+        added[0]["statement"],
+        format!("RESERVATION: {key}: released")
+    );
+    assert!(text.ends_with('\n'));
+    assert_eq!(pending(&env), json!(2.0));
+}
+
+/// A last line that parses as JSON but is not a valid event is an invalid event (exit 4), not a
+/// torn tail to delete.
+#[test]
+fn an_unterminated_last_line_that_parses_but_is_invalid_is_refused_not_deleted() {
+    let env = TestEnv::new();
+    copy_repo(&env, "v7");
+    let journal = env.path().join(V7).join("journal.ndjson");
+    add_reservation(&env, V7, json!(3.0), "usd");
+    let mut text = std::fs::read_to_string(&journal).unwrap();
+    text.push_str(r#"{"type":"adaptation"}"#);
+    std::fs::write(&journal, &text).unwrap();
+    let run = res(&env, "exhaust", V7, &["--limit", "spend_usd"]);
+    run.expect(4);
+    assert!(run.stderr.contains("journal invalid"), "{}", run.stderr);
+    assert_eq!(std::fs::read_to_string(&journal).unwrap(), text);
+}
+
+/// Killed right after ending an unterminated last event with its newline: the journal holds
+/// exactly that newline more, and a rerun settles once.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_crash_after_adding_the_missing_newline_leaves_a_whole_journal() {
+    let env = TestEnv::new();
+    copy_repo(&env, "v7");
+    let journal = env.path().join(V7).join("journal.ndjson");
+    let key = add_reservation(&env, V7, json!(3.0), "usd");
+    let with_newline = std::fs::read_to_string(&journal).unwrap();
+    std::fs::write(&journal, with_newline.strip_suffix('\n').unwrap()).unwrap();
+    let args = ["--key", key.as_str(), "--disposition", "committed"];
+    crash(&env, "dwp.append.after-newline", "settle", &args);
+    assert_eq!(std::fs::read_to_string(&journal).unwrap(), with_newline);
+    res(&env, "settle", V7, &args).expect(0);
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert_eq!(text[with_newline.len()..].lines().count(), 1);
+}

@@ -1,8 +1,10 @@
 //! The plan journal (journal-event v6/v7, dwp-details.md §1.4): reading and strict validation.
 //!
 //! Events are read from the rolled archives `journal-archive-NNNNNN-NNNNNN.ndjson` in seq order,
-//! then the live `journal.ndjson`. Only the live file may end in a torn line (a crash mid-append);
-//! it is ignored. Damage anywhere else is corruption. Every event is validated against its type's
+//! then the live `journal.ndjson`. Only the live file may end in a torn line (a crash mid-append):
+//! a last line that does not parse, which is ignored. A last line that parses but lacks its
+//! newline (another tool or a hand edit wrote it) is an event like any other; the writer adds
+//! the newline before appending. Damage anywhere else is corruption. Every event is validated against its type's
 //! closed payload before any derivation sees it, so a derivation never guesses.
 
 use std::path::{Path, PathBuf};
@@ -90,6 +92,9 @@ pub struct Journal {
     pub archives: Vec<Archive>,
     /// Byte offset of an ignored torn last line of the live file.
     pub torn_tail: Option<crate::fsx::TornTail>,
+    /// The live file's length when its last line is a complete event without a trailing
+    /// newline: the next append must add the newline first.
+    pub unterminated: Option<u64>,
 }
 
 impl Journal {
@@ -194,12 +199,15 @@ pub fn read(dir: &Path, contract: &Contract) -> Result<Journal> {
         events,
         archives,
         torn_tail: file.torn_tail,
+        unterminated: file.unterminated,
     })
 }
 
 /// What reading one file found besides its events.
 struct FileRead {
     torn_tail: Option<crate::fsx::TornTail>,
+    /// The file's length when its last line was read as an event although it has no newline.
+    unterminated: Option<u64>,
     /// The first invalid event, if any (no events after it were kept).
     invalid: Option<Error>,
 }
@@ -207,7 +215,9 @@ struct FileRead {
 /// Reads one JSONL file (a missing file reads as empty), validating its events in order into
 /// `out`. `seq_rule` adds the file's own seq bound. Line rules are `fsx::read_jsonl`'s: every
 /// line but the last must parse (else `Corrupt` naming file and line, with the parser's reason);
-/// a last line without a newline or that does not parse is a torn tail.
+/// a last line that does not parse is a torn tail. A last line without a newline that parses is
+/// judged as an event (a crash mid-append leaves a prefix of a compact object, which never
+/// parses), and reported in `unterminated`.
 fn read_file(
     path: &Path,
     validator: &mut Validator,
@@ -270,10 +280,6 @@ fn read_file(
                  bundle",
             ))
         };
-        if !complete {
-            let torn_tail = damaged("no trailing newline".into())?;
-            return Ok(finish(builder, text, out, torn_tail, invalid));
-        }
         // Fast path: an indexed line is one the Value parser accepts too.
         let indexed = if in_text {
             builder.index(&text, start, start + line.len())
@@ -328,7 +334,12 @@ fn read_file(
         };
         invalid = Some(invalid_event(path, line_no, problem));
     }
-    Ok(finish(builder, text, out, None, invalid))
+    let last_byte = rest.last().or(text.as_bytes().last()).copied();
+    let mut read = finish(builder, text, out, None, invalid);
+    read.unterminated = last_byte
+        .is_some_and(|b| b != b'\n')
+        .then_some(total as u64);
+    Ok(read)
 }
 
 fn finish(
@@ -341,7 +352,11 @@ fn finish(
     if invalid.is_none() {
         builder.finish(text, out);
     }
-    FileRead { torn_tail, invalid }
+    FileRead {
+        torn_tail,
+        unterminated: None,
+        invalid,
+    }
 }
 
 fn invalid_event(path: &Path, line: usize, problem: String) -> Error {

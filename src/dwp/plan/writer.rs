@@ -3,7 +3,8 @@
 //! [`append_with`] takes the plan's writer lock, reads and validates the whole journal, lets the
 //! caller decide on that exact state (dedup, conflicts), stamps the next seq, validates the new
 //! event like any read event, writes one compact canonical line and fsyncs it
-//! (`fsx::append_line`). Deciding under the lock is what makes "settle exactly once" hold
+//! (`fsx::append_line`). A live file whose last event lacks its newline gets one first; one
+//! whose last line does not parse (torn) is truncated and a `journal_repair` recorded. Deciding under the lock is what makes "settle exactly once" hold
 //! between two concurrent `dwp` processes.
 //!
 //! Locking and the reference tooling: the Python ledger serializes writers with a *directory*
@@ -77,6 +78,12 @@ pub fn append_with(
     refuse_foreign_writer(&plan.dir)?;
     let mut journal = journal::read(&plan.dir, contract)?;
     let live = plan.dir.join(journal::LIVE_FILE);
+    if let Some(len) = journal.unterminated.take() {
+        // A complete last event without its newline is kept: end its line, as the reference
+        // writer does, so the next line is not glued to it. Only an unparsable tail is torn.
+        crate::fsx::terminate_last_line(&live, len)?;
+        failpoint::hit("dwp.append.after-newline");
+    }
     if let Some(tail) = journal.torn_tail.take() {
         // Appending after a torn line would bury it mid-file, where it is corruption.
         crate::fsx::repair_torn_tail(&live, &tail)?;

@@ -42,6 +42,27 @@ fn append_repairs_a_torn_tail_then_writes_one_canonical_line() {
 }
 
 #[test]
+fn append_ends_an_unterminated_last_event_instead_of_truncating_it() {
+    let (_tmp, dir) = copy_plan("v7");
+    let live = dir.join(journal::LIVE_FILE);
+    let text = std::fs::read_to_string(&live).unwrap();
+    std::fs::write(&live, text.strip_suffix('\n').unwrap()).unwrap();
+    let plan = Plan::open(&dir).unwrap();
+    let contract = plan.contract().unwrap();
+    let j = journal::read(&dir, &contract).unwrap();
+    assert_eq!(j.events.len(), 99, "the unterminated last event is read");
+    assert_eq!(j.unterminated, Some(text.len() as u64 - 1));
+    assert!(j.torn_tail.is_none());
+    let e = append(&plan, &contract, observation("after")).unwrap();
+    assert_eq!(e.seq, 100);
+    let after = std::fs::read_to_string(&live).unwrap();
+    assert!(after.starts_with(&text), "the old last line is intact");
+    assert_eq!(after[text.len()..].lines().count(), 1);
+    let j = journal::read(&dir, &contract).unwrap();
+    assert_eq!((j.events.len(), j.unterminated), (100, None));
+}
+
+#[test]
 fn seqs_continue_after_archives_and_live() {
     let (_tmp, dir) = copy_plan("v7");
     let plan = Plan::open(&dir).unwrap();
