@@ -1,13 +1,35 @@
 //! Time stamps: RFC 3339 in UTC, formatted and parsed without a date library.
+//!
+//! Every wall-clock reading of the crate (stamps and the time part of ids) goes through
+//! [`now_millis`], so a test can run a process whose clock is skewed: with the `failpoints`
+//! feature (test builds only), `KXEN_TEST_CLOCK_SKEW_MS` (signed milliseconds) is added to the
+//! system clock. Release builds never read it.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch, now.
 pub fn now_millis() -> i64 {
-    SystemTime::now()
+    let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+        .unwrap_or(0);
+    now.saturating_add(test_skew_ms())
+}
+
+/// The test clock skew (`KXEN_TEST_CLOCK_SKEW_MS`), read once; always 0 without `failpoints`.
+fn test_skew_ms() -> i64 {
+    #[cfg(feature = "failpoints")]
+    {
+        static SKEW: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+        *SKEW.get_or_init(|| {
+            std::env::var("KXEN_TEST_CLOCK_SKEW_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        })
+    }
+    #[cfg(not(feature = "failpoints"))]
+    0
 }
 
 /// `2026-11-30T18:16:39.123Z` for now.

@@ -6,7 +6,7 @@
 
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use crate::error::{Error, Result};
 
@@ -49,10 +49,7 @@ const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
 /// runners negligible — which is why a resumed run can never reuse a message id.
 pub fn new_id(kind: IdKind) -> String {
     static LAST_MS: AtomicU64 = AtomicU64::new(0);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let now = u64::try_from(crate::clock::now_millis()).unwrap_or(0);
     // Strictly increasing within this process even if the clock stalls or steps back.
     let ms = LAST_MS
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {

@@ -110,7 +110,7 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
             first_run_id: Some(run_id.clone()),
             history: Vec::new(),
         },
-        run: RunState::new(&session_id, &run_id, &task),
+        run: RunState::new(&session_id, &run_id, &task, 1),
         task,
     };
     Ok(Prepared {

@@ -171,7 +171,7 @@ fn pick_run(
     }
     let run_id = ids::new_id(IdKind::Run);
     let message = Message::new(&run_id, Role::User, task.to_string());
-    let mut run = RunState::new(&meta.id, &run_id, &message);
+    let mut run = RunState::new(&meta.id, &run_id, &message, RunState::next_seq(&runs));
     let run_paths = paths.run(&run_id);
     fsx::create_dir_private(&run_paths.dir)?;
     // run.json first: the task message is appended by the run itself if a crash comes between.

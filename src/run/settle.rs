@@ -71,7 +71,7 @@ mod tests {
         let log_path = dir.path().join("messages.jsonl");
         let mut messages = MessageLog::open(&log_path).unwrap();
         let task = Message::new("run_1", Role::User, "t");
-        let mut run = RunState::new("ses_1", "run_1", &task);
+        let mut run = RunState::new("ses_1", "run_1", &task, 1);
         let result = RunResult {
             status: RunStatus::Completed,
             reason: None,

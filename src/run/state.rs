@@ -120,6 +120,11 @@ pub struct RunState {
     pub format_version: u32,
     pub id: String,
     pub session_id: String,
+    /// The run's position in its Session (1, 2, …), fixed when it is created: runs are ordered
+    /// by it, never by id or time (a runner whose clock is behind mints ids that sort before
+    /// earlier runs). Absent in runs written before it existed; see [`RunState::order_key`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
     pub status: RunStatus,
     /// The user message holding this run's task. It is written after run.json, so a run whose
     /// task message is missing (a crash in between) gets it appended, from `task`, when it runs.
@@ -140,13 +145,14 @@ pub struct RunState {
 }
 
 impl RunState {
-    /// A queued run for `task_message_id`.
-    pub fn new(session_id: &str, run_id: &str, task: &Message) -> RunState {
+    /// A queued run for `task_message_id`, the `seq`-th run of its Session.
+    pub fn new(session_id: &str, run_id: &str, task: &Message, seq: u64) -> RunState {
         let now = crate::clock::now_rfc3339();
         RunState {
             format_version: FORMAT_VERSION,
             id: run_id.to_string(),
             session_id: session_id.to_string(),
+            seq: Some(seq),
             status: RunStatus::Queued,
             task_message_id: task.id.clone(),
             task: task.content.clone(),
@@ -188,6 +194,19 @@ impl RunState {
         fsx::write_atomic_json(&paths.run_json(), self, fsx::STATE_FILE_MODE)
     }
 
+    /// The key runs of one Session sort by: `seq`; runs without one (written before it existed,
+    /// so created before any run that has one) come first, in id order among themselves.
+    pub fn order_key(&self) -> (bool, u64, &str) {
+        (self.seq.is_some(), self.seq.unwrap_or(0), &self.id)
+    }
+
+    /// The `seq` of the next run after `runs` (all runs of a Session): one more than the highest
+    /// position taken, counting runs without a `seq` by their number.
+    pub fn next_seq(runs: &[RunState]) -> u64 {
+        let highest = runs.iter().filter_map(|r| r.seq).max().unwrap_or(0);
+        highest.max(runs.len() as u64).saturating_add(1)
+    }
+
     /// Wall-clock time spent by earlier, finished attempts.
     pub fn spent_wall_clock_ms(&self) -> u64 {
         self.attempts
@@ -208,7 +227,7 @@ mod tests {
             dir: dir.path().to_path_buf(),
         };
         let task = Message::new("run_1", crate::session::Role::User, "t");
-        let mut run = RunState::new("ses_1", "run_1", &task);
+        let mut run = RunState::new("ses_1", "run_1", &task, 1);
         run.result = Some(RunResult {
             status: RunStatus::Failed,
             reason: Some(FailReason::BudgetExhausted),
@@ -224,5 +243,33 @@ mod tests {
         let text = std::fs::read_to_string(paths.run_json()).unwrap();
         assert!(text.contains(r#""reason": "budgetExhausted""#), "{text}");
         assert_eq!(RunState::read(&paths, "run_1").unwrap(), run);
+        assert!(text.contains(r#""seq": 1"#), "{text}");
+    }
+
+    #[test]
+    fn runs_order_by_seq_with_legacy_runs_first_by_id() {
+        let task = Message::new("run_x", crate::session::Role::User, "t");
+        let at = |id: &str, seq: Option<u64>| {
+            let mut run = RunState::new("ses_1", id, &task, 0);
+            run.seq = seq;
+            run
+        };
+        // run_0… has the smallest id (a clock behind) but the highest seq.
+        let mut runs = vec![
+            at("run_0001", Some(4)),
+            at("run_0300", None),
+            at("run_0400", Some(3)),
+            at("run_0200", None),
+        ];
+        runs.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["run_0200", "run_0300", "run_0400", "run_0001"]);
+        assert_eq!(RunState::next_seq(&runs), 5);
+        assert_eq!(
+            RunState::next_seq(&runs[..2]),
+            3,
+            "legacy runs count by number"
+        );
+        assert_eq!(RunState::next_seq(&[]), 1);
     }
 }

@@ -101,7 +101,9 @@ pub fn list_ids(state: &StateDir) -> Result<Vec<String>> {
     list_dir_ids(&state.sessions_dir(), IdKind::Session)
 }
 
-/// The runs of a Session, oldest first (directories without a `run.json` are skipped).
+/// The runs of a Session in the order they were created — by their `seq`, never by id or time
+/// ([`RunState::order_key`]). Directories without a `run.json` (a crash while creating one) are
+/// skipped.
 pub fn list_runs(paths: &SessionPaths) -> Result<Vec<RunState>> {
     let mut runs = Vec::new();
     for run_id in list_dir_ids(&paths.runs_dir(), IdKind::Run)? {
@@ -110,6 +112,7 @@ pub fn list_runs(paths: &SessionPaths) -> Result<Vec<RunState>> {
             runs.push(RunState::read(&run_paths, &run_id)?);
         }
     }
+    runs.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
     Ok(runs)
 }
 
@@ -181,7 +184,7 @@ mod tests {
                 first_run_id: Some(run_id.clone()),
                 history: Vec::new(),
             },
-            run: RunState::new(id, &run_id, &task),
+            run: RunState::new(id, &run_id, &task, 1),
             task,
         }
     }

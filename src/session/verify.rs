@@ -173,6 +173,7 @@ pub fn verify_with(
         ));
     }
     let mut tables = HashMap::new();
+    let mut seqs: HashMap<u64, &str> = HashMap::new();
     for (run_id, journal) in runs.iter().zip(journals) {
         let run_paths = paths.run(run_id);
         let run: RunState = read_json(&run_paths.run_json())?;
@@ -184,6 +185,14 @@ pub fn verify_with(
                     "names run {} of session {} but is stored as {run_id} of {session_id}",
                     run.id, run.session_id
                 ),
+            ));
+        }
+        if let Some(seq) = run.seq
+            && let Some(other) = seqs.insert(seq, run_id)
+        {
+            return Err(corrupt(
+                &run_json,
+                format!("has seq {seq}, as run {other} has: the order of the runs is lost"),
             ));
         }
         match by_id.get(run.task_message_id.as_str()) {

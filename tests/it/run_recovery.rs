@@ -686,3 +686,64 @@ fn damaged_state_is_corrupt_never_guessed() {
     run.expect(10);
     assert!(run.stderr.contains("lock"), "{}", run.stderr);
 }
+
+/// Runs are ordered by the `seq` recorded when each is created, never by id or time: a run
+/// created by a runner whose clock is an hour behind (its id sorts before the first run's) and
+/// killed mid-tool is still the Session's latest run, so `--resume` continues it (its started
+/// operation becomes UNKNOWN) instead of saying there is nothing to resume.
+#[test]
+fn a_run_created_with_a_clock_an_hour_behind_is_still_the_latest() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = script_config(
+        &env,
+        &[
+            answer("first done"),
+            call("c1", "exec", json!({"command": "echo ran >> counter.txt"})),
+            answer("second done"),
+        ],
+    );
+    start(&env, &repo, &agent, &config, None).expect(0);
+    let session = only_session(&env).unwrap();
+    let killed = env
+        .cmd("kxen-agent")
+        .args(["--resume", &session, "--task", "Count"])
+        .args(["--config", config.to_str().unwrap(), "--allow-shell"])
+        .env("KXEN_TEST_CLOCK_SKEW_MS", "-3600000")
+        .env("KXEN_FAILPOINT", "tool.after-started")
+        .output()
+        .unwrap();
+    assert_ne!(killed.status.code(), Some(0));
+    let show = env.run("kxen-agent", &["session", "show", &session]);
+    let runs = show.jsonl()[0]["runs"].as_array().unwrap().clone();
+    assert_eq!(runs.len(), 2);
+    let (first, second) = (
+        runs[0]["id"].as_str().unwrap(),
+        runs[1]["id"].as_str().unwrap(),
+    );
+    assert!(
+        second < first,
+        "the skewed run's id sorts first: {first} {second}"
+    );
+    assert_eq!(
+        (runs[0]["seq"].clone(), runs[1]["seq"].clone()),
+        (json!(1), json!(2))
+    );
+    assert_eq!(runs[1]["status"], "running");
+    let list = env.run("kxen-agent", &["session", "list"]);
+    assert_eq!(list.jsonl()[0]["lastRunId"], second);
+    // A new task is refused while that run is unfinished; the resume continues it.
+    resume(&env, &session, &config, &["--allow-shell", "--task", "x"]).expect(2);
+    let next = resume(&env, &session, &config, &["--allow-shell"]);
+    next.expect(7);
+    let event = next
+        .jsonl()
+        .into_iter()
+        .find(|e| e["type"] == "runInputRequired")
+        .unwrap();
+    assert_eq!(event["runId"], second);
+    assert!(!repo.join("counter.txt").exists(), "the exec never ran");
+    env.run("kxen-agent", &["session", "verify", &session])
+        .expect(0);
+}

@@ -64,7 +64,7 @@ pub fn build(state: &Path, shape: &Shape) -> Built {
     .unwrap();
     let new = NewSession {
         meta,
-        run: RunState::new(&session_id, &run_id, &task),
+        run: RunState::new(&session_id, &run_id, &task, 1),
         task,
     };
     let lease = store::create(&state, &new).unwrap();
