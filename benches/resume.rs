@@ -223,6 +223,7 @@ fn child_resume(root: &Path) -> f64 {
         definition: &resumed.meta.lock.definition,
         capabilities: &resumed.meta.lock.capabilities,
         pass_env: &resumed.merged.pass_env,
+        fence: resumed.merged.fence(),
         workspace_root: &resumed.meta.workspace.root,
         provider: first.clone(),
         provider_info: None,

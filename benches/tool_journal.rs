@@ -110,6 +110,7 @@ fn run_agent(root: &Path, calls: usize) -> (f64, usize, usize) {
         definition: &prepared.lock.definition,
         capabilities: &prepared.lock.capabilities,
         pass_env: &prepared.merged.pass_env,
+        fence: prepared.merged.fence(),
         workspace_root: &prepared.binding.root,
         provider: std::sync::Arc::clone(&prepared.provider),
         provider_info: None,

@@ -21,6 +21,7 @@ pub mod policy;
 mod process;
 pub mod provider;
 pub mod run;
+pub mod sandbox;
 pub mod session;
 pub mod state;
 pub mod templates;

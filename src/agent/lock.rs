@@ -161,7 +161,7 @@ impl DcpAgentLock {
                 "policy drift: the policy of this command differs from the one locked when the session was created\n{}",
                 policy::drift_diff(&self.policy, now).trim_end()
             ))
-            .with_hint("repeat the session's original --policy, --allow-shell, --allow-mcp and --pass-env options; a session's permissions never change")
+            .with_hint("repeat the session's original --policy, --allow-shell, --allow-mcp, --allow-network and --pass-env options; a session's permissions never change")
             .with_hint("to run under the new policy, start a new session"));
         }
         for c in &self.capabilities {

@@ -223,6 +223,9 @@ pub struct ToolOutcome {
     /// The tool was stopped before it finished (cancel, timeout).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub interrupted: bool,
+    /// `exec`: the fence the command ran in (sandbox mode, the kernel's Landlock ABI, network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<crate::sandbox::FenceRecord>,
 }
 
 /// A reference to a blob: `blobs/<sha256>`.

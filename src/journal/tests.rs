@@ -11,6 +11,7 @@ fn outcome(text: &str) -> ToolOutcome {
         is_error: false,
         blob: None,
         interrupted: false,
+        fence: None,
     }
 }
 

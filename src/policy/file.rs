@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use super::SandboxMode;
 use super::env_names::check_pass_env;
 use crate::agent::capability_name_error;
 use crate::error::{Error, Result};
@@ -35,6 +36,24 @@ pub struct PolicyFile {
     pub max_wall_clock_ms: Option<u64>,
     #[serde(default)]
     pub max_pure_retries: Option<u32>,
+    /// The `exec` fence: `workspaceWrite` (the default), `readOnly` or `off` (checked by
+    /// [`sandbox_mode`], so the message names the field).
+    #[serde(default)]
+    pub sandbox: Option<String>,
+    #[serde(default)]
+    pub allow_network: bool,
+}
+
+/// The `sandbox` value of a policy file (absent: `workspaceWrite`).
+pub(super) fn sandbox_mode(value: Option<&str>) -> std::result::Result<SandboxMode, String> {
+    match value {
+        None | Some("workspaceWrite") => Ok(SandboxMode::WorkspaceWrite),
+        Some("readOnly") => Ok(SandboxMode::ReadOnly),
+        Some("off") => Ok(SandboxMode::Off),
+        Some(other) => Err(format!(
+            "sandbox: must be \"workspaceWrite\", \"readOnly\" or \"off\", found {other:?}"
+        )),
+    }
 }
 
 const HINT: &str = "`kxen-agent policy init --output policy.json` writes a valid example";
@@ -116,6 +135,7 @@ fn check(p: &PolicyFile) -> std::result::Result<(), String> {
     if p.max_wall_clock_ms == Some(0) {
         return Err("maxWallClockMs: must be at least 1 (omit it to keep the definition's)".into());
     }
+    sandbox_mode(p.sandbox.as_deref())?;
     if let Some(n) = p.max_pure_retries
         && n > 255
     {

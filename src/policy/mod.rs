@@ -20,26 +20,32 @@ pub use env_names::{is_provider_credential, is_valid_env_name};
 pub use file::{MAX_POLICY_BYTES, PolicyFile, load_policy_file, parse_policy};
 
 use crate::error::{Error, Result};
+pub use crate::sandbox::{FencePolicy, SandboxMode};
 
 /// The capabilities this runtime implements, each backed by a working tool (§9). A definition may
 /// name others (`lsp`, `task`, `mcp__…`); they are never permitted until a tool implements them.
 pub const IMPLEMENTED_CAPABILITIES: &[&str] = &["read", "glob", "grep", "edit", "write", "exec"];
 
 /// The policy inputs of one command line: `--policy FILE`, `--allow-shell`, `--allow-mcp`,
-/// `--pass-env NAME`…
+/// `--allow-network`, `--pass-env NAME`…
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicyFlags {
     pub policy_file: Option<PathBuf>,
     pub allow_shell: bool,
     pub allow_mcp: bool,
+    pub allow_network: bool,
     pub pass_env: Vec<String>,
 }
 
 /// The effective policy: the file merged with the flags, normalized (capability lists and
 /// `passEnv` sorted and de-duplicated) so that equal permissions always hash equal.
 ///
-/// It holds environment variable *names* only, never their values. Every key is always present
-/// (absent values are `null`), so the hashed bytes have one fixed key order.
+/// It holds environment variable *names* only, never their values. Every key up to
+/// `maxPureRetries` is always present (absent values are `null`), so the hashed bytes have one
+/// fixed key order. The fence keys that came later (`sandbox`, `allowNetwork`) are written only
+/// when they differ from their defaults: a policy that does not change the fence hashes exactly
+/// as it did before the fence existed, so Sessions locked earlier resume without drift (and run
+/// fenced, the default).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MergedPolicy {
@@ -53,9 +59,23 @@ pub struct MergedPolicy {
     pub max_turns: Option<u32>,
     pub max_wall_clock_ms: Option<u64>,
     pub max_pure_retries: Option<u32>,
+    /// The fence around `exec` ([`crate::sandbox`]); `workspaceWrite` when absent.
+    #[serde(default, skip_serializing_if = "SandboxMode::is_default")]
+    pub sandbox: SandboxMode,
+    /// `exec` children may use the network (otherwise they run in an empty network namespace).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_network: bool,
 }
 
 impl MergedPolicy {
+    /// The fence this policy puts around every `exec` child.
+    pub fn fence(&self) -> FencePolicy {
+        FencePolicy {
+            mode: self.sandbox,
+            allow_network: self.allow_network,
+        }
+    }
+
     /// The bytes that are hashed: compact JSON in the field order above.
     pub fn canonical_json(&self) -> String {
         serde_json::to_string(self).expect("a policy always serializes")
@@ -119,6 +139,7 @@ pub fn merge_with(file: PolicyFile, flags: &PolicyFlags) -> Result<MergedPolicy>
         env_names::check_pass_env(name)
             .map_err(|why| Error::invalid(format!("--pass-env {name:?}: {why}")))?;
     }
+    let sandbox = file::sandbox_mode(file.sandbox.as_deref()).map_err(Error::invalid)?;
     let mut pass_env = file.pass_env;
     pass_env.extend(flags.pass_env.iter().cloned());
     Ok(MergedPolicy {
@@ -130,6 +151,8 @@ pub fn merge_with(file: PolicyFile, flags: &PolicyFlags) -> Result<MergedPolicy>
         max_turns: file.max_turns,
         max_wall_clock_ms: file.max_wall_clock_ms,
         max_pure_retries: file.max_pure_retries,
+        sandbox,
+        allow_network: file.allow_network || flags.allow_network,
     })
 }
 

@@ -57,6 +57,7 @@ fn flags_merge_into_the_file() {
         allow_shell: true,
         allow_mcp: true,
         pass_env: vec!["GITHUB_TOKEN".into(), "CARGO_HOME".into()],
+        ..Default::default()
     })
     .unwrap();
     assert!(merged.allow_shell && merged.allow_mcp);
@@ -192,8 +193,8 @@ fn permitted_catalog_rules() {
 fn invalid_policies_name_the_field() {
     assert!(invalid("").contains("the file is empty"));
     assert!(
-        invalid(r#"{"allowShell": true, "allowNetwork": true}"#)
-            .contains("unknown field `allowNetwork`")
+        invalid(r#"{"allowShell": true, "allowInternet": true}"#)
+            .contains("unknown field `allowInternet`")
     );
     assert!(
         invalid(r#"{"allowShell": true, "allowShell": false}"#)
@@ -276,4 +277,54 @@ proptest! {
             &PolicyFlags { pass_env: reversed, ..Default::default() }).unwrap();
         prop_assert_eq!(a.policy_hash(), b.policy_hash());
     }
+}
+
+#[test]
+fn the_fence_fields_keep_old_hashes_at_their_defaults_and_change_them_otherwise() {
+    // The hash every pre-fence Session with the default policy has locked (docs/state-format.md).
+    let default = policy("{}");
+    assert_eq!(
+        default.policy_hash(),
+        "sha256:ade4dc00f3cefea6fce8a0b2b2d86c75838d5413d192b97633cc99b7542414b4"
+    );
+    assert_eq!(
+        policy(r#"{"sandbox": "workspaceWrite", "allowNetwork": false}"#),
+        default
+    );
+    let off = policy(r#"{"sandbox": "off"}"#);
+    assert_eq!(off.sandbox, SandboxMode::Off);
+    assert!(
+        off.canonical_json()
+            .ends_with(r#""maxPureRetries":null,"sandbox":"off"}"#)
+    );
+    let ro_net = policy(r#"{"sandbox": "readOnly", "allowNetwork": true}"#);
+    assert!(
+        ro_net
+            .canonical_json()
+            .ends_with(r#""sandbox":"readOnly","allowNetwork":true}"#)
+    );
+    let hashes = [&default, &off, &ro_net].map(|p| p.policy_hash());
+    assert!(hashes[0] != hashes[1] && hashes[1] != hashes[2] && hashes[0] != hashes[2]);
+    // The flag adds the network like the file field does.
+    let flagged = merge_with(
+        PolicyFile::default(),
+        &PolicyFlags {
+            allow_network: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(flagged.allow_network && flagged.fence().allow_network);
+    // A locked policy without the keys reads back as the defaults.
+    let old: MergedPolicy = serde_json::from_str(&default.canonical_json()).unwrap();
+    assert_eq!(old.fence(), FencePolicy::default());
+    let back: MergedPolicy = serde_json::from_str(&ro_net.canonical_json()).unwrap();
+    assert_eq!(back, ro_net);
+}
+
+#[test]
+fn an_unknown_sandbox_mode_names_the_field() {
+    let m = invalid(r#"{"sandbox": "none"}"#);
+    assert!(m.contains("sandbox: must be"), "{m}");
+    invalid(r#"{"allowNetwork": "yes"}"#);
 }

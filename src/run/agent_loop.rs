@@ -50,6 +50,8 @@ pub struct Execution<'a> {
     pub capabilities: &'a [String],
     /// Sensitive environment variables tool subprocesses may see (merged policy).
     pub pass_env: &'a [String],
+    /// The fence around `exec` children (merged policy).
+    pub fence: crate::sandbox::FencePolicy,
     pub workspace_root: &'a Path,
     /// Shared with the thread of an in-flight model call, which a cancel abandons.
     pub provider: Arc<dyn Provider>,
@@ -457,6 +459,7 @@ impl Loop<'_, '_> {
                 attempt: &self.attempt_mark,
                 op_id: &op_id,
             },
+            fence: self.ex.fence,
         };
         let output = tools::execute(&call.name, &call.arguments, &ctx);
         failpoint::hit("tool.after-side-effect");
@@ -502,6 +505,7 @@ impl Loop<'_, '_> {
             is_error: true,
             blob: None,
             interrupted: false,
+            fence: None,
         });
         let existing = may_exist
             .then(|| self.conv.result_of(op_id).map(str::to_string))
@@ -776,6 +780,7 @@ fn outcome(output: &ToolOutput) -> ToolOutcome {
             bytes: b.bytes,
         }),
         interrupted: output.interrupted,
+        fence: output.fence.clone(),
     }
 }
 

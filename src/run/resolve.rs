@@ -65,6 +65,7 @@ pub fn resolve(
             is_error,
             blob: None,
             interrupted: false,
+            fence: None,
         },
     })
 }

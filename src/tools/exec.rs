@@ -11,6 +11,11 @@
 //! Timeout (default [`DEFAULT_EXEC_TIMEOUT_MS`] = 120 s, at most [`MAX_EXEC_TIMEOUT_MS`]): the
 //! group is SIGKILLed and the call is a tool error with a timeout note — a known outcome.
 //!
+//! Fence ([`crate::sandbox`]): unless the policy says `sandbox: "off"`, the child runs under
+//! Landlock (writes only to the workspace, HOME, its own `TMPDIR` and a few devices; `readOnly`:
+//! only `TMPDIR`), in an empty network namespace unless `allowNetwork`, with the git directories'
+//! programs bound read-only. A fence that cannot be built refuses the call before anything runs.
+//!
 //! Cancellation contract: `exec` polls `ctx.cancel`. Once set, the group gets SIGTERM and 2 s to
 //! exit. If the command ended in that window its real outcome is returned; if it had to be
 //! SIGKILLed the output says `interrupted: true` and the runtime records the outcome as UNKNOWN.
@@ -27,6 +32,7 @@ use super::paths::Workspace;
 use super::{ToolContext, ToolOutput, env};
 use crate::fsx;
 use crate::process::{self, Capture, Waited, orphans};
+use crate::sandbox;
 
 /// Timeout when the model gives none: two minutes covers a typical build or test run.
 pub const DEFAULT_EXEC_TIMEOUT_MS: u64 = 120_000;
@@ -80,6 +86,20 @@ fn run_with_env(
     if let Err(e) = fsx::create_dir_private(ctx.tool_home) {
         return ToolOutput::error(format!("cannot prepare the tool home: {e}"));
     }
+    let tmp = match OpTempDir::create(ctx) {
+        Ok(t) => t,
+        Err(e) => return ToolOutput::error(format!("cannot prepare the temp dir: {e}")),
+    };
+    let fence = sandbox::Fence::build(&sandbox::FenceSpec {
+        policy: ctx.fence,
+        workspace: ws.root(),
+        home: ctx.tool_home,
+        tmp: &tmp.0,
+    });
+    let fence = match fence {
+        Ok(f) => f,
+        Err(refusal) => return ToolOutput::error(refusal.message(ctx.fence)),
+    };
     let (reader, writer) = match std::io::pipe() {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(format!("cannot create a pipe: {e}")),
@@ -98,17 +118,28 @@ fn run_with_env(
         .env(orphans::RUN_VAR, ctx.mark.run_id)
         .env(orphans::ATTEMPT_VAR, ctx.mark.attempt)
         .env(orphans::OPERATION_VAR, ctx.mark.op_id)
+        .env("TMPDIR", &tmp.0)
         .stdin(Stdio::null())
         .stdout(writer)
         .stderr(writer2)
         .process_group(0);
+    // The fence is the first pre_exec step (see `Fence::install`).
+    let (fence, report) = match fence.map(|f| f.install(&mut cmd)) {
+        Some((record, report)) => (Some(record), Some(report)),
+        None => (None, None),
+    };
     process::die_with_parent(&mut cmd);
     let spawned = cmd.spawn();
     // Our copies of the pipe's write end must close, or the reader never sees end-of-file.
     drop(cmd);
     let mut child = match spawned {
         Ok(c) => c,
-        Err(e) => return ToolOutput::error(format!("cannot start /bin/sh: {e}")),
+        Err(e) => {
+            return match report.and_then(|r| r.explain()) {
+                Some(refusal) => ToolOutput::error(refusal.message(ctx.fence)),
+                None => ToolOutput::error(format!("cannot start /bin/sh: {e}")),
+            };
+        }
     };
     let capture = Capture::start(reader, MAX_CAPTURE);
     let waited = process::wait(
@@ -178,7 +209,39 @@ fn run_with_env(
     if out.text.is_empty() {
         out.text = "[no output]".into();
     }
+    out.fence = fence;
     out
+}
+
+/// The operation's own `TMPDIR` (`<state>/tool-tmp/<op>`, 0700), writable inside the fence and
+/// removed when the command is over.
+struct OpTempDir(std::path::PathBuf);
+
+impl OpTempDir {
+    fn create(ctx: &ToolContext) -> Result<OpTempDir, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = ctx
+            .tool_home
+            .parent()
+            .unwrap_or(ctx.tool_home)
+            .join("tool-tmp");
+        fsx::create_dir_private(&base).map_err(|e| e.to_string())?;
+        let dir = base.join(ctx.mark.op_id);
+        // A leftover of a crashed attempt at the same operation is not reused.
+        let _ = std::fs::remove_dir_all(&dir);
+        // Scratch space, never durable state: no fsync.
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(OpTempDir(dir))
+    }
+}
+
+impl Drop for OpTempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 #[cfg(test)]

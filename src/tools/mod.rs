@@ -60,6 +60,8 @@ pub struct ToolContext<'a> {
     /// Marks every `exec` child (and what it starts) as this operation's, in its environment, so
     /// that leftovers of a crashed runtime can be found ([`crate::process::orphans`]).
     pub mark: OperationMark<'a>,
+    /// The fence around every `exec` child (the locked policy's `sandbox` and `allowNetwork`).
+    pub fence: crate::sandbox::FencePolicy,
 }
 
 /// The Session, run, attempt and operation a tool call belongs to.
@@ -86,6 +88,9 @@ pub struct ToolOutput {
     /// happened is unknown. The runtime records the outcome as UNKNOWN.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub interrupted: bool,
+    /// `exec` only: the fence the command ran in (absent: unfenced, or not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<crate::sandbox::FenceRecord>,
 }
 
 impl ToolOutput {
@@ -95,6 +100,7 @@ impl ToolOutput {
             is_error: false,
             blob: None,
             interrupted: false,
+            fence: None,
         }
     }
 
@@ -104,6 +110,7 @@ impl ToolOutput {
             is_error: true,
             blob: None,
             interrupted: false,
+            fence: None,
         }
     }
 }
@@ -191,7 +198,8 @@ fn schema(name: &str) -> ToolSchema {
         "exec" => (
             "Run a shell command (`sh -c`) in the workspace and return its combined stdout and \
              stderr and exit code. Default timeout 120000 ms. Credentials are not in its \
-             environment.",
+             environment. Usually fenced: writes outside the workspace, HOME and $TMPDIR fail, \
+             and without network permission there is no network.",
             json!({
                 "type": "object",
                 "properties": {
@@ -350,6 +358,8 @@ pub(crate) mod testutil {
         /// must never match a command of a test running in parallel.
         pub op_id: String,
         pub attempt: String,
+        /// The default fence (`workspaceWrite`, no network): tests run commands fenced.
+        pub fence: crate::sandbox::FencePolicy,
     }
 
     impl Fixture {
@@ -370,6 +380,7 @@ pub(crate) mod testutil {
                 cancel: AtomicBool::new(false),
                 op_id: crate::ids::new_id(crate::ids::IdKind::Operation),
                 attempt: crate::process::orphans::new_attempt_mark(),
+                fence: crate::sandbox::FencePolicy::default(),
             }
         }
 
@@ -387,6 +398,7 @@ pub(crate) mod testutil {
                     attempt: &self.attempt,
                     op_id: &self.op_id,
                 },
+                fence: self.fence,
             }
         }
 

@@ -12,6 +12,7 @@ mod dwp_onboard;
 mod dwp_resources;
 #[allow(dead_code)] // helpers used by some test modules only
 mod env;
+mod fence;
 mod init;
 mod lineage;
 mod policy_check;

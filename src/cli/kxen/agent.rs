@@ -89,13 +89,27 @@ pub fn policy_check(flags: &PolicyFlags, agent: Option<&Path>, format: Format) -
         )?),
         None => None,
     };
+    let fence = merged.fence();
+    let enforced = crate::sandbox::probe(fence);
     match format {
         Format::Jsonl => {
+            let mut fence_view = json!({
+                "sandbox": fence.mode,
+                "allowNetwork": fence.allow_network || !fence.is_fenced(),
+                "description": fence.describe(),
+                "enforceable": enforced.is_ok(),
+            });
+            match &enforced {
+                Ok(Some(abi)) => fence_view["landlockAbi"] = json!(abi),
+                Ok(None) => {}
+                Err(refusal) => fence_view["missing"] = json!(refusal.missing),
+            }
             let mut value = json!({
                 "type": "policy",
                 "policyHash": merged.policy_hash(),
                 "policy": merged,
                 "permittedCapabilities": permitted,
+                "fence": fence_view,
             });
             if let Some(lock) = &lock {
                 value["capabilities"] = json!(lock.capabilities);
@@ -105,10 +119,21 @@ pub fn policy_check(flags: &PolicyFlags, agent: Option<&Path>, format: Format) -
             output::json_line(&value);
         }
         Format::Text => {
+            let enforceable = match &enforced {
+                Ok(Some(abi)) => format!("yes, on this machine (Landlock ABI {abi})"),
+                Ok(None) => "nothing to enforce".into(),
+                Err(refusal) => format!(
+                    "NO: {}; every exec call would be refused (set \"sandbox\": \"off\" to run \
+                     commands unfenced)",
+                    refusal.missing
+                ),
+            };
             let mut text = format!(
-                "policyHash: {}\npermitted capabilities: {}\n{}",
+                "policyHash: {}\npermitted capabilities: {}\nexec fence: {}\nenforceable: {}\n{}",
                 merged.policy_hash(),
                 permitted.join(", "),
+                fence.describe(),
+                enforceable,
                 merged.to_pretty()
             );
             if let Some(lock) = &lock {

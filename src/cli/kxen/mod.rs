@@ -213,9 +213,10 @@ pub enum PolicyCommand {
         #[arg(long, short, default_value = "policy.json")]
         output: PathBuf,
     },
-    /// Show the merged runtime policy (file plus flags), its hash and the permitted capability
-    /// catalog; with --agent, also the capabilities a Session would get, or the refusal (exit 6).
-    /// Read-only: writes nothing.
+    /// Show the merged runtime policy (file plus flags), its hash, the permitted capability
+    /// catalog and the `exec` fence with whether this machine can enforce it (checked by starting
+    /// `/bin/true` inside it); with --agent, also the capabilities a Session would get, or the
+    /// refusal (exit 6). Read-only: writes nothing.
     Check {
         #[command(flatten)]
         policy: PolicyArgs,
@@ -228,7 +229,8 @@ pub enum PolicyCommand {
 /// The policy options shared by every command that creates or continues a Session.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct PolicyArgs {
-    /// Runtime policy JSON (allowed/denied capabilities, allowShell, allowMcp, passEnv, budgets).
+    /// Runtime policy JSON (allowed/denied capabilities, allowShell, allowMcp, passEnv, budgets,
+    /// sandbox, allowNetwork).
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
     /// Permit shell access (`exec`, `task`); off by default even if the agent asks for it.
@@ -237,6 +239,10 @@ pub struct PolicyArgs {
     /// Permit MCP tools (`mcp__*`); off by default.
     #[arg(long)]
     pub allow_mcp: bool,
+    /// Let `exec` children use the network (otherwise they run in an empty network namespace:
+    /// no connection to anything, not even 127.0.0.1).
+    #[arg(long)]
+    pub allow_network: bool,
     /// Let tool subprocesses see this sensitive environment variable (repeatable; never a
     /// model-provider key).
     #[arg(long, value_name = "NAME")]
@@ -250,6 +256,7 @@ impl PolicyArgs {
             policy_file: self.policy.clone(),
             allow_shell: self.allow_shell,
             allow_mcp: self.allow_mcp,
+            allow_network: self.allow_network,
             pass_env: self.pass_env.clone(),
         }
     }

@@ -103,6 +103,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i
         definition: &prepared.lock.definition,
         capabilities: &prepared.lock.capabilities,
         pass_env: &prepared.merged.pass_env,
+        fence: prepared.merged.fence(),
         workspace_root: &prepared.binding.root,
         provider: Arc::clone(&prepared.provider),
         provider_info: prepared.provider_info.clone(),
@@ -153,6 +154,7 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i3
         definition: &resumed.meta.lock.definition,
         capabilities: &resumed.meta.lock.capabilities,
         pass_env: &resumed.merged.pass_env,
+        fence: resumed.merged.fence(),
         workspace_root: &resumed.meta.workspace.root,
         provider: Arc::clone(&resumed.provider),
         provider_info: resumed.provider_info.clone(),
@@ -189,6 +191,9 @@ fn resume_flags(args: &RunArgs) -> String {
     }
     if args.policy.allow_mcp {
         push("--allow-mcp", None);
+    }
+    if args.policy.allow_network {
+        push("--allow-network", None);
     }
     for name in &args.policy.pass_env {
         push("--pass-env", Some(std::ffi::OsStr::new(name)));

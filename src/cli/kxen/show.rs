@@ -195,6 +195,9 @@ fn run_text(shown: &view::RunView) -> String {
         if let Some(output) = &op.output {
             let what = if output.is_error { "error" } else { "output" };
             out.push_str(&format!("    {what}: {}\n", clip(&output.text, 100)));
+            if let Some(fence) = &output.fence {
+                out.push_str(&format!("    fence: {}\n", fence.summary()));
+            }
         }
     }
     if !shown.run.unknown_ops.is_empty() {

@@ -1,0 +1,293 @@
+//! The child side of the fence: the syscalls made between `fork` and `exec`.
+//!
+//! Only async-signal-safe work happens there (the parent may have other threads holding the
+//! allocator's lock): every path is a prepared `CString`, every buffer is built before the fork,
+//! and each step is one syscall. A failing step writes `[step, index, errno]` to the report pipe
+//! (close-on-exec: it reads end-of-file when the command started) and fails the spawn, so the
+//! parent can say exactly what could not be built.
+
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The steps, as reported.
+const STEP_UNSHARE: u8 = 1;
+const STEP_USERNS: u8 = 2;
+const STEP_ID_MAP: u8 = 3;
+const STEP_PRIVATE: u8 = 4;
+const STEP_PIN: u8 = 5;
+const STEP_READ_ONLY: u8 = 6;
+const STEP_NO_NEW_PRIVS: u8 = 7;
+const STEP_LANDLOCK: u8 = 8;
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
+
+/// Everything the child needs, prepared in the parent.
+pub(super) struct Plan {
+    ruleset: OwnedFd,
+    report: std::io::PipeWriter,
+    /// `CLONE_NEWNET` and/or `CLONE_NEWNS` (0: no new namespace).
+    namespaces: libc::c_int,
+    /// Not root: the namespaces need a user namespace of our own (root tries without first).
+    user_namespace_first: bool,
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+    /// Bound onto themselves (read-write): a mount point cannot be renamed or removed, so a
+    /// command cannot move `.git` aside and put a writable copy in its place.
+    pinned: Vec<CString>,
+    read_only: Vec<CString>,
+    /// Test builds: behave as if the kernel refused new namespaces.
+    simulate_no_namespaces: bool,
+}
+
+fn c_path(p: &std::path::Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| format!("the path {} contains a NUL byte", p.display()))
+}
+
+impl Plan {
+    pub(super) fn new(
+        ruleset: OwnedFd,
+        no_network: bool,
+        pinned: &[PathBuf],
+        read_only: &[PathBuf],
+    ) -> Result<(std::io::PipeReader, Plan), String> {
+        let (reader, report) =
+            std::io::pipe().map_err(|e| format!("a report pipe could not be created ({e})"))?;
+        // Non-blocking: a spawn that failed for another reason leaves the pipe empty, and our
+        // own copy of the write end may still be open when the report is read.
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe {
+            let fd = reader.as_raw_fd();
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+        let mut namespaces = 0;
+        if no_network {
+            namespaces |= libc::CLONE_NEWNET;
+        }
+        if !pinned.is_empty() || !read_only.is_empty() {
+            namespaces |= libc::CLONE_NEWNS;
+        }
+        // SAFETY: these getters have no preconditions.
+        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        Ok((
+            reader,
+            Plan {
+                ruleset,
+                report,
+                namespaces,
+                user_namespace_first: euid != 0,
+                uid_map: format!("{euid} {euid} 1\n").into_bytes(),
+                gid_map: format!("{egid} {egid} 1\n").into_bytes(),
+                pinned: pinned.iter().map(|p| c_path(p)).collect::<Result<_, _>>()?,
+                read_only: read_only
+                    .iter()
+                    .map(|p| c_path(p))
+                    .collect::<Result<_, _>>()?,
+                simulate_no_namespaces: super::simulated_missing("namespaces"),
+            },
+        ))
+    }
+
+    pub(super) fn install(self, cmd: &mut Command) {
+        // SAFETY: `enter` makes only async-signal-safe syscalls on memory prepared before the
+        // fork (see the module docs); it allocates nothing and takes no lock.
+        unsafe {
+            cmd.pre_exec(move || self.enter());
+        }
+    }
+
+    /// Runs in the forked child.
+    fn enter(&self) -> std::io::Result<()> {
+        self.enter_namespaces()?;
+        self.bind_mounts()?;
+        // SAFETY (both): plain syscalls on integers.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return self.fail(STEP_NO_NEW_PRIVS, 0);
+        }
+        let fd = self.ruleset.as_raw_fd();
+        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) } != 0 {
+            return self.fail(STEP_LANDLOCK, 0);
+        }
+        Ok(())
+    }
+
+    fn enter_namespaces(&self) -> std::io::Result<()> {
+        if self.namespaces == 0 {
+            return Ok(());
+        }
+        if self.simulate_no_namespaces {
+            return self.fail_with(STEP_UNSHARE, 0, libc::EPERM);
+        }
+        // SAFETY: unshare only changes this (single-threaded, forked) process's namespaces.
+        if !self.user_namespace_first && unsafe { libc::unshare(self.namespaces) } == 0 {
+            return Ok(());
+        }
+        if unsafe { libc::unshare(libc::CLONE_NEWUSER | self.namespaces) } != 0 {
+            return self.fail(STEP_USERNS, 0);
+        }
+        // Map our own ids so files keep their owner; setgroups must be denied before gid_map.
+        let _ = write_file(c"/proc/self/setgroups", b"deny");
+        if write_file(c"/proc/self/uid_map", &self.uid_map).is_err() {
+            return self.fail(STEP_ID_MAP, 0);
+        }
+        if write_file(c"/proc/self/gid_map", &self.gid_map).is_err() {
+            return self.fail(STEP_ID_MAP, 1);
+        }
+        Ok(())
+    }
+
+    fn bind_mounts(&self) -> std::io::Result<()> {
+        if self.namespaces & libc::CLONE_NEWNS == 0 {
+            return Ok(());
+        }
+        let null = std::ptr::null::<libc::c_char>();
+        // SAFETY (every mount call): the paths are NUL-terminated strings owned by `self`, the
+        // other pointers null; mount only changes this process's (new, private) namespace.
+        // Private first: nothing bound below may propagate back to the runner's namespace.
+        if unsafe {
+            libc::mount(
+                null,
+                c"/".as_ptr(),
+                null,
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        } != 0
+        {
+            return self.fail(STEP_PRIVATE, 0);
+        }
+        for (i, p) in self.pinned.iter().enumerate() {
+            let flags = libc::MS_BIND | libc::MS_REC;
+            if unsafe { libc::mount(p.as_ptr(), p.as_ptr(), null, flags, std::ptr::null()) } != 0 {
+                return self.fail(STEP_PIN, i as u16);
+            }
+        }
+        let attr = MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        for (i, p) in self.read_only.iter().enumerate() {
+            let bound = unsafe {
+                libc::mount(
+                    p.as_ptr(),
+                    p.as_ptr(),
+                    null,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                )
+            };
+            // mount_setattr sets only the read-only bit, keeping the flags a user namespace may
+            // not clear (nosuid, nodev, …) as they are.
+            // SAFETY: `attr` lives on this stack frame for the call; its size is passed.
+            if bound != 0
+                || unsafe {
+                    libc::syscall(
+                        libc::SYS_mount_setattr,
+                        libc::AT_FDCWD,
+                        p.as_ptr(),
+                        0u32,
+                        &attr as *const MountAttr,
+                        std::mem::size_of::<MountAttr>(),
+                    )
+                } != 0
+            {
+                return self.fail(STEP_READ_ONLY, i as u16);
+            }
+        }
+        Ok(())
+    }
+
+    fn fail(&self, step: u8, index: u16) -> std::io::Result<()> {
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        self.fail_with(step, index, errno)
+    }
+
+    fn fail_with(&self, step: u8, index: u16, errno: i32) -> std::io::Result<()> {
+        let mut msg = [0u8; 7];
+        msg[0] = step;
+        msg[1..3].copy_from_slice(&index.to_le_bytes());
+        msg[3..7].copy_from_slice(&errno.to_le_bytes());
+        // SAFETY: write(2) of a stack buffer to our pipe; 7 bytes are written atomically.
+        unsafe {
+            libc::write(self.report.as_raw_fd(), msg.as_ptr().cast(), msg.len());
+        }
+        Err(std::io::Error::from_raw_os_error(errno))
+    }
+}
+
+/// open, write, close: the async-signal-safe way to write a /proc file.
+fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> Result<(), ()> {
+    // SAFETY: plain syscalls on a NUL-terminated path and a borrowed buffer.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(());
+        }
+        let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        libc::close(fd);
+        if n == bytes.len() as isize {
+            Ok(())
+        } else {
+            Err(())
+        }
+    }
+}
+
+/// The parent's reading of a failed spawn: which step failed, in words. Call after the spawn
+/// returned its error (the child has exited, so the pipe holds its whole report).
+pub(super) fn read_report(
+    mut reader: std::io::PipeReader,
+    plan_paths: (&[PathBuf], &[PathBuf]),
+) -> Option<super::Refusal> {
+    let mut msg = [0u8; 7];
+    reader.read_exact(&mut msg).ok()?;
+    let index = u16::from_le_bytes([msg[1], msg[2]]) as usize;
+    let errno = i32::from_le_bytes([msg[3], msg[4], msg[5], msg[6]]);
+    let cause = std::io::Error::from_raw_os_error(errno);
+    let path = |list: &[PathBuf]| {
+        list.get(index)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "?".into())
+    };
+    let missing = match msg[0] {
+        STEP_UNSHARE => format!(
+            "this machine does not let it create namespaces ({cause}); the fence needs a new \
+             network and/or mount namespace (unprivileged user namespaces: \
+             kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0, and no seccomp or \
+             AppArmor rule denying unshare)"
+        ),
+        STEP_USERNS => format!(
+            "this machine does not let it create a user namespace ({cause}); the fence needs one \
+             for its network and mount namespaces (unprivileged user namespaces: \
+             kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0, and no seccomp or \
+             AppArmor rule denying unshare)"
+        ),
+        STEP_ID_MAP => format!("writing the user namespace's id map failed ({cause})"),
+        STEP_PRIVATE => format!("making the mount namespace private failed ({cause})"),
+        STEP_PIN => format!(
+            "binding {} in its mount namespace failed ({cause})",
+            path(plan_paths.0)
+        ),
+        STEP_READ_ONLY => format!("binding {} read-only failed ({cause})", path(plan_paths.1)),
+        STEP_NO_NEW_PRIVS => format!("setting no_new_privs failed ({cause})"),
+        STEP_LANDLOCK => format!("entering the Landlock domain failed ({cause})"),
+        _ => return None,
+    };
+    Some(super::Refusal { missing })
+}

@@ -1,0 +1,281 @@
+//! The fence on the real kernel, through the `exec` tool (Landlock ABI and user namespaces are
+//! required on the machines the tests run on).
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::json;
+
+use super::*;
+use crate::tools::ToolOutput;
+use crate::tools::testutil::Fixture;
+
+fn exec(fx: &Fixture, command: &str) -> ToolOutput {
+    fx.run("exec", json!({ "command": command }))
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+#[test]
+fn writes_outside_the_workspace_fail_and_inside_and_tmpdir_work() {
+    let fx = Fixture::new();
+    let other = fx.tmp.path().join("other-checkout");
+    std::fs::create_dir_all(&other).unwrap();
+    let system_tmp = std::env::temp_dir().join(format!("kxen-fence-{}", fx.op_id));
+    let out = exec(
+        &fx,
+        &format!(
+            "echo a > \"$HOME/../x\"; echo b > {sys}; echo c > {other}/f; echo ok > in.txt; \
+             mkdir -p sub && echo deep > sub/d.txt; echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"; \
+             echo h > \"$HOME/h\" && echo home-ok; echo n > /dev/null && echo null-ok",
+            sys = system_tmp.display(),
+            other = other.display()
+        ),
+    );
+    assert_eq!(
+        out.text.matches("Permission denied").count(),
+        3,
+        "{}",
+        out.text
+    );
+    assert!(!fx.tmp.path().join("state/x").exists());
+    assert!(!system_tmp.exists());
+    assert!(!other.join("f").exists());
+    assert_eq!(fx.get("in.txt"), "ok\n");
+    assert_eq!(fx.get("sub/d.txt"), "deep\n");
+    assert!(out.text.contains("t\nhome-ok\nnull-ok\n"), "{}", out.text);
+    let record = out.fence.expect("the fence is recorded");
+    assert_eq!(record.sandbox, SandboxMode::WorkspaceWrite);
+    assert!(record.landlock_abi >= 1);
+    assert_eq!(record.network, "none");
+    // TMPDIR is the operation's own and is gone afterwards.
+    assert!(
+        !fx.tmp
+            .path()
+            .join("state/tool-tmp")
+            .join(&fx.op_id)
+            .exists()
+    );
+}
+
+#[test]
+fn read_only_blocks_workspace_and_home_writes_but_not_tmpdir() {
+    let mut fx = Fixture::new();
+    fx.fence.mode = SandboxMode::ReadOnly;
+    fx.put("a.txt", "before\n");
+    let out = exec(
+        &fx,
+        "echo x > a.txt; echo y > new.txt; echo h > \"$HOME/h\"; cat a.txt; \
+         echo t > \"$TMPDIR/t\" && echo tmp-ok",
+    );
+    assert_eq!(
+        out.text.matches("Permission denied").count(),
+        3,
+        "{}",
+        out.text
+    );
+    assert!(out.text.contains("before\ntmp-ok\n"), "{}", out.text);
+    assert_eq!(fx.get("a.txt"), "before\n");
+    assert!(!fx.root.join("new.txt").exists());
+    assert_eq!(out.fence.unwrap().sandbox, SandboxMode::ReadOnly);
+}
+
+#[test]
+fn loopback_is_unreachable_without_network_and_reachable_with_it() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let probe = format!(
+        "bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' && echo connected || echo no-connection"
+    );
+    let mut fx = Fixture::new();
+    let out = exec(&fx, &probe);
+    assert!(out.text.contains("no-connection"), "{}", out.text);
+    assert!(!out.text.contains("\nconnected"), "{}", out.text);
+    fx.fence.allow_network = true;
+    let out = exec(&fx, &probe);
+    assert!(out.text.starts_with("connected\n"), "{}", out.text);
+    assert_eq!(out.fence.unwrap().network, "host");
+    // `off` is no fence at all.
+    fx.fence = FencePolicy {
+        mode: SandboxMode::Off,
+        allow_network: false,
+    };
+    let out = exec(&fx, &format!("{probe}; echo x > ../outside"));
+    assert!(out.text.starts_with("connected\n"), "{}", out.text);
+    assert!(out.fence.is_none());
+    assert!(fx.tmp.path().join("outside").exists());
+}
+
+#[test]
+fn git_commit_works_but_config_hooks_and_info_are_read_only() {
+    let fx = Fixture::new();
+    git(&fx.root, &["init", "-q", "-b", "main"]);
+    fx.put("a.txt", "a\n");
+    let hooks = fx.root.join(".git/hooks");
+    let before_config = std::fs::read(fx.root.join(".git/config")).unwrap();
+    let out = exec(
+        &fx,
+        "export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null; \
+         git -c user.name=A -c user.email=a@example.com add a.txt && \
+         git -c user.name=A -c user.email=a@example.com commit -q -m fenced && echo committed; \
+         echo evil > .git/hooks/pre-commit; echo '[core] fsmonitor = evil' >> .git/config; \
+         git config core.hooksPath /tmp/evil; echo x > .git/info/exclude; \
+         mv .git .git-aside; mv .git/hooks .git/hooks-aside; rm -rf .git/info; \
+         git log --format=%s",
+    );
+    assert!(out.text.starts_with("committed\n"), "{}", out.text);
+    assert!(out.text.ends_with("fenced\n[exit code 0]"), "{}", out.text);
+    assert!(!hooks.join("pre-commit").exists());
+    assert_eq!(
+        std::fs::read(fx.root.join(".git/config")).unwrap(),
+        before_config
+    );
+    assert!(
+        fx.root.join(".git/HEAD").is_file(),
+        ".git was not moved aside"
+    );
+    assert!(hooks.is_dir() && fx.root.join(".git/info").is_dir());
+    assert!(!fx.root.join(".git-aside").exists());
+    assert!(out.fence.unwrap().read_only_paths >= 3);
+}
+
+#[test]
+fn a_linked_worktree_can_commit_and_its_pointers_are_read_only() {
+    let mut fx = Fixture::new();
+    let main = fx.tmp.path().join("main");
+    std::fs::create_dir_all(&main).unwrap();
+    git(&main, &["init", "-q", "-b", "main"]);
+    git(&main, &["commit", "-q", "--allow-empty", "-m", "initial"]);
+    let wt = fx.tmp.path().join("wt");
+    git(
+        &main,
+        &["worktree", "add", "-q", "-b", "side", wt.to_str().unwrap()],
+    );
+    fx.root = wt.canonicalize().unwrap();
+    let dot_git = std::fs::read(fx.root.join(".git")).unwrap();
+    let out = exec(
+        &fx,
+        "export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null; echo b > b.txt; \
+         git -c user.name=A -c user.email=a@example.com add b.txt && \
+         git -c user.name=A -c user.email=a@example.com commit -q -m in-worktree && echo ok; \
+         echo 'gitdir: /tmp/evil' > .git; echo evil > \"$(git rev-parse --git-common-dir)/hooks/post-commit\"",
+    );
+    assert!(out.text.starts_with("ok\n"), "{}", out.text);
+    assert_eq!(std::fs::read(fx.root.join(".git")).unwrap(), dot_git);
+    assert!(!main.join(".git/hooks/post-commit").exists());
+    let log = Command::new("git")
+        .args(["log", "-1", "--format=%s", "side"])
+        .current_dir(&main)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "in-worktree\n");
+}
+
+#[test]
+fn toolchains_keep_working() {
+    let fx = Fixture::new();
+    let out = exec(
+        &fx,
+        "cargo --version && python3 -c 'import sys, tempfile; print(\"py\", sys.version_info[0]); tempfile.TemporaryFile()'",
+    );
+    assert!(!out.is_error, "{}", out.text);
+    assert!(out.text.starts_with("cargo "), "{}", out.text);
+    assert!(out.text.contains("py 3\n"), "{}", out.text);
+}
+
+#[test]
+fn a_background_process_stays_fenced() {
+    let fx = Fixture::new();
+    let out = exec(
+        &fx,
+        "( sleep 0.1; echo x > ../escaped || echo bg-denied > bg.txt ) & \
+         sh -c 'echo y > ../escaped2' 2>/dev/null || echo child-denied; wait",
+    );
+    assert!(out.text.contains("child-denied"), "{}", out.text);
+    assert_eq!(fx.get("bg.txt"), "bg-denied\n");
+    assert!(!fx.tmp.path().join("escaped").exists());
+    assert!(!fx.tmp.path().join("escaped2").exists());
+}
+
+#[test]
+fn the_git_paths_of_a_repository_with_a_submodule_are_found() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    let sub_src = root.join("sub-src");
+    std::fs::create_dir_all(&sub_src).unwrap();
+    git(&sub_src, &["init", "-q", "-b", "main"]);
+    git(&sub_src, &["commit", "-q", "--allow-empty", "-m", "s"]);
+    let repo = root.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            sub_src.to_str().unwrap(),
+            "libs/sub",
+        ],
+    );
+    let found = git_dirs::discover(&repo);
+    let module = repo.join(".git/modules/libs/sub");
+    for path in [
+        repo.join(".git/config"),
+        repo.join(".git/hooks"),
+        module.join("config"),
+        module.join("hooks"),
+        repo.join("libs/sub/.git"),
+    ] {
+        assert!(found.read_only.contains(&path), "{path:?} in {found:?}");
+    }
+    for dir in [repo.join(".git"), repo.join(".git/modules"), module.clone()] {
+        assert!(found.pinned.contains(&dir), "{dir:?} in {found:?}");
+    }
+    assert!(found.writable_outside.is_empty());
+    assert_eq!(
+        git_dirs::discover(tmp.path()),
+        git_dirs::Protected::default()
+    );
+}
+
+#[test]
+fn the_refusal_names_what_is_missing_and_the_escape_hatch() {
+    let r = Refusal {
+        missing: "this kernel does not provide Landlock".into(),
+    };
+    let text = r.message(FencePolicy::default());
+    assert!(text.contains("does not provide Landlock"), "{text}");
+    assert!(text.contains("\"sandbox\": \"off\""), "{text}");
+    assert!(text.contains("nothing was run"), "{text}");
+    assert!(
+        Fence::build(&FenceSpec {
+            policy: FencePolicy::OFF,
+            workspace: Path::new("/"),
+            home: Path::new("/"),
+            tmp: Path::new("/"),
+        })
+        .unwrap()
+        .is_none()
+    );
+}
+
+#[test]
+fn probe_enforces_the_fence_on_this_machine() {
+    let abi = probe(FencePolicy::default()).unwrap();
+    assert!(abi.unwrap() >= 1);
+    assert_eq!(probe(FencePolicy::OFF).unwrap(), None);
+}

@@ -1,0 +1,214 @@
+//! The `exec` fence end to end: what the model sees, `run show`'s record, `policy check`, drift
+//! on resume and the refusal on a machine without the kernel features (simulated).
+
+use serde_json::{Value, json};
+
+use crate::env::TestEnv;
+use crate::run_support::*;
+
+fn tool_outputs(events: &[Value]) -> Vec<(bool, String)> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "toolFinished")
+        .map(|e| {
+            (
+                e["isError"] == true,
+                e["output"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_fenced_run_reports_denied_writes_to_the_model_and_the_abi_in_run_show() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let outside = env.path().join("outside.txt");
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": format!("echo x > {}", outside.display())}),
+            ),
+            call("c2", "exec", json!({"command": "echo y > inside.txt"})),
+            answer("done"),
+        ],
+    );
+    let run = run_new(&env, &repo, "t", &fixer(&env), &config, &["--allow-shell"]);
+    run.expect(0);
+    let outputs = tool_outputs(&run.jsonl());
+    assert!(outputs[0].0, "{outputs:?}");
+    assert!(outputs[0].1.contains("Permission denied"), "{outputs:?}");
+    assert!(!outside.exists());
+    assert!(!outputs[1].0, "{outputs:?}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("inside.txt")).unwrap(),
+        "y\n"
+    );
+
+    let fin = finished(&run.jsonl()).clone();
+    let (session, run_id) = (
+        fin["sessionId"].as_str().unwrap(),
+        fin["runId"].as_str().unwrap(),
+    );
+    let show = env.run("kxen-agent", &["run", "show", session, run_id]);
+    show.expect(0);
+    let ops = show.jsonl()[0]["operations"].as_array().unwrap().clone();
+    let fence = &ops[0]["output"]["fence"];
+    assert_eq!(fence["sandbox"], "workspaceWrite", "{}", ops[0]);
+    assert!(fence["landlockAbi"].as_u64().unwrap() >= 1, "{fence}");
+    assert_eq!(fence["network"], "none");
+    let text = env.run(
+        "kxen-agent",
+        &["--format", "text", "run", "show", session, run_id],
+    );
+    assert!(
+        text.stdout.contains("fence: workspaceWrite, Landlock ABI "),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+fn resume_with_a_different_sandbox_or_network_is_drift() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let config = script_config(&env, &[answer("first"), answer("second")]);
+    let run = run_new(&env, &repo, "t", &fixer(&env), &config, &["--allow-shell"]);
+    run.expect(0);
+    let session = finished(&run.jsonl())["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(env.path().join("off.json"), r#"{"sandbox": "off"}"#).unwrap();
+    let resume = |extra: &[&str]| {
+        let mut args = vec![
+            "--resume",
+            &session,
+            "--task",
+            "again",
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ];
+        args.extend_from_slice(extra);
+        env.run("kxen-agent", &args)
+    };
+    let drift = resume(&["--policy", "off.json"]);
+    drift.expect(6);
+    assert!(drift.stdout.contains("policy drift"), "{}", drift.stdout);
+    assert!(drift.stdout.contains("sandbox"), "{}", drift.stdout);
+    let drift = resume(&["--allow-network"]);
+    drift.expect(6);
+    assert!(drift.stdout.contains("allowNetwork"), "{}", drift.stdout);
+    resume(&[]).expect(0);
+}
+
+#[test]
+fn policy_check_prints_the_fence_and_whether_it_is_enforceable() {
+    let env = TestEnv::new();
+    let run = env.run("kxen-agent", &["policy", "check"]);
+    run.expect(0);
+    let v = &run.jsonl()[0];
+    // A policy that leaves the fence at its defaults keeps the hash it had before the fence.
+    assert_eq!(
+        v["policyHash"],
+        "sha256:ade4dc00f3cefea6fce8a0b2b2d86c75838d5413d192b97633cc99b7542414b4"
+    );
+    assert_eq!(v["fence"]["sandbox"], "workspaceWrite");
+    assert_eq!(v["fence"]["allowNetwork"], false);
+    assert_eq!(v["fence"]["enforceable"], true, "{v}");
+    assert!(v["fence"]["landlockAbi"].as_u64().unwrap() >= 1);
+
+    let net = env.run("kxen-agent", &["policy", "check", "--allow-network"]);
+    let net = &net.jsonl()[0];
+    assert_eq!(net["policy"]["allowNetwork"], true);
+    assert_ne!(net["policyHash"], v["policyHash"]);
+
+    std::fs::write(env.path().join("ro.json"), r#"{"sandbox": "readOnly"}"#).unwrap();
+    let ro = env.run(
+        "kxen-agent",
+        &["--format", "text", "policy", "check", "--policy", "ro.json"],
+    );
+    ro.expect(0);
+    assert!(ro.stdout.contains("exec fence: readOnly"), "{}", ro.stdout);
+    assert!(ro.stdout.contains("enforceable: yes"), "{}", ro.stdout);
+
+    std::fs::write(env.path().join("bad.json"), r#"{"sandbox": "none"}"#).unwrap();
+    let bad = env.run("kxen-agent", &["policy", "check", "--policy", "bad.json"]);
+    bad.expect(4);
+    assert!(bad.stderr.contains("sandbox") || bad.stdout.contains("sandbox"));
+
+    let missing = env
+        .cmd("kxen-agent")
+        .args(["policy", "check"])
+        .env("KXEN_TEST_FENCE_MISSING", "landlock")
+        .output()
+        .unwrap();
+    let missing: Value = serde_json::from_slice(&missing.stdout).unwrap();
+    assert_eq!(missing["fence"]["enforceable"], false);
+    assert!(
+        missing["fence"]["missing"]
+            .as_str()
+            .unwrap()
+            .contains("Landlock")
+    );
+}
+
+#[test]
+fn without_the_kernel_features_exec_is_refused_before_running() {
+    for (feature, expected) in [
+        ("landlock", "does not provide Landlock"),
+        ("namespaces", "namespaces"),
+    ] {
+        let env = TestEnv::new();
+        let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+        let config = script_config(
+            &env,
+            &[
+                call("c1", "exec", json!({"command": "echo ran > ran.txt"})),
+                answer("done"),
+            ],
+        );
+        let out = env
+            .cmd("kxen-agent")
+            .args(["run", "--workspace", repo.to_str().unwrap(), "--task", "t"])
+            .args(["--agent", fixer(&env).to_str().unwrap()])
+            .args(["--config", config.to_str().unwrap(), "--allow-shell"])
+            .env("KXEN_TEST_FENCE_MISSING", feature)
+            .output()
+            .unwrap();
+        let run = crate::env::Run::from(out);
+        run.expect(0);
+        let outputs = tool_outputs(&run.jsonl());
+        assert!(outputs[0].0, "{feature}: {outputs:?}");
+        let text = &outputs[0].1;
+        assert!(text.contains("exec refused before running"), "{text}");
+        assert!(text.contains(expected), "{feature}: {text}");
+        assert!(text.contains("\"sandbox\": \"off\""), "{text}");
+        assert!(!repo.join("ran.txt").exists(), "{feature}: the command ran");
+
+        // The escape hatch: with `sandbox: off` the same command runs.
+        std::fs::write(env.path().join("off.json"), r#"{"sandbox": "off"}"#).unwrap();
+        let config = script_config(
+            &env,
+            &[
+                call("c1", "exec", json!({"command": "echo ran > ran.txt"})),
+                answer("done"),
+            ],
+        );
+        let out = env
+            .cmd("kxen-agent")
+            .args(["run", "--workspace", repo.to_str().unwrap(), "--task", "t"])
+            .args(["--agent", fixer(&env).to_str().unwrap()])
+            .args(["--config", config.to_str().unwrap(), "--allow-shell"])
+            .args(["--policy", "off.json"])
+            .env("KXEN_TEST_FENCE_MISSING", feature)
+            .output()
+            .unwrap();
+        crate::env::Run::from(out).expect(0);
+        assert!(repo.join("ran.txt").exists(), "{feature}");
+    }
+}
