@@ -9,7 +9,9 @@
 //! Every execution starts with recovery, so the same code continues a run after a crash at any
 //! step: an outcome already recorded goes into history and the tool is not run again; a `Started`
 //! without an outcome becomes `OutcomeUnknown` and the run stops as `inputRequired`; a call that
-//! never started runs now; a terminal but unsettled run is only settled.
+//! never started runs now — unless an earlier call of its turn is UNKNOWN (it may depend on it:
+//! it waits for the resolution) or a cancel arrived (it is answered as not run); a terminal but
+//! unsettled run is only settled.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -250,7 +252,10 @@ impl Loop<'_, '_> {
                     continue;
                 }
                 if let Some(op) = self.run_call(run, &message_id, index, call, sink)? {
+                    // The later calls may depend on this one: they stay unanswered, and run
+                    // (in order) once its outcome is resolved.
                     unknown.push(op);
+                    break;
                 }
             }
             if !unknown.is_empty() {
@@ -594,12 +599,26 @@ impl Loop<'_, '_> {
         for op_id in ready {
             self.settle_op(run, &op_id, true, sink)?;
         }
-        // Calls of this run's assistant messages that have no tool result message yet.
+        // Calls of this run's assistant messages that have no tool result message yet, in order.
         let pending = self.conv.unanswered_calls();
         let mut unknown = Vec::new();
         for (message_id, index, call) in pending {
             let op = self.journal.table().for_call(&message_id, index).cloned();
             match op.map(|op| (op.phase, op.op_id)) {
+                // After an UNKNOWN call, later calls wait (they may depend on it): they run, in
+                // order, once it is resolved. Started ones still become UNKNOWN below.
+                None if !unknown.is_empty() => {}
+                // A cancel is honoured here as in every phase: nothing more starts.
+                None if self.canceled() => {
+                    self.answer_unrun(
+                        run,
+                        &message_id,
+                        index,
+                        &call,
+                        "not run: the run was canceled",
+                        sink,
+                    )?;
+                }
                 // Never started: nothing happened yet, so running it now is its first run.
                 None => {
                     if let Some(op) = self.run_call(run, &message_id, index, &call, sink)? {

@@ -747,3 +747,146 @@ fn a_run_created_with_a_clock_an_hour_behind_is_still_the_latest() {
     env.run("kxen-agent", &["session", "verify", &session])
         .expect(0);
 }
+
+/// A model turn calling `calls` (id, tool, arguments) in order.
+fn turn(calls: &[(&str, &str, Value)]) -> Value {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, tool, arguments)| json!({"id": id, "name": tool, "arguments": arguments}))
+        .collect();
+    json!({"text": "", "toolCalls": calls, "usage": {"inputTokens": 10, "outputTokens": 2}})
+}
+
+/// The `runInputRequired` event of a run's stdout: its run id and operation ids.
+fn input_required(run: &Run) -> (String, Vec<String>) {
+    let event = run
+        .jsonl()
+        .into_iter()
+        .find(|e| e["type"] == "runInputRequired")
+        .unwrap_or_else(|| panic!("no runInputRequired\n{}\n{}", run.stdout, run.stderr));
+    let ops = event["opIds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_str().unwrap().to_string())
+        .collect();
+    (event["runId"].as_str().unwrap().to_string(), ops)
+}
+
+/// A turn `[step1, step2]` killed during step1: step2 may depend on step1, so `--resume` must not
+/// run it while step1's outcome is UNKNOWN; once step1 is resolved, step2 runs.
+#[test]
+fn later_calls_of_a_turn_wait_for_an_earlier_unknown_call() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = script_config(
+        &env,
+        &[
+            turn(&[
+                ("s1", "exec", json!({"command": "echo one >> steps.txt"})),
+                ("s2", "exec", json!({"command": "echo two >> steps.txt"})),
+            ]),
+            answer("done"),
+        ],
+    );
+    start(&env, &repo, &agent, &config, Some("tool.after-started"));
+    let session = only_session(&env).unwrap();
+    let stopped = resume(&env, &session, &config, &["--allow-shell"]);
+    stopped.expect(7);
+    let (run, ops) = input_required(&stopped);
+    assert_eq!(ops.len(), 1, "{ops:?}");
+    assert!(
+        !repo.join("steps.txt").exists(),
+        "step2 ran before step1 was resolved: {:?}",
+        std::fs::read_to_string(repo.join("steps.txt"))
+    );
+    let shown = run_show(&env, &session, &run);
+    assert_eq!(shown["operations"].as_array().unwrap().len(), 1, "{shown}");
+    // Still waiting on a second resume.
+    resume(&env, &session, &config, &["--allow-shell"]).expect(7);
+    assert!(!repo.join("steps.txt").exists());
+    env.run(
+        "kxen-agent",
+        &[
+            "run", "resolve", &session, &run, &ops[0], "--output", "not run",
+        ],
+    )
+    .expect(0);
+    resume(&env, &session, &config, &["--allow-shell"]).expect(0);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("steps.txt")).unwrap(),
+        "two\n"
+    );
+    let shown = run_show(&env, &session, &run);
+    let ops = shown["operations"].as_array().unwrap();
+    assert_eq!(ops.len(), 2);
+    assert_eq!(ops[1]["toolCallId"], "s2");
+    env.run("kxen-agent", &["session", "verify", &session])
+        .expect(0);
+}
+
+/// SIGINT while a resume re-runs a crashed turn's remaining calls is honoured like in any other
+/// phase: no call starts after the signal; the calls not run are answered as canceled and the
+/// run ends `canceled` (exit 130).
+#[test]
+fn sigint_during_recovery_stops_the_remaining_calls() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    const CALLS: usize = 400;
+    let calls: Vec<(String, Value)> = (0..CALLS)
+        .map(|i| {
+            (
+                format!("w{i}"),
+                json!({"path": format!("out/{i}.txt"), "content": "x"}),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, &str, Value)> = calls
+        .iter()
+        .map(|(id, args)| (id.as_str(), "write", args.clone()))
+        .collect();
+    let config = script_config(&env, &[turn(&refs), answer("done")]);
+    // The first attempt dies right after the turn is recorded: every call is left to recovery.
+    start(
+        &env,
+        &repo,
+        &agent,
+        &config,
+        Some("tool.after-assistant-message"),
+    );
+    let session = only_session(&env).unwrap();
+    let child = env
+        .cmd("kxen-agent")
+        .args(["--resume", &session, "--config", config.to_str().unwrap()])
+        .arg("--allow-shell")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&repo.join("out/0.txt"));
+    interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(130), "{stdout}");
+    let written = std::fs::read_dir(repo.join("out")).unwrap().count();
+    assert!(
+        written < CALLS / 2,
+        "{written} of {CALLS} writes happened although SIGINT came after the first"
+    );
+    let list = env.run("kxen-agent", &["session", "list"]);
+    let run_id = list.jsonl()[0]["lastRunId"].as_str().unwrap().to_string();
+    let shown = run_show(&env, &session, &run_id);
+    assert_eq!(shown["run"]["status"], "canceled");
+    assert_eq!(shown["operations"].as_array().unwrap().len(), written);
+    let show = env.run("kxen-agent", &["session", "show", &session]);
+    let messages = show.jsonl()[0]["messages"].as_array().unwrap().clone();
+    let canceled = messages
+        .iter()
+        .filter(|m| m["content"] == "not run: the run was canceled")
+        .count();
+    assert_eq!(written + canceled, CALLS, "every call is answered once");
+    env.run("kxen-agent", &["session", "verify", &session])
+        .expect(0);
+}
