@@ -114,17 +114,19 @@ pub struct Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// The message goes through [`crate::redact`]: an error may reach stderr, events and run
+    /// records, and no credential may.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Error {
             kind,
-            message: message.into(),
+            message: crate::redact::redact(&message.into()),
             hints: Vec::new(),
         }
     }
 
-    /// Adds a hint line (`hint: …` on stderr).
+    /// Adds a hint line (`hint: …` on stderr), redacted like the message.
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
-        self.hints.push(hint.into());
+        self.hints.push(crate::redact::redact(&hint.into()));
         self
     }
 

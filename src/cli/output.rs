@@ -39,13 +39,14 @@ pub fn terminal_safe(text: &str) -> String {
         .collect()
 }
 
+/// Every line (and raw text) goes through [`crate::redact`]: no credential reaches stdout.
 pub fn line(text: &str) {
-    write_stdout(format!("{text}\n").as_bytes());
+    write_stdout(format!("{}\n", crate::redact::redact(text)).as_bytes());
 }
 
-/// Writes raw text to stdout (no newline added).
+/// Writes raw text to stdout (no newline added), redacted.
 pub fn raw(text: &str) {
-    write_stdout(text.as_bytes());
+    write_stdout(crate::redact::redact(text).as_bytes());
 }
 
 /// Set once stdout is gone; later output is dropped.
@@ -93,7 +94,7 @@ pub fn serialize_line<T: serde::Serialize + ?Sized>(value: &T) {
 
 /// Writes a line to stderr (warnings, progress, "waiting for lock").
 pub fn note(text: &str) {
-    let _ = writeln!(std::io::stderr(), "{text}");
+    let _ = writeln!(std::io::stderr(), "{}", crate::redact::redact(text));
 }
 
 /// Reports an error: `error: …` and `hint: …` lines on stderr, plus one

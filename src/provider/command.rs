@@ -76,7 +76,11 @@ impl Provider for CommandProvider {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0);
+            .process_group(0)
+            // The model client gets the environment kxen-agent started with, keys included;
+            // the process's own copy has them wiped (`own_env`).
+            .env_clear()
+            .envs(crate::own_env::vars());
         if let Some(mark) = request.attempt_mark {
             command.env(process::orphans::ATTEMPT_VAR, mark);
         }
@@ -138,7 +142,10 @@ impl Provider for CommandProvider {
 }
 
 /// At most `max` characters of `s`, with `…` when cut.
+/// Redacts first ([`crate::redact`]), then cuts: a secret straddling the cut must not survive
+/// without its tail.
 pub(crate) fn excerpt(s: &str, max: usize) -> String {
+    let s = crate::redact::redact(s);
     match s.char_indices().nth(max) {
         Some((cut, _)) => format!("{}…", &s[..cut]),
         None => s.to_string(),

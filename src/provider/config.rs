@@ -118,7 +118,7 @@ pub struct ProviderInfo {
 impl ModelConfig {
     /// Finds and parses the config (precedence in the module docs).
     pub fn load(explicit: Option<&Path>) -> Result<ModelConfig> {
-        Self::load_with(explicit, |name| std::env::var_os(name))
+        Self::load_with(explicit, crate::own_env::var_os)
     }
 
     /// [`ModelConfig::load`] with an injected environment, for tests.
@@ -208,6 +208,7 @@ impl ModelConfig {
                 && let Some(name) = &o.api_key_env
             {
                 crate::tools::register_provider_key_env(name);
+                crate::own_env::forget(name)?;
             }
         }
         Ok(config)

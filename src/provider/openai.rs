@@ -3,7 +3,8 @@
 //! Works with ollama, vLLM, llama.cpp's server, LM Studio and hosted OpenAI-compatible APIs. The
 //! key is read from the environment variable named by `api_key_env` at call time and sent only as
 //! `Authorization: Bearer …`; it is never stored, logged or put into an error message (errors
-//! carry the HTTP status and a short body excerpt, never headers).
+//! carry the HTTP status and a short body excerpt, never headers; the excerpt is redacted before
+//! it is cut, see [`crate::redact`]).
 
 use std::time::Duration;
 
@@ -179,22 +180,14 @@ fn is_loopback(url: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Removes `secret` from `text` (defence in depth: no message we build contains the key, but a
-/// transport error might echo something unexpected).
-fn redact(text: String, secret: Option<&str>) -> String {
-    match secret {
-        Some(s) if s.len() >= 4 && text.contains(s) => text.replace(s, "[redacted]"),
-        _ => text,
-    }
-}
-
 impl Provider for OpenAiProvider {
     fn complete(&self, request: &ModelRequest, responses_so_far: usize) -> Result<ModelResponse> {
         let key = match &self.api_key_env {
             None => None,
             Some(var) => {
-                match std::env::var(var) {
-                    Ok(k) if !k.is_empty() => Some(k),
+                // The start-up snapshot: the process's own copy was wiped (`own_env`).
+                match crate::own_env::var_os(var).and_then(|k| k.into_string().ok()) {
+                    Some(k) if !k.is_empty() => Some(k),
                     _ => {
                         return Err(Error::invalid(format!(
                         "{}: the environment variable {var} (api_key_env) is not set",
@@ -222,7 +215,8 @@ impl Provider for OpenAiProvider {
             call = call.header("Authorization", format!("Bearer {k}"));
         }
         let body = self.body(request).to_string();
-        let external = |msg: String| Error::external(redact(msg, key.as_deref()));
+        // `Error::new` redacts (`crate::redact`): the key, any URL user info in the endpoint.
+        let external = Error::external;
         let mut response = call
             .send(body.as_bytes())
             .map_err(|e| external(format!("{}: request failed: {e}", self.what())))?;
@@ -474,6 +468,30 @@ mod tests {
         );
         // The key never shows up in what the provider exposes.
         assert!(!format!("{p:?}").contains(canary));
+    }
+
+    /// A server that echoes the key in its error body, right where the excerpt is cut: the
+    /// redaction runs on the whole body first, so not even the key's head survives.
+    #[test]
+    fn a_key_straddling_the_excerpt_cut_is_redacted_whole() {
+        let canary = "sk-canary-straddle-5a6b7c8d9e";
+        // SAFETY: the variable name is unique to this test; no other thread reads it.
+        unsafe { std::env::set_var("KXEN_TEST_OPENAI_KEY_CUT", canary) };
+        let body = format!("{{\"error\":\"{}{canary} is not valid\"}}", "x".repeat(280));
+        let (url, _seen) = serve(vec![(401, body)]);
+        let p = provider(&url, Some("KXEN_TEST_OPENAI_KEY_CUT"));
+        let req = ModelRequest {
+            role: "execution",
+            messages: &[],
+            tools: &[],
+            timeout: None,
+            attempt_mark: None,
+            call_mark: None,
+        };
+        let e = p.complete(&req, 0).unwrap_err();
+        assert!(e.message.contains("HTTP 401"), "{}", e.message);
+        assert!(!e.message.contains("sk-canary"), "{}", e.message);
+        assert!(e.message.contains("[redacted]"), "{}", e.message);
     }
 
     #[test]

@@ -42,8 +42,18 @@ const PROVIDER_KEYS: &[&str] = &[
     "HUGGING_FACE_HUB_TOKEN",
 ];
 
-/// Exact names removed although their names do not look like secrets.
-const SENSITIVE_NAMES: &[&str] = &[
+/// Exact names whose values are secrets although the names do not say so.
+const SECRET_NAMES: &[&str] = &[
+    // Password-manager sessions and the password `sshpass -e` reads.
+    "SSHPASS",
+    "BW_SESSION",
+    "DATABASE_URL",
+];
+
+/// Exact names removed because they lead to a credential (a socket, a file, a profile) or run
+/// code in every child; their values are locations, not secrets, so they are not redacted from
+/// messages ([`secret_value`]).
+const LOCATION_NAMES: &[&str] = &[
     "SSH_AUTH_SOCK",
     "SSH_AGENT_PID",
     "SSH_ASKPASS",
@@ -51,9 +61,7 @@ const SENSITIVE_NAMES: &[&str] = &[
     "GPG_AGENT_INFO",
     "GNUPGHOME",
     "NETRC",
-    // Password-manager, VPN and Kerberos sessions whose names do not say "secret".
-    "SSHPASS",
-    "BW_SESSION",
+    // Kerberos credential caches and key tables.
     "KRB5CCNAME",
     "KRB5_KTNAME",
     "KRB5_CLIENT_KTNAME",
@@ -77,7 +85,6 @@ const SENSITIVE_NAMES: &[&str] = &[
     "AZURE_CLIENT_CERTIFICATE_PATH",
     "KUBECONFIG",
     "DOCKER_CONFIG",
-    "DATABASE_URL",
     "BOTO_CONFIG",
     "TF_CLI_CONFIG_FILE",
     "VAULT_CONFIG_PATH",
@@ -172,13 +179,23 @@ pub(crate) fn looks_sensitive(name: &str, value: &OsStr) -> bool {
     sensitive_name(name) || sensitive_value(&value.to_string_lossy())
 }
 
+/// Whether the value of `name` is a secret to redact from every message (see
+/// [`crate::redact`]): a model-provider key, or a variable the filter removes for any reason but
+/// being a location ([`LOCATION_NAMES`]).
+pub(crate) fn secret_value(name: &str, value: &OsStr) -> bool {
+    is_provider_key_env(name)
+        || (looks_sensitive(name, value)
+            && !LOCATION_NAMES.contains(&name.to_ascii_uppercase().as_str()))
+}
+
 /// The name rules (the allow-list [`NOT_SENSITIVE`] exempts a name from these only).
 fn sensitive_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     if NOT_SENSITIVE.contains(&upper.as_str()) {
         return false;
     }
-    SENSITIVE_NAMES.contains(&upper.as_str())
+    SECRET_NAMES.contains(&upper.as_str())
+        || LOCATION_NAMES.contains(&upper.as_str())
         || SENSITIVE_PARTS.iter().any(|p| upper.contains(p))
         || upper.split('_').any(|w| SENSITIVE_WORDS.contains(&w))
         || SENSITIVE_PREFIXES.iter().any(|p| upper.starts_with(p))

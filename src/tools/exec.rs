@@ -52,7 +52,7 @@ pub(crate) struct ExecArgs {
 }
 
 pub(crate) fn run(ws: &Workspace, args: ExecArgs, ctx: &ToolContext) -> ToolOutput {
-    run_with_env(ws, args, ctx, std::env::vars_os().collect())
+    run_with_env(ws, args, ctx, crate::own_env::vars())
 }
 
 fn run_with_env(

@@ -7,7 +7,7 @@
 //! the full output as a blob when it is longer. It never panics and never returns `Err`: every
 //! failure is a tool error the model reads (`is_error: true`), and the run goes on.
 
-mod env;
+pub(crate) mod env;
 mod exec;
 mod file;
 mod paths;

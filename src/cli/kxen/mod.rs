@@ -269,6 +269,10 @@ pub fn main() -> i32 {
         Err(err) => return usage_error(err),
     };
     let format = cli.format;
+    // Before anything reads a credential or starts a thread or a child (see `own_env`).
+    if let Err(err) = crate::own_env::init() {
+        return output::report_error(&err, format);
+    }
     match dispatch(cli) {
         Ok(code) => code,
         Err(err) => output::report_error(&err, format),
