@@ -57,7 +57,13 @@ fn working_tree_git_dir(root: &Path, out: &mut Protected) -> Option<PathBuf> {
     let dot_git = root.join(".git");
     let meta = std::fs::symlink_metadata(&dot_git).ok()?;
     if meta.is_dir() {
-        return dot_git.canonicalize().ok();
+        // `root` is canonical and `.git` is no symlink: already canonical.
+        return Some(dot_git);
+    }
+    if meta.file_type().is_symlink() {
+        // A `.git` symlink to a directory elsewhere: that directory is protected (the link
+        // itself cannot be bound, mount follows it).
+        return dot_git.canonicalize().ok().filter(|d| d.is_dir());
     }
     if !meta.is_file() {
         return None;
@@ -155,9 +161,16 @@ fn protect_git_dir(dir: &Path, out: &mut Protected) {
         "gitdir",
     ] {
         let path = dir.join(name);
-        // A symlink is bound where it points (mount follows it); both must stay unchanged.
-        if let Ok(real) = path.canonicalize() {
-            push_unique(&mut out.read_only, real);
+        // `dir` is canonical, so only a symlink needs resolving: it is bound where it points
+        // (mount follows it). One lstat per name keeps this cheap before every `exec`.
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if let Ok(real) = path.canonicalize() {
+                    push_unique(&mut out.read_only, real);
+                }
+            }
+            Ok(_) => push_unique(&mut out.read_only, path),
+            Err(_) => {}
         }
     }
 }
