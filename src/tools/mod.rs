@@ -424,6 +424,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The exact bytes of every schema the model is sent. The argument schemas are derived from
+    /// the argument structs; this pins them to what the hand-written schemas were, so a change of
+    /// derive attributes or of the schema crate never silently changes what the model sees.
+    #[test]
+    fn model_schemas_are_pinned() {
+        let all: Vec<String> = IMPLEMENTED.iter().map(|s| s.to_string()).collect();
+        let mut ours = serde_json::to_string_pretty(&schemas(&all)).unwrap();
+        ours.push('\n');
+        assert_eq!(ours, include_str!("testdata/model_schemas.json"));
+    }
+
     #[test]
     fn schemas_follow_capabilities_in_catalog_order() {
         let caps: Vec<String> = ["exec", "read", "lsp", "grep"]
