@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::AgentDefinition;
 use crate::error::{Error, Result};
-use crate::policy::{self, IMPLEMENTED_CAPABILITIES, MergedPolicy};
+use crate::policy::{self, MergedPolicy};
+use crate::tools;
 
 /// The immutable capability/policy lock of a Session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,7 +124,7 @@ impl DcpAgentLock {
         }
         let caps = &self.definition.spec.capabilities;
         for c in &self.capabilities {
-            if !IMPLEMENTED_CAPABILITIES.contains(&c.as_str()) {
+            if !tools::REGISTRY.implements(c) {
                 return Err(corrupt(format!(
                     "capability `{c}` is not implemented by this runtime"
                 )));

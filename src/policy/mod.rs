@@ -5,9 +5,10 @@
 //! recomputes it from the same inputs and refuses on any difference ("policy drift"), so a resume
 //! can never silently widen permissions or expose a new secret.
 //!
-//! The permitted catalog is what this runtime implements ([`IMPLEMENTED_CAPABILITIES`]) filtered
-//! by the policy: `allowedCapabilities` (absent = no extra restriction), `deniedCapabilities`
-//! (always wins), `allowShell` (gates `exec` and `task`) and `allowMcp` (gates `mcp__*`).
+//! The permitted catalog is what this runtime implements (the tool registry,
+//! [`tools::REGISTRY`]) filtered by the policy: `allowedCapabilities` (absent = no extra
+//! restriction), `deniedCapabilities` (always wins), and the gate a tool's registry entry names:
+//! `allowShell` (`exec`, later `task`) or `allowMcp` (`mcp__*`).
 
 mod env_names;
 mod file;
@@ -21,10 +22,7 @@ pub use file::{MAX_POLICY_BYTES, PolicyFile, load_policy_file, parse_policy};
 
 use crate::error::{Error, Result};
 pub use crate::sandbox::{FencePolicy, SandboxMode};
-
-/// The capabilities this runtime implements, each backed by a working tool (§9). A definition may
-/// name others (`lsp`, `task`, `mcp__…`); they are never permitted until a tool implements them.
-pub const IMPLEMENTED_CAPABILITIES: &[&str] = &["read", "glob", "grep", "edit", "write", "exec"];
+use crate::tools::{self, Gate};
 
 /// The policy inputs of one command line: `--policy FILE`, `--allow-shell`, `--allow-mcp`,
 /// `--allow-network`, `--pass-env NAME`…
@@ -94,13 +92,21 @@ impl MergedPolicy {
     }
 
     /// Why `capability` is not in the permitted catalog, or `None` if it is.
+    ///
+    /// A definition may name capabilities no tool implements (`lsp`, `task`, `mcp__…`); they are
+    /// never permitted until a registry entry implements them.
     pub fn refusal(&self, capability: &str) -> Option<String> {
-        if !IMPLEMENTED_CAPABILITIES.contains(&capability) {
+        let Some(tool) = tools::REGISTRY.find(capability) else {
+            let implemented: Vec<&str> = tools::REGISTRY
+                .entries()
+                .iter()
+                .map(|e| e.name().as_str())
+                .collect();
             return Some(format!(
                 "this runtime has no tool for it (it implements {})",
-                IMPLEMENTED_CAPABILITIES.join(", ")
+                implemented.join(", ")
             ));
-        }
+        };
         if self.denied_capabilities.iter().any(|d| d == capability) {
             return Some("the policy's deniedCapabilities lists it".into());
         }
@@ -109,15 +115,15 @@ impl MergedPolicy {
         {
             return Some("the policy's allowedCapabilities does not list it".into());
         }
-        if matches!(capability, "exec" | "task") && !self.allow_shell {
-            return Some(
-                "shell access is off: pass --allow-shell or set \"allowShell\": true".into(),
-            );
+        match tool.gate() {
+            Some(Gate::Shell) if !self.allow_shell => {
+                Some("shell access is off: pass --allow-shell or set \"allowShell\": true".into())
+            }
+            Some(Gate::Mcp) if !self.allow_mcp => {
+                Some("MCP is off: pass --allow-mcp or set \"allowMcp\": true".into())
+            }
+            _ => None,
         }
-        if capability.starts_with("mcp__") && !self.allow_mcp {
-            return Some("MCP is off: pass --allow-mcp or set \"allowMcp\": true".into());
-        }
-        None
     }
 }
 
@@ -162,10 +168,17 @@ fn sorted(mut items: Vec<String>) -> Vec<String> {
     items
 }
 
-/// The capabilities a Session may be granted under `policy`, sorted.
+/// The capabilities a Session may be granted under `policy`, sorted: every registry tool the
+/// policy permits. A pattern entry (a family such as `mcp__<server>__*`) has no fixed names to
+/// list; its members are permitted one by one by [`MergedPolicy::refusal`].
 pub fn permitted_catalog(policy: &MergedPolicy) -> Vec<String> {
-    let mut permitted: Vec<String> = IMPLEMENTED_CAPABILITIES
+    let mut permitted: Vec<String> = tools::REGISTRY
+        .entries()
         .iter()
+        .filter_map(|e| match e.name() {
+            tools::ToolName::Exact(name) => Some(name),
+            tools::ToolName::Pattern(_) => None,
+        })
         .filter(|c| policy.refusal(c).is_none())
         .map(|c| c.to_string())
         .collect();

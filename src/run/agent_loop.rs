@@ -430,10 +430,14 @@ impl Loop<'_, '_> {
         call: &ToolCall,
         sink: &mut dyn EventSink,
     ) -> Result<Option<String>> {
-        if let Some(refusal) = self.refusal(call) {
-            self.answer_unrun(run, message_id, index, call, &refusal, sink)?;
-            return Ok(None);
-        }
+        let admitted =
+            match tools::REGISTRY.admit(&call.name, &call.arguments, self.ex.capabilities) {
+                Ok(admitted) => admitted,
+                Err(refusal) => {
+                    self.answer_unrun(run, message_id, index, call, &refusal, sink)?;
+                    return Ok(None);
+                }
+            };
         let op_id = ids::new_id(IdKind::Operation);
         self.journal.record(JournalRecord::Started {
             op_id: op_id.clone(),
@@ -456,7 +460,6 @@ impl Loop<'_, '_> {
             tool_home: &self.tool_home,
             blobs: &self.blobs,
             pass_env: self.ex.pass_env,
-            capabilities: self.ex.capabilities,
             cancel: self.ex.cancel,
             mark: OperationMark {
                 session_id: self.ex.session_id,
@@ -466,7 +469,7 @@ impl Loop<'_, '_> {
             },
             fence: self.ex.fence,
         };
-        let output = tools::execute(&call.name, &call.arguments, &ctx);
+        let output = admitted.execute(&ctx);
         failpoint::hit("tool.after-side-effect");
         if output.interrupted {
             // Killed mid-way: whether its effects happened cannot be proven.
@@ -544,31 +547,6 @@ impl Loop<'_, '_> {
             output: preview(&output.text, EVENT_PREVIEW_CHARS),
         });
         Ok(())
-    }
-
-    /// Why a call must not run, as the tool error the model reads; `None` if it may run.
-    fn refusal(&self, call: &ToolCall) -> Option<String> {
-        let available = self.ex.capabilities.join(", ");
-        if !tools::IMPLEMENTED.contains(&call.name.as_str()) {
-            return Some(format!(
-                "unknown tool `{}`; the call was not run. Available tools: {available}",
-                call.name
-            ));
-        }
-        if !self.ex.capabilities.contains(&call.name) {
-            return Some(format!(
-                "tool `{}` is not allowed in this session (not in the agent's lock); the call was not run. Available tools: {available}",
-                call.name
-            ));
-        }
-        if !call.arguments.is_object() {
-            return Some(format!(
-                "arguments for `{}` must be a JSON object, got {}; the call was not run",
-                call.name,
-                json_kind(&call.arguments)
-            ));
-        }
-        None
     }
 
     /// Recovery at the start of every execution: brings every tool call of this run to a
@@ -800,17 +778,6 @@ fn outcome(output: &ToolOutput) -> ToolOutcome {
         }),
         interrupted: output.interrupted,
         fence: output.fence.clone(),
-    }
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

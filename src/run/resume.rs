@@ -69,7 +69,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
         .lock
         .capabilities
         .iter()
-        .find(|c| !tools::IMPLEMENTED.contains(&c.as_str()))
+        .find(|c| !tools::REGISTRY.implements(c))
     {
         return Err(Error::policy(format!(
             "the session's locked capability `{missing}` is no longer available in this runtime"

@@ -26,6 +26,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::paths::Workspace;
@@ -41,12 +42,17 @@ pub const MAX_EXEC_TIMEOUT_MS: u64 = 3_600_000;
 /// Output kept in memory (and in the blob); the model sees at most 64 KiB of it anyway.
 const MAX_CAPTURE: usize = 32 * 1024 * 1024;
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `exec`; each field's doc comment is its description in the schema.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ExecArgs {
+    /// Shell command line
     command: String,
+    /// Timeout in milliseconds (default 120000)
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_EXEC_TIMEOUT_MS))]
     timeout_ms: Option<u64>,
+    /// Working directory relative to the workspace root (default: the root)
     #[serde(default)]
     path: Option<String>,
 }
@@ -247,8 +253,9 @@ impl Drop for OpTempDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::MAX_TEXT;
     use crate::tools::testutil::Fixture;
-    use crate::tools::{MAX_TEXT, execute};
+    use crate::tools::testutil::execute;
     use serde_json::json;
     use std::sync::atomic::AtomicBool;
     use std::time::Instant;

@@ -7,6 +7,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::ToolOutput;
@@ -16,19 +17,27 @@ use crate::fsx;
 /// Mode of files `write` creates (what a default umask gives).
 const NEW_FILE_MODE: u32 = 0o644;
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `write`; each field's doc comment is its description in the schema.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct WriteArgs {
+    /// File path relative to the workspace root
     path: String,
+    /// The complete new file content
     content: String,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `edit`; each field's doc comment is its description in the schema.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct EditArgs {
+    /// File path relative to the workspace root
     path: String,
+    /// Exact text to replace
     old_string: String,
+    /// Replacement text
     new_string: String,
+    /// Replace every occurrence (default false)
     #[serde(default)]
     replace_all: bool,
 }

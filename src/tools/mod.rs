@@ -1,17 +1,31 @@
-//! The tool catalog the runtime implements (kxen-agent.md §9): `read`, `glob`, `grep`, `write`,
-//! `edit`, `exec`.
+//! The tools an agent can touch (kxen-agent.md §9): `read`, `glob`, `grep`, `write`, `edit`,
+//! `exec`, all listed in [`REGISTRY`] and nowhere else.
 //!
-//! A tool's capability name is its tool name. [`execute`] is the single entry point: it checks
-//! the capability, parses the arguments (camelCase, unknown fields rejected), runs the tool
-//! confined to the workspace root, and caps what the model sees at [`MAX_TEXT`] bytes, storing
-//! the full output as a blob when it is longer. It never panics and never returns `Err`: every
-//! failure is a tool error the model reads (`is_error: true`), and the run goes on.
+//! A tool's capability name is its tool name. Running a call is two steps: [`Registry::admit`]
+//! checks it (a known tool, in the Session's capabilities, arguments a JSON object) before the
+//! runtime records that it started, and [`Admitted::execute`] parses the arguments (camelCase,
+//! unknown fields rejected), runs the tool confined to the workspace root, and caps what the
+//! model sees at [`MAX_TEXT`] bytes, storing the full output as a blob when it is longer. Neither
+//! panics nor returns an error of the runtime: every failure is a tool error the model reads
+//! (`is_error: true`), and the run goes on.
+//!
+//! Adding a tool is one module and one registry entry:
+//! 1. a module here with its argument struct (`Deserialize` + `JsonSchema`,
+//!    `deny_unknown_fields`, camelCase, each field's doc comment is its description for the
+//!    model) and its `fn(&Workspace, Args, &ToolContext) -> ToolOutput`;
+//! 2. an [`Entry`] in [`REGISTRY`] (`registry.rs`): name, description, side-effect class, gate,
+//!    executor.
+//!
+//! The policy's permitted catalog, the lock's capability check, the Builder's catalog, the
+//! refusal of a call and the schemas sent to the model all follow from the entry.
 
 pub(crate) mod env;
 mod exec;
 mod file;
 mod paths;
 mod read;
+mod registry;
+mod schema;
 mod search;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -19,16 +33,13 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::blobs::{BlobRef, BlobStore};
 
 pub use env::{child_env, is_provider_key_env, register_provider_key_env};
 pub use exec::{DEFAULT_EXEC_TIMEOUT_MS, MAX_EXEC_TIMEOUT_MS};
-
-/// Every capability this runtime implements a tool for, in catalog order. The permitted catalog
-/// of a Session is this list filtered by the runtime policy; never advertise anything else.
-pub const IMPLEMENTED: &[&str] = &["read", "glob", "grep", "write", "edit", "exec"];
+pub use registry::{Admitted, Entry, Gate, REGISTRY, Registry, SideEffect, ToolName};
 
 /// The largest tool output (bytes of UTF-8) the model sees. Longer outputs are stored in full as
 /// a blob and the model gets the head, the tail and a note naming the blob.
@@ -53,8 +64,6 @@ pub struct ToolContext<'a> {
     pub blobs: &'a BlobStore,
     /// Sensitive environment variables `exec` children may see anyway (never a provider key).
     pub pass_env: &'a [String],
-    /// The Session's effective capability set; a tool outside it is refused.
-    pub capabilities: &'a [String],
     /// Set by the runtime to cancel; `exec` polls it (see [`exec`](self) cancellation contract).
     pub cancel: &'a AtomicBool,
     /// Marks every `exec` child (and what it starts) as this operation's, in its environment, so
@@ -115,184 +124,25 @@ impl ToolOutput {
     }
 }
 
-/// The schemas of the catalog tools whose capability is in `capabilities`, in catalog order.
+/// The schemas of the tools whose capability is in `capabilities`, in catalog order.
 pub fn schemas(capabilities: &[String]) -> Vec<ToolSchema> {
-    IMPLEMENTED
-        .iter()
-        .filter(|name| capabilities.iter().any(|c| c == *name))
-        .map(|name| schema(name))
-        .collect()
+    REGISTRY.schemas(capabilities)
 }
 
-fn schema(name: &str) -> ToolSchema {
-    let (description, parameters) = match name {
-        "read" => (
-            "Read a text file in the workspace. Returns numbered lines (`cat -n` style). \
-             Use offset (1-based first line) and limit (line count, default 2000) for long files.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path relative to the workspace root"},
-                    "offset": {"type": "integer", "minimum": 1, "description": "First line to show (1-based)"},
-                    "limit": {"type": "integer", "minimum": 1, "description": "Number of lines to show (default 2000)"}
-                },
-                "required": ["path"],
-                "additionalProperties": false
-            }),
-        ),
-        "glob" => (
-            "List files matching a glob pattern, sorted, respecting .gitignore. A pattern without \
-             `/` matches file names at any depth (`*.rs`); with `/` it matches the path relative \
-             to `path` (`src/**/*.rs`).",
-            json!({
-                "type": "object",
-                "properties": {
-                    "pattern": {"type": "string", "description": "Glob pattern, e.g. `**/*.py` or `*.md`"},
-                    "path": {"type": "string", "description": "Directory to search, relative to the workspace root (default: the root)"}
-                },
-                "required": ["pattern"],
-                "additionalProperties": false
-            }),
-        ),
-        "grep" => (
-            "Search file contents with a regular expression (Rust regex syntax), respecting \
-             .gitignore. Returns `path:line:text` lines sorted by path and line.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "pattern": {"type": "string", "description": "Regular expression"},
-                    "path": {"type": "string", "description": "File or directory to search (default: the workspace root)"},
-                    "glob": {"type": "string", "description": "Only search files matching this glob, e.g. `*.rs`"}
-                },
-                "required": ["pattern"],
-                "additionalProperties": false
-            }),
-        ),
-        "write" => (
-            "Create or overwrite a file with the given content (parent directories are created).",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path relative to the workspace root"},
-                    "content": {"type": "string", "description": "The complete new file content"}
-                },
-                "required": ["path", "content"],
-                "additionalProperties": false
-            }),
-        ),
-        "edit" => (
-            "Replace an exact string in a file. Fails if oldString is not found, or occurs more \
-             than once unless replaceAll is true; include surrounding lines to make it unique.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path relative to the workspace root"},
-                    "oldString": {"type": "string", "description": "Exact text to replace"},
-                    "newString": {"type": "string", "description": "Replacement text"},
-                    "replaceAll": {"type": "boolean", "description": "Replace every occurrence (default false)"}
-                },
-                "required": ["path", "oldString", "newString"],
-                "additionalProperties": false
-            }),
-        ),
-        "exec" => (
-            "Run a shell command (`sh -c`) in the workspace and return its combined stdout and \
-             stderr and exit code. Default timeout 120000 ms. Credentials are not in its \
-             environment. Usually fenced: writes outside the workspace, HOME and $TMPDIR fail, \
-             and without network permission there is no network.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "command": {"type": "string", "description": "Shell command line"},
-                    "timeoutMs": {"type": "integer", "minimum": 1, "maximum": MAX_EXEC_TIMEOUT_MS, "description": "Timeout in milliseconds (default 120000)"},
-                    "path": {"type": "string", "description": "Working directory relative to the workspace root (default: the root)"}
-                },
-                "required": ["command"],
-                "additionalProperties": false
-            }),
-        ),
-        _ => unreachable!("schema() is only called with IMPLEMENTED names"),
-    };
-    ToolSchema {
-        name: name.to_string(),
-        description: description.to_string(),
-        parameters,
-    }
-}
-
-/// Runs tool `name` with `arguments`. Never panics; every failure is a tool error.
-pub fn execute(name: &str, arguments: &Value, ctx: &ToolContext) -> ToolOutput {
-    match catch_unwind(AssertUnwindSafe(|| execute_inner(name, arguments, ctx))) {
-        Ok(out) => out,
-        Err(_) => ToolOutput::error(format!(
-            "internal error: the `{name}` tool failed unexpectedly (a bug in kxen-agent); nothing \
-             more is known"
-        )),
-    }
-}
-
-fn execute_inner(name: &str, arguments: &Value, ctx: &ToolContext) -> ToolOutput {
-    if !IMPLEMENTED.contains(&name) {
-        return ToolOutput::error(format!(
-            "unknown tool `{name}`; available tools: {}",
-            available(ctx.capabilities)
-        ));
-    }
-    if !ctx.capabilities.iter().any(|c| c == name) {
-        return ToolOutput::error(format!(
-            "tool `{name}` is not allowed in this session; available tools: {}",
-            available(ctx.capabilities)
-        ));
-    }
-    if !arguments.is_object() {
-        return ToolOutput::error(format!(
-            "arguments for `{name}` must be a JSON object, got {}",
-            kind_of(arguments)
-        ));
-    }
-    let ws = match paths::Workspace::new(ctx.workspace_root) {
-        Ok(ws) => ws,
-        Err(e) => return ToolOutput::error(e),
-    };
-    let out = match name {
-        "read" => parse(name, arguments).map(|a| read::run(&ws, a)),
-        "glob" => parse(name, arguments).map(|a| search::glob(&ws, a)),
-        "grep" => parse(name, arguments).map(|a| search::grep(&ws, a)),
-        "write" => parse(name, arguments).map(|a| file::write(&ws, a)),
-        "edit" => parse(name, arguments).map(|a| file::edit(&ws, a)),
-        "exec" => parse(name, arguments).map(|a| exec::run(&ws, a, ctx)),
-        _ => unreachable!("checked against IMPLEMENTED above"),
-    };
-    let out = out.unwrap_or_else(ToolOutput::error);
-    cap(out, ctx.blobs)
-}
-
-fn parse<T: serde::de::DeserializeOwned>(tool: &str, arguments: &Value) -> Result<T, String> {
-    T::deserialize(arguments)
-        .map_err(|e| format!("invalid arguments for `{tool}`: {e}; see the tool's schema"))
-}
-
-fn available(capabilities: &[String]) -> String {
-    let names: Vec<&str> = IMPLEMENTED
-        .iter()
-        .copied()
-        .filter(|n| capabilities.iter().any(|c| c == n))
-        .collect();
-    if names.is_empty() {
-        "none".into()
-    } else {
-        names.join(", ")
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+impl Admitted<'_> {
+    /// Runs the admitted call. Never panics; every failure is a tool error.
+    pub fn execute(&self, ctx: &ToolContext) -> ToolOutput {
+        let name = self.name();
+        let run = || match paths::Workspace::new(ctx.workspace_root) {
+            Ok(ws) => cap(self.run(&ws, ctx), ctx.blobs),
+            Err(e) => ToolOutput::error(e),
+        };
+        catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|_| {
+            ToolOutput::error(format!(
+                "internal error: the `{name}` tool failed unexpectedly (a bug in kxen-agent); \
+                 nothing more is known"
+            ))
+        })
     }
 }
 
@@ -345,6 +195,36 @@ pub(crate) fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
 pub(crate) mod testutil {
     use super::*;
 
+    /// The capability name of every tool of the catalog (no pattern entry), in catalog order.
+    pub(crate) fn all_capabilities() -> Vec<String> {
+        REGISTRY
+            .entries()
+            .iter()
+            .filter_map(|e| match e.name() {
+                ToolName::Exact(name) => Some(name.to_string()),
+                ToolName::Pattern(_) => None,
+            })
+            .collect()
+    }
+
+    /// Admits and runs one call under every capability, as the runtime does: a refused call is
+    /// the tool error the model would read.
+    pub(crate) fn execute(name: &str, arguments: &Value, ctx: &ToolContext) -> ToolOutput {
+        execute_with(name, arguments, &all_capabilities(), ctx)
+    }
+
+    fn execute_with(
+        name: &str,
+        arguments: &Value,
+        capabilities: &[String],
+        ctx: &ToolContext,
+    ) -> ToolOutput {
+        match REGISTRY.admit(name, arguments, capabilities) {
+            Ok(call) => call.execute(ctx),
+            Err(why) => ToolOutput::error(why),
+        }
+    }
+
     /// A workspace, a tool home and a blob store in one temp dir, with every capability.
     pub(crate) struct Fixture {
         pub tmp: tempfile::TempDir,
@@ -375,7 +255,7 @@ pub(crate) mod testutil {
                 root,
                 home,
                 blobs,
-                caps: IMPLEMENTED.iter().map(|s| s.to_string()).collect(),
+                caps: all_capabilities(),
                 pass_env: Vec::new(),
                 cancel: AtomicBool::new(false),
                 op_id: crate::ids::new_id(crate::ids::IdKind::Operation),
@@ -390,7 +270,6 @@ pub(crate) mod testutil {
                 tool_home: &self.home,
                 blobs: &self.blobs,
                 pass_env: &self.pass_env,
-                capabilities: &self.caps,
                 cancel: &self.cancel,
                 mark: OperationMark {
                     session_id: "ses_test",
@@ -403,7 +282,7 @@ pub(crate) mod testutil {
         }
 
         pub(crate) fn run(&self, name: &str, args: Value) -> ToolOutput {
-            execute(name, &args, &self.ctx())
+            execute_with(name, &args, &self.caps, &self.ctx())
         }
 
         pub(crate) fn put(&self, rel: &str, content: &str) {
@@ -420,16 +299,17 @@ pub(crate) mod testutil {
 
 #[cfg(test)]
 mod tests {
-    use super::testutil::Fixture;
+    use super::testutil::{Fixture, all_capabilities};
     use super::*;
     use proptest::prelude::*;
+    use serde_json::json;
 
     /// The exact bytes of every schema the model is sent. The argument schemas are derived from
     /// the argument structs; this pins them to what the hand-written schemas were, so a change of
     /// derive attributes or of the schema crate never silently changes what the model sees.
     #[test]
     fn model_schemas_are_pinned() {
-        let all: Vec<String> = IMPLEMENTED.iter().map(|s| s.to_string()).collect();
+        let all = all_capabilities();
         let mut ours = serde_json::to_string_pretty(&schemas(&all)).unwrap();
         ours.push('\n');
         assert_eq!(ours, include_str!("testdata/model_schemas.json"));
@@ -443,29 +323,12 @@ mod tests {
             .collect();
         let names: Vec<String> = schemas(&caps).into_iter().map(|s| s.name).collect();
         assert_eq!(names, ["read", "grep", "exec"]);
-        for s in schemas(
-            &IMPLEMENTED
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>(),
-        ) {
+        for s in schemas(&all_capabilities()) {
             assert_eq!(s.parameters["type"], "object");
             assert_eq!(s.parameters["additionalProperties"], false);
             assert!(!s.description.is_empty());
         }
         assert!(schemas(&[]).is_empty());
-    }
-
-    #[test]
-    fn catalog_matches_the_policy_catalog() {
-        let mut ours: Vec<&str> = IMPLEMENTED.to_vec();
-        let mut policy: Vec<&str> = crate::policy::IMPLEMENTED_CAPABILITIES.to_vec();
-        ours.sort();
-        policy.sort();
-        assert_eq!(
-            ours, policy,
-            "never advertise a capability without a working tool"
-        );
     }
 
     #[test]
@@ -585,7 +448,7 @@ mod tests {
 
         #[test]
         fn exec_argument_parsing_never_panics(args in arb_json()) {
-            let _ = parse::<exec::ExecArgs>("exec", &args);
+            let _ = registry::parse::<exec::ExecArgs>("exec", &args);
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `read {path, offset?, limit?}`: numbered lines of a text file.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::ToolOutput;
@@ -12,13 +13,19 @@ const MAX_LINE_CHARS: usize = 2000;
 /// Files larger than this are refused; `grep` or `exec` suit them better.
 const MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `read`; each field's doc comment is its description in the schema.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct ReadArgs {
+    /// File path relative to the workspace root
     path: String,
+    /// First line to show (1-based)
     #[serde(default)]
+    #[schemars(range(min = 1))]
     offset: Option<u64>,
+    /// Number of lines to show (default 2000)
     #[serde(default)]
+    #[schemars(range(min = 1))]
     limit: Option<u64>,
 }
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use globset::{GlobBuilder, GlobMatcher};
 use regex::Regex;
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::ToolOutput;
@@ -23,20 +24,27 @@ const MAX_GREP_LINE_CHARS: usize = 500;
 /// Larger files are skipped by `grep` (and counted in a note).
 const MAX_GREP_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `glob`; each field's doc comment is its description in the schema.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct GlobArgs {
+    /// Glob pattern, e.g. `**/*.py` or `*.md`
     pattern: String,
+    /// Directory to search, relative to the workspace root (default: the root)
     #[serde(default)]
     path: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments of `grep`; each field's doc comment is its description in the schema.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct GrepArgs {
+    /// Regular expression
     pattern: String,
+    /// File or directory to search (default: the workspace root)
     #[serde(default)]
     path: Option<String>,
+    /// Only search files matching this glob, e.g. `*.rs`
     #[serde(default)]
     glob: Option<String>,
 }
