@@ -229,7 +229,6 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
             tool_home: &home,
             blobs: &blobs,
             pass_env: &[],
-            capabilities: &capabilities,
             cancel: &cancel,
             mark: kxen::tools::OperationMark {
                 session_id: "ses_bench",
@@ -239,7 +238,10 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
             },
             fence,
         };
-        let out = kxen::tools::execute("exec", &args, &ctx);
+        let call = kxen::tools::REGISTRY
+            .admit("exec", &args, &capabilities)
+            .expect("exec is admitted");
+        let out = call.execute(&ctx);
         assert!(!out.is_error, "{}", out.text);
         assert_eq!(out.fence.is_some(), fence.is_fenced());
     }
