@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::git;
 use crate::ids::{self, IdKind};
 use serde::Serialize;
@@ -17,26 +17,54 @@ use crate::run::state::RunState;
 use crate::session::{SessionMeta, messages, store};
 use crate::state::StateDir;
 
+/// What `session list` found: one object per Session, newest first, and the errors of the
+/// Sessions it could not read.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// `{"type":"session",…}` summaries and, at a damaged Session's place in the order,
+    /// `{"type":"damagedSession","id","error":{"kind","message","hints"?}}`.
+    pub entries: Vec<Value>,
+    /// The error of each damaged Session, in listing order.
+    pub damaged: Vec<(String, Error)>,
+}
+
 /// One summary object per Session, newest first, with its lineage and workspace. With
 /// `workspace`, only the Sessions bound to that repository (compared by each Session's own
 /// identity rule, as a resume would).
-pub fn list(state: &StateDir, workspace: Option<&Path>) -> Result<Vec<Value>> {
+///
+/// A Session whose `session.json` or runs cannot be read does not hide the others: it is
+/// listed as a `damagedSession` entry with its error (it is kept under `workspace` too, since
+/// its binding is unknown). Only errors of the given `workspace` itself end the listing.
+pub fn list(state: &StateDir, workspace: Option<&Path>) -> Result<Listing> {
     let mut probe = workspace.map(git::IdentityProbe::new).transpose()?;
-    let mut out = Vec::new();
+    let mut out = Listing::default();
     for id in store::list_ids(state)?.into_iter().rev() {
         let paths = state.session(&id);
         if !paths.session_json().is_file() {
             continue;
         }
-        let meta = SessionMeta::read(&paths, &id)?;
+        let read = SessionMeta::read(&paths, &id)
+            .and_then(|meta| store::list_runs(&paths).map(|runs| (meta, runs)));
+        let (meta, runs) = match read {
+            Ok(read) => read,
+            Err(error) => {
+                let mut reported = json!({"kind": error.kind.name(), "message": error.message});
+                if !error.hints.is_empty() {
+                    reported["hints"] = json!(error.hints);
+                }
+                out.entries
+                    .push(json!({"type": "damagedSession", "id": id, "error": reported}));
+                out.damaged.push((id, error));
+                continue;
+            }
+        };
         if let Some(probe) = &mut probe
             && !probe.matches(&meta.workspace)?
         {
             continue;
         }
-        let runs = store::list_runs(&paths)?;
         let last = runs.last();
-        out.push(json!({
+        out.entries.push(json!({
             "type": "session",
             "id": meta.id,
             "createdAt": meta.created_at,

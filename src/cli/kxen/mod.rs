@@ -92,6 +92,10 @@ pub enum SessionCommand {
         /// Only the Sessions bound to the repository at PATH (same identity rule as a resume).
         #[arg(long, value_name = "PATH")]
         workspace: Option<PathBuf>,
+        /// Exit 10 when a Session cannot be read (it is still listed as `damagedSession`).
+        /// Without it, damage is reported as an entry and a warning, and the exit is 0.
+        #[arg(long)]
+        strict: bool,
     },
     /// Print a Session: metadata, workspace binding, lock, runs and messages (read-only).
     Show {
@@ -333,8 +337,8 @@ fn dispatch(cli: Cli) -> Result<i32> {
         .with_hint("start a run with `kxen-agent run --task …` (or `kxen-agent --task …`)"));
     }
     match command {
-        Command::Session(SessionCommand::List { workspace }) => {
-            show::session_list(&state()?, workspace.as_deref(), format)
+        Command::Session(SessionCommand::List { workspace, strict }) => {
+            show::session_list(&state()?, workspace.as_deref(), strict, format)
         }
         Command::Session(SessionCommand::Fork {
             session,

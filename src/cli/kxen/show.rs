@@ -7,25 +7,39 @@ use serde_json::Value;
 
 use super::render::Renderer;
 use crate::cli::output::{self, Format};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::run::events::{Event, EventSink};
 use crate::session::view;
 use crate::state::StateDir;
 
-pub fn session_list(state: &StateDir, workspace: Option<&Path>, format: Format) -> Result<i32> {
-    let sessions = view::list(state, workspace)?;
+/// `session list`: every readable Session, and each damaged one as a `damagedSession` entry
+/// plus a warning. Exit 0 unless `strict`, where any damaged Session makes it exit 10 (after
+/// listing everything), so a script can choose between "list what works" and "fail on damage".
+pub fn session_list(
+    state: &StateDir,
+    workspace: Option<&Path>,
+    strict: bool,
+    format: Format,
+) -> Result<i32> {
+    let listing = view::list(state, workspace)?;
+    let sessions = &listing.entries;
     match format {
         Format::Jsonl => sessions.iter().for_each(output::json_line),
         Format::Text if sessions.is_empty() => output::line("no sessions"),
         Format::Text => {
-            for s in &sessions {
+            for s in sessions {
+                let id = s["id"].as_str().unwrap_or("");
+                if s["type"] == "damagedSession" {
+                    let message = s["error"]["message"].as_str().unwrap_or("");
+                    output::line(&output::terminal_safe(&format!("{id}  DAMAGED: {message}")));
+                    continue;
+                }
                 let lineage = match (s["parentId"].as_str(), s["forkKind"].as_str()) {
                     (Some(parent), Some(kind)) => format!("  ({kind} fork of {parent})"),
                     _ => String::new(),
                 };
                 output::line(&format!(
-                    "{}  {}  {}  {}  runs: {} (last: {}){lineage}",
-                    s["id"].as_str().unwrap_or(""),
+                    "{id}  {}  {}  {}  runs: {} (last: {}){lineage}",
                     s["createdAt"].as_str().unwrap_or(""),
                     s["agent"].as_str().unwrap_or("-"),
                     s["workspace"].as_str().unwrap_or("-"),
@@ -34,6 +48,25 @@ pub fn session_list(state: &StateDir, workspace: Option<&Path>, format: Format) 
                 ));
             }
         }
+    }
+    for (id, error) in &listing.damaged {
+        output::note(&output::terminal_safe(&format!(
+            "warning: session {id} cannot be read and is listed as damaged: {}",
+            error.message
+        )));
+    }
+    if let Some((id, _)) = listing.damaged.first()
+        && strict
+    {
+        return Err(Error::corrupt(format!(
+            "{} Session(s) in {} cannot be read (the first: {id})",
+            listing.damaged.len(),
+            state.root().display()
+        ))
+        .with_hint(format!(
+            "run `kxen-agent session verify {id}` for the details; restore the Session from a \
+             bundle or remove its directory"
+        )));
     }
     Ok(0)
 }
