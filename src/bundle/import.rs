@@ -366,10 +366,12 @@ impl Ctx<'_> {
                     self.req.workspace.display(),
                     e.message
                 ));
-                err.hints = vec![
+                // The check's own hint (what to fetch, what to restore) comes first.
+                err.hints = e.hints;
+                err.hints.push(
                     "import into a clone of the Session's repository, on the Session's branch"
                         .into(),
-                ];
+                );
                 err
             } else {
                 e

@@ -300,6 +300,26 @@ fn check_head_advanced(
     if current == recorded {
         return Ok(());
     }
+    if git.repo.is_shallow() {
+        // Past the shallow cut a missing commit or a failed walk proves nothing: say why and
+        // what to fetch instead of calling the history rewound.
+        let descends = git.repo.has_commit(recorded)
+            && git.repo.is_ancestor(recorded, current).unwrap_or(false);
+        if descends {
+            return Ok(());
+        }
+        return Err(Error::conflict(format!(
+            "shallow clone: cannot verify that HEAD descends from {recorded} (the Session's \
+             HEAD); {} is a shallow clone at {current}; fetch more history (`git fetch \
+             --unshallow`)",
+            git.repository_root.display()
+        ))
+        .with_hint(format!(
+            "run `git -C {} fetch --unshallow` (in CI: check out with `fetch-depth: 0`), then \
+             retry",
+            git.repository_root.display()
+        )));
+    }
     if !git.repo.has_commit(recorded) {
         return Err(Error::conflict(format!(
             "the Session's HEAD {recorded} is not in the repository at {} (its HEAD is {current})",

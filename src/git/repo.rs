@@ -78,8 +78,9 @@ impl Repo {
         self.inner.common_dir()
     }
 
-    /// Whether history is cut off at a shallow boundary (only used for a warning, so an
-    /// unreadable `shallow` file counts as "not shallow").
+    /// Whether history is cut off at a shallow boundary (as `actions/checkout` does by default).
+    /// Used for a warning and to explain a failed ancestry check, so an unreadable `shallow`
+    /// file counts as "not shallow".
     pub(crate) fn is_shallow(&self) -> bool {
         self.inner.is_shallow().unwrap_or(false)
     }

@@ -558,3 +558,77 @@ fn an_unknown_operation_travels_and_is_resolved_on_the_second_runner() {
     env.run("kxen-agent", &["--state-dir", sb, "session", "verify", &id])
         .expect(0);
 }
+
+/// The README's CI recipe on a shallow checkout: the branch advanced between two jobs, so the
+/// Session's HEAD is not in the second job's depth-1 clone. Import says why and what to run;
+/// after `git fetch --unshallow` it succeeds.
+#[test]
+fn a_shallow_clone_that_lacks_the_sessions_head_says_so() {
+    let env = TestEnv::new();
+    let origin = env.git_repo("origin", &[("a.txt", "a\n")]);
+    let url = format!("file://{}", origin.display());
+    // Each job's checkout is a depth-1 clone whose origin names a network repository (the
+    // identity rule of a CI checkout); no command here contacts it.
+    let network = "https://git.example.invalid/o/r.git";
+    git(env.path(), &["clone", "-q", "--depth", "1", &url, "job1"]);
+    git(
+        &env.path().join("job1"),
+        &["remote", "set-url", "origin", network],
+    );
+    let config = script_config(&env, &[answer("done")]);
+    let run = run_new(
+        &env,
+        &env.path().join("job1"),
+        "t",
+        &fixer(&env),
+        &config,
+        &[],
+    );
+    run.expect(0);
+    let id = session_id(&run);
+    let bundle = env.path().join("s.bundle.json");
+    let exported = ["session", "export", &id, "-o", bundle.to_str().unwrap()];
+    env.run("kxen-agent", &exported).expect(0);
+    std::fs::write(origin.join("b.txt"), "b\n").unwrap();
+    git(&origin, &["add", "-A"]);
+    git(&origin, &["commit", "-q", "-m", "advance"]);
+    git(env.path(), &["clone", "-q", "--depth", "1", &url, "job2"]);
+    git(
+        &env.path().join("job2"),
+        &["remote", "set-url", "origin", network],
+    );
+    let target = env.path().join("target");
+    let import = |env: &TestEnv| {
+        env.run(
+            "kxen-agent",
+            &[
+                "--state-dir",
+                target.to_str().unwrap(),
+                "session",
+                "import",
+                bundle.to_str().unwrap(),
+                "--workspace",
+                env.path().join("job2").to_str().unwrap(),
+            ],
+        )
+    };
+    let run = import(&env);
+    run.expect(5);
+    assert!(
+        run.stderr
+            .contains("shallow clone: cannot verify that HEAD descends from"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("git fetch --unshallow"),
+        "{}",
+        run.stderr
+    );
+    assert!(!target.exists());
+    git(
+        &env.path().join("job2"),
+        &["fetch", "-q", "--unshallow", &url],
+    );
+    import(&env).expect(0);
+}
