@@ -2,8 +2,9 @@
 //!
 //! The bundle is read as a stream ([`super::reader`]): each file's and blob's content is decoded
 //! and hashed straight into `sessions/.staging-<ses>/` — the name readers already ignore and
-//! Session creation uses — under that staging directory's run lease, so no content is held whole
-//! (session.json, needed before the staging directory exists, is the exception). Order of
+//! Session creation uses — under that staging directory's run lease, so no content is held whole,
+//! whatever the order of an entry's keys (session.json, needed before the staging directory
+//! exists, is the exception, and is held only up to [`MAX_HELD_BYTES`]). Order of
 //! checks: the format version and the Session id, then, per entry as it arrives, path safety
 //! (every id validated before a path is built), size and SHA-256; then the manifest and its
 //! section hashes; then the staged Session is verified end to end (chains, cross-references,
@@ -405,8 +406,10 @@ impl Ctx<'_> {
     }
 
     /// Where a file's content goes while it is decoded: straight into its staging file once the
-    /// path is known and staging exists (every file after session.json, in export's key order),
-    /// else into memory until the entry is complete.
+    /// path is known and staging exists (every file after session.json, in export's key order);
+    /// into a pending file in the staging directory when the content comes before the path
+    /// (moved into place once the entry is complete); into memory only before staging exists
+    /// (the first file, session.json), and then at most [`MAX_HELD_BYTES`].
     fn content_sink(&self, rel: Option<&Path>) -> Result<Sink> {
         match (rel, &self.staging) {
             (Some(rel), Some(staging)) => {
@@ -419,7 +422,8 @@ impl Ctx<'_> {
                 sink.feed = chained(rel).and_then(|journal| self.early.stream(&path, journal));
                 Ok(sink)
             }
-            _ => Ok(Sink::memory()),
+            (None, Some(staging)) => Sink::pending(staging.dir.join(PENDING_FILE)),
+            (_, None) => Ok(Sink::memory(&self.req.bundle)),
         }
     }
 
@@ -442,6 +446,20 @@ impl Ctx<'_> {
                     content.len
                 ),
             ));
+        }
+        if let Some(pending) = content.pending {
+            let staging = self
+                .staging
+                .as_ref()
+                .expect("a pending file lives in staging");
+            let path = staging.dir.join(&rel);
+            if let Some(parent) = path.parent() {
+                fsx::create_staged_dir(parent)?;
+            }
+            fsx::rename_file_unsynced(&pending, &path)?;
+            if let Some(journal) = chained(&rel) {
+                self.early.file(&path, journal);
+            }
         }
         if let Some(held) = content.held {
             if self.files.is_empty() {
@@ -487,7 +505,8 @@ impl Ctx<'_> {
     }
 
     /// Where a blob's decoded bytes go: its staging file once its name is known and staging
-    /// exists, else memory.
+    /// exists, a pending file in the staging directory when the bytes come before the name,
+    /// else (no staging: a blob before any file, refused once complete) bounded memory.
     fn blob_sink(&self, name: Option<&str>) -> Result<Sink> {
         match (name, &self.staging) {
             (Some(name), Some(staging)) => {
@@ -497,7 +516,8 @@ impl Ctx<'_> {
                     fsx::STATE_FILE_MODE,
                 )?))
             }
-            _ => Ok(Sink::memory()),
+            (None, Some(staging)) => Sink::pending(staging.dir.join(PENDING_FILE)),
+            (_, None) => Ok(Sink::memory(&self.req.bundle)),
         }
     }
 
@@ -508,6 +528,14 @@ impl Ctx<'_> {
                 self.req,
                 format!("blob {name}: checksum mismatch (its content does not hash to its name)"),
             ));
+        }
+        if let Some(pending) = content.pending {
+            let staging = self
+                .staging
+                .as_ref()
+                .expect("a pending file lives in staging");
+            fsx::create_staged_dir(&staging.blobs)?;
+            fsx::rename_file_unsynced(&pending, &staging.blobs.join(&name))?;
         }
         if let Some(held) = content.held {
             let Some(staging) = &self.staging else {
@@ -524,12 +552,26 @@ impl Ctx<'_> {
     }
 }
 
+/// The most content held in memory: only the first file (session.json, which must be read
+/// before the staging directory exists) is, and a real one is a few KiB. A larger one is
+/// refused rather than allowed to exhaust memory.
+pub const MAX_HELD_BYTES: u64 = 16 << 20;
+
+/// The staging file an entry's content is written to while its path (or a blob's name) is not
+/// known yet. Not a name a Session holds, and renamed away when the entry completes, so at most
+/// one exists; a failed import removes it with the staging directory.
+const PENDING_FILE: &str = ".pending-entry";
+
 /// Decoded content on its way to a staging file (or memory), hashed as it passes.
 struct Sink {
     hasher: hash::Sha256Stream,
     len: u64,
     file: Option<fsx::StagedFile>,
+    /// Where `file` is when it is a [`PENDING_FILE`], to be moved into place.
+    pending: Option<PathBuf>,
     held: Vec<u8>,
+    /// The bundle (for the error when held content exceeds [`MAX_HELD_BYTES`]).
+    bundle: Option<PathBuf>,
     /// The early chain check of this file, if it is chained.
     feed: Option<verify::Feed>,
 }
@@ -540,6 +582,8 @@ struct Sunk {
     len: u64,
     /// The content, if it was held in memory rather than written.
     held: Option<Vec<u8>>,
+    /// The staging file holding the content when it came before its entry's path or name.
+    pending: Option<PathBuf>,
 }
 
 impl Sink {
@@ -548,17 +592,27 @@ impl Sink {
             hasher: hash::Sha256Stream::new(),
             len: 0,
             file: Some(file),
+            pending: None,
             held: Vec::new(),
+            bundle: None,
             feed: None,
         }
     }
 
-    fn memory() -> Sink {
+    fn pending(path: PathBuf) -> Result<Sink> {
+        let mut sink = Sink::staged(fsx::StagedFile::create(&path, fsx::STATE_FILE_MODE)?);
+        sink.pending = Some(path);
+        Ok(sink)
+    }
+
+    fn memory(bundle: &Path) -> Sink {
         Sink {
             hasher: hash::Sha256Stream::new(),
             len: 0,
             file: None,
+            pending: None,
             held: Vec::new(),
+            bundle: Some(bundle.to_path_buf()),
             feed: None,
         }
     }
@@ -571,6 +625,18 @@ impl Sink {
         }
         match &mut self.file {
             Some(f) => f.write(bytes),
+            None if self.len > MAX_HELD_BYTES => {
+                let bundle = self.bundle.as_deref().unwrap_or(Path::new("the bundle"));
+                Err(Error::invalid(format!(
+                    "{}: the first file's content is larger than {MAX_HELD_BYTES} bytes \
+                     (session.json is a few KiB)",
+                    bundle.display()
+                ))
+                .with_hint(
+                    "the bundle is damaged or not a kxen-agent bundle; export it again from the \
+                     original",
+                ))
+            }
             None => {
                 self.held.extend_from_slice(bytes);
                 Ok(())
@@ -590,6 +656,7 @@ impl Sink {
             sha256_hex: self.hasher.finish_hex(),
             len: self.len,
             held,
+            pending: self.pending,
         })
     }
 }
@@ -778,7 +845,8 @@ fn required<T, R: Read>(r: &Reader<R>, slot: Option<T>, field: &str) -> ReadResu
 }
 
 /// `{"path", "content", "bytes", "sha256"}` (any order; `path` before `content`, as export
-/// writes it, lets the content stream straight into its staging file).
+/// writes it, lets the content stream straight into its staging file; otherwise it streams into
+/// a pending staging file that is moved into place once the entry is complete).
 fn file_entry<R: Read>(ctx: &mut Ctx, r: &mut Reader<R>) -> ReadResult<()> {
     open_entry(r, "FileEntry")?;
     let mut path: Option<(String, PathBuf)> = None;
@@ -830,7 +898,8 @@ fn file_entry<R: Read>(ctx: &mut Ctx, r: &mut Reader<R>) -> ReadResult<()> {
 }
 
 /// `{"sha256", "bytes", "contentBase64"}` (any order; `sha256` first, as export writes it,
-/// lets the decoded bytes stream straight into the staged blob).
+/// lets the decoded bytes stream straight into the staged blob; otherwise they stream into a
+/// pending staging file, moved into place once the entry is complete).
 fn blob_entry<R: Read>(ctx: &mut Ctx, r: &mut Reader<R>) -> ReadResult<()> {
     open_entry(r, "BlobEntry")?;
     let mut name: Option<String> = None;
@@ -944,7 +1013,7 @@ mod tests {
                 .is_err()
         );
         for cut in 0..=whole.len() {
-            let mut sink = Sink::memory();
+            let mut sink = Sink::memory(Path::new("t.bundle.json"));
             let mut stream = Base64Stream::new();
             let fed = stream
                 .feed(&whole[..cut], &mut sink)
@@ -955,7 +1024,7 @@ mod tests {
         // Valid text still decodes, whatever the pieces.
         let text = base64::engine::general_purpose::STANDARD.encode(b"hello, world!");
         for cut in 0..=text.len() {
-            let mut sink = Sink::memory();
+            let mut sink = Sink::memory(Path::new("t.bundle.json"));
             let mut stream = Base64Stream::new();
             stream
                 .feed(&text.as_bytes()[..cut], &mut sink)

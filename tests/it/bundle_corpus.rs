@@ -607,3 +607,121 @@ fn entries_with_keys_in_another_order_import() {
         good["blobs"].as_array().unwrap().len()
     );
 }
+
+/// Runs `cmd` to its end and returns its exit code and the peak resident set size (KiB) seen
+/// in its `/proc/PID/status` (`VmHWM`, the high-water mark of its own memory after exec, so
+/// nothing of the test process counts), polled until it exits.
+fn exit_and_peak_rss_kib(cmd: &mut Command) -> (i32, u64) {
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak = 0;
+    loop {
+        if let Ok(status) = std::fs::read_to_string(&status_file)
+            && let Some(kib) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak = peak.max(kib);
+        }
+        if let Some(exit) = child.try_wait().unwrap() {
+            return (exit.code().unwrap_or(-1), peak);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// A file entry whose `content` comes before its `path` (legal: keys may come in any order)
+/// is streamed to a staging file like any other, never held in memory: importing one with
+/// 64 MiB of content stays far below that resident. The entry's checksum is wrong, so the
+/// import then refuses it (exit 4) and leaves nothing behind.
+#[test]
+fn content_before_path_is_streamed_not_held() {
+    use std::io::Write;
+    let (env, repo) = setup();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bundles");
+    let mut b: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("good.bundle.json")).unwrap())
+            .unwrap();
+    let mut entry = Map::new();
+    entry.insert("content".into(), json!("@CONTENT@"));
+    entry.insert("path".into(), json!("messages.jsonl"));
+    entry.insert("bytes".into(), json!(1));
+    entry.insert("sha256".into(), json!("sha256:00"));
+    b["files"][1] = Value::Object(entry);
+    // Written in pieces, so the test itself never holds the content either.
+    let text = b.to_string();
+    let (head, tail) = text.split_once("@CONTENT@").unwrap();
+    let path = env.path().join("content-first.bundle.json");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    out.write_all(head.as_bytes()).unwrap();
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..64 {
+        out.write_all(&chunk).unwrap();
+    }
+    out.write_all(tail.as_bytes()).unwrap();
+    out.flush().unwrap();
+    drop(out);
+    let target = env.path().join("target-state");
+    let before = snapshot(&target);
+    let (code, peak_kib) = exit_and_peak_rss_kib(env.cmd("kxen-agent").args([
+        "--state-dir",
+        target.to_str().unwrap(),
+        "session",
+        "import",
+        path.to_str().unwrap(),
+        "--workspace",
+        repo.to_str().unwrap(),
+    ]));
+    assert_eq!(code, 4);
+    assert!(
+        peak_kib < 32 << 10,
+        "peak RSS {} MiB: the content was held in memory",
+        peak_kib >> 10
+    );
+    assert_eq!(
+        snapshot(&target),
+        before,
+        "a refused import changed the target"
+    );
+}
+
+/// The one content held in memory, the first file's (session.json, read before staging exists),
+/// is bounded: a huge one is refused as invalid (exit 4) instead of being read whole.
+#[test]
+fn a_huge_first_file_is_refused_at_the_memory_bound() {
+    let (env, repo) = setup();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/bundles");
+    let mut b: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("good.bundle.json")).unwrap())
+            .unwrap();
+    b["files"][0]["content"] = json!("x".repeat(17 << 20));
+    let path = env.path().join("huge-session-json.bundle.json");
+    std::fs::write(&path, b.to_string()).unwrap();
+    let target = env.path().join("target-state");
+    let before = snapshot(&target);
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            target.to_str().unwrap(),
+            "session",
+            "import",
+            path.to_str().unwrap(),
+            "--workspace",
+            repo.to_str().unwrap(),
+        ],
+    );
+    run.expect(4);
+    assert!(
+        run.stderr
+            .contains("the first file's content is larger than 16777216 bytes"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(snapshot(&target), before);
+}
