@@ -140,12 +140,27 @@ impl Plan {
             return self.fail(STEP_USERNS, 0);
         }
         // Map our own ids so files keep their owner; setgroups must be denied before gid_map.
-        let _ = write_file(c"/proc/self/setgroups", b"deny");
-        if write_file(c"/proc/self/uid_map", &self.uid_map).is_err() {
-            return self.fail(STEP_ID_MAP, 0);
+        // The runtime is non-dumpable (`own_env`), which makes /proc/self/* root's files that an
+        // unprivileged process cannot open: dumpable only for these three writes, then back
+        // (execve resets it for the command anyway). The window exposes no credential: the
+        // environment block is already wiped, and reading memory needs ptrace rights.
+        // SAFETY (prctl): plain integers.
+        let was_dumpable = unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) } == 1;
+        if !was_dumpable {
+            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
         }
-        if write_file(c"/proc/self/gid_map", &self.gid_map).is_err() {
-            return self.fail(STEP_ID_MAP, 1);
+        let _ = write_file(c"/proc/self/setgroups", b"deny");
+        let uid = write_file(c"/proc/self/uid_map", &self.uid_map);
+        let gid = uid.and_then(|()| write_file(c"/proc/self/gid_map", &self.gid_map));
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        if !was_dumpable {
+            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+        }
+        if uid.is_err() {
+            return self.fail_with(STEP_ID_MAP, 0, errno);
+        }
+        if gid.is_err() {
+            return self.fail_with(STEP_ID_MAP, 1, errno);
         }
         Ok(())
     }

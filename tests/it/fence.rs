@@ -212,3 +212,78 @@ fn without_the_kernel_features_exec_is_refused_before_running() {
         assert!(repo.join("ran.txt").exists(), "{feature}");
     }
 }
+
+/// Root creates the namespaces directly; everyone else needs a user namespace of their own
+/// (and, the runtime being non-dumpable, a brief dumpable window to write its id maps). When the
+/// tests run as root (CI), this runs the same fenced `exec` as `nobody` through `setpriv`.
+#[test]
+fn an_unprivileged_user_is_fenced_too() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        // Not root: every other fence test already takes the user-namespace path.
+        return;
+    }
+    if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        panic!("setpriv (util-linux) is needed to test the unprivileged fence as root");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let outside = env.path().join("outside.txt");
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": format!(
+                    "id -u; echo in > inside.txt; echo x > {}; echo evil > .git/hooks/pre-commit",
+                    outside.display()
+                )}),
+            ),
+            answer("done"),
+        ],
+    );
+    let agent = fixer(&env);
+    let bin = env.path().join("kxen-agent");
+    std::fs::copy(env!("CARGO_BIN_EXE_kxen-agent"), &bin).unwrap();
+    for entry in walkdir::WalkDir::new(env.path()) {
+        let entry = entry.unwrap();
+        let mode = if entry.file_type().is_dir() || entry.path() == bin {
+            0o777
+        } else {
+            0o666
+        };
+        std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["--state-dir", env.state_dir().to_str().unwrap()])
+        .args(["run", "--workspace", repo.to_str().unwrap(), "--task", "t"])
+        .args(["--agent", agent.to_str().unwrap()])
+        .args(["--config", config.to_str().unwrap(), "--allow-shell"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", env.home())
+        .current_dir(env.path())
+        .output()
+        .unwrap();
+    let run = crate::env::Run::from(out);
+    run.expect(0);
+    let outputs = tool_outputs(&run.jsonl());
+    let text = &outputs[0].1;
+    assert!(text.starts_with("65534\n"), "{text}");
+    assert!(text.contains("Permission denied"), "{text}");
+    assert!(text.contains("Read-only file system"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("inside.txt")).unwrap(),
+        "in\n"
+    );
+    assert!(!outside.exists());
+    assert!(!repo.join(".git/hooks/pre-commit").exists());
+}
