@@ -323,6 +323,9 @@ fn broken(name: &str, line_no: usize, why: &str) -> Error {
 pub struct ChainWriter {
     path: PathBuf,
     last_hash: String,
+    /// A torn tail left in place by [`ChainWriter::open_deferred`], cut off by
+    /// [`ChainWriter::repair`] or before the first append.
+    torn_tail: Option<super::TornTail>,
 }
 
 impl ChainWriter {
@@ -340,14 +343,33 @@ impl ChainWriter {
         path: &Path,
         visit: impl FnMut(T),
     ) -> Result<ChainWriter> {
+        let mut writer = ChainWriter::open_deferred(path, visit)?;
+        writer.repair()?;
+        Ok(writer)
+    }
+
+    /// [`ChainWriter::open_visit`] that leaves a torn tail in place until [`ChainWriter::repair`]
+    /// (or the first append): a writer that checks the file against others first must not cut
+    /// anything off a file it then refuses — a tail is torn by a crash only if the rest of the
+    /// state agrees.
+    pub fn open_deferred<T: DeserializeOwned>(
+        path: &Path,
+        visit: impl FnMut(T),
+    ) -> Result<ChainWriter> {
         let end = visit_chain(path, visit)?;
-        if let Some(tail) = &end.torn_tail {
-            super::repair_torn_tail(path, tail)?;
-        }
         Ok(ChainWriter {
             path: path.to_path_buf(),
             last_hash: end.last_hash,
+            torn_tail: end.torn_tail,
         })
+    }
+
+    /// Truncates the torn tail left by a crash, if there is one.
+    pub fn repair(&mut self) -> Result<()> {
+        if let Some(tail) = self.torn_tail.take() {
+            super::repair_torn_tail(&self.path, &tail)?;
+        }
+        Ok(())
     }
 
     /// Serializes `record` (a JSON object), chains it to the previous line and appends it
@@ -365,6 +387,7 @@ impl ChainWriter {
                 self.path.display()
             )));
         }
+        self.repair()?;
         let line = chain_line(&json, &self.last_hash);
         super::append_line(&self.path, &line)?;
         self.last_hash = line_hash(line.as_bytes());

@@ -211,13 +211,30 @@ impl Journal {
     /// Opens (or starts) the journal at `path`, repairing a torn last line left by a crash.
     /// Call only under the Session's run lease.
     pub fn open(path: &Path) -> Result<Journal> {
+        let mut journal = Journal::open_deferred(path, |_| {})?;
+        journal.repair()?;
+        Ok(journal)
+    }
+
+    /// [`Journal::open`] that shows each record to `visit` before folding it and leaves a torn
+    /// last line in place until [`Journal::repair`] or the first record: the agent loop checks
+    /// the journal against the run's other files before it cuts anything off.
+    pub fn open_deferred(path: &Path, mut visit: impl FnMut(&JournalRecord)) -> Result<Journal> {
         let mut folder = Folder::default();
-        let writer = fsx::ChainWriter::open_visit(path, |record| folder.push(record))?;
+        let writer = fsx::ChainWriter::open_deferred(path, |record| {
+            visit(&record);
+            folder.push(record)
+        })?;
         Ok(Journal {
             path: path.to_path_buf(),
             writer,
             table: folder.finish(path)?,
         })
+    }
+
+    /// Truncates a torn last line left by a crash (see [`Journal::open_deferred`]).
+    pub fn repair(&mut self) -> Result<()> {
+        self.writer.repair()
     }
 
     /// Makes `record` durable, then applies it to the live state. An illegal transition is

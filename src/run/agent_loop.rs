@@ -34,6 +34,7 @@ use crate::run::events::{Event, EventSink, preview};
 use crate::run::settle;
 use crate::run::state::{Attempt, FailReason, RunError, RunResult, RunState, RunStatus};
 use crate::run::{contract, prompt};
+use crate::session::verify::{self, JournalIndex, MessageIndex};
 use crate::session::{CallRecord, Message, MessageLog, Role, UsageRecord};
 use crate::state::{RunPaths, SessionPaths, StateDir};
 use crate::tools::{self, OperationMark, ToolContext, ToolOutput, ToolSchema};
@@ -81,7 +82,29 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         &run.task_message_id,
         prompt::system_prompt(ex.definition),
     );
-    let mut messages = MessageLog::open_visit(&ex.paths.messages(), |m| conv.push(m))?;
+    // Before anything is written, the run's record, journal and messages must agree exactly as
+    // `session verify` checks them (one shared check, fed while the files are read anyway):
+    // acting on damaged state could re-run an UNKNOWN operation or a finished run. Torn tails
+    // are cut only once the rest agrees.
+    let mut index = MessageIndex::default();
+    let mut messages = MessageLog::open_deferred(&ex.paths.messages(), |m| {
+        index.push(&m);
+        conv.push(m);
+    })?;
+    let mut refs = JournalIndex::default();
+    let mut journal = Journal::open_deferred(&run_paths.journal(), |r| refs.push(r))?;
+    verify::check_writer(
+        &ex.paths.messages(),
+        &index,
+        &run_paths.run_json(),
+        &run_paths.journal(),
+        &run,
+        &refs,
+        journal.table(),
+    )?;
+    drop((index, refs));
+    messages.repair()?;
+    journal.repair()?;
     if run.status.is_terminal() {
         // Terminal but maybe unsettled: finish settlement without the model or any tool.
         settle::finish(&mut run, &run_paths, &mut messages)?;
@@ -103,7 +126,6 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
     }
     let crashed_marks = close_crashed_attempts(&mut run, &conv);
     let attempt_mark = orphans::new_attempt_mark();
-    let journal = Journal::open(&run_paths.journal())?;
     let schemas = tools::schemas(ex.capabilities);
     let mut lp = Loop {
         ex,

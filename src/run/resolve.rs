@@ -27,6 +27,9 @@ pub fn resolve(
     let _lease = Lease::acquire(&paths.dir, session_id)?;
     let run_paths = paths.run(run_id);
     RunState::read(&run_paths, run_id)?;
+    // The resolution is recorded only on a run whose record, journal and messages agree, as
+    // `session verify` checks them (corrupt state: exit 10, naming the file).
+    crate::session::verify::check_consistency(&paths, session_id, Some(run_id))?;
     let mut journal = Journal::open(&run_paths.journal())?;
     let inspect = format!("kxen-agent run show {session_id} {run_id}");
     let Some(op) = journal.table().get(op_id) else {

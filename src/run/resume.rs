@@ -17,7 +17,7 @@ use crate::policy::{self, MergedPolicy, PolicyFlags};
 use crate::provider::{ModelConfig, Provider};
 use crate::run::settle;
 use crate::run::state::RunState;
-use crate::session::{HistoryEntry, Lease, Message, MessageLog, Role, SessionMeta, store};
+use crate::session::{HistoryEntry, Lease, Message, MessageLog, Role, SessionMeta, store, verify};
 use crate::state::{SessionPaths, StateDir};
 use crate::tools;
 
@@ -139,15 +139,10 @@ fn pick_run(
             }
             return Ok((last.id.clone(), false));
         }
-        if !last.settled {
-            // Terminal but unsettled: finish its settlement (no model, no tool) first.
-            let mut run = last.clone();
-            let mut messages = MessageLog::open(&paths.messages())?;
-            let run_paths = paths.run(&run.id);
-            settle::finish(&mut run, &run_paths, &mut messages)?;
-            if task.is_none() {
-                return Ok((run.id, false));
-            }
+        if !last.settled && task.is_none() {
+            // Terminal but unsettled: the run finishes its settlement (no model, no tool), after
+            // checking its files.
+            return Ok((last.id.clone(), false));
         }
     }
     let Some(task) = task else {
@@ -163,11 +158,19 @@ fn pick_run(
             meta.id
         )));
     };
-    // A new run builds on the whole Session: damage in an earlier run's journal is corrupt state
-    // (exit 10, naming file and line), exactly as `run show` and `session verify` report it,
-    // never something to build on.
-    for earlier in &runs {
-        crate::journal::read(&paths.run(&earlier.id).journal())?;
+    // A new run builds on the whole Session: any run whose record, journal and messages do not
+    // agree (a message log cut mid-file, a journal that lost lines, an edited status) is corrupt
+    // state (exit 10, naming the file), exactly as `session verify` reports it, never something
+    // to build on — checked before anything is written, torn tails included.
+    verify::check_consistency(paths, &meta.id, None)?;
+    if let Some(last) = runs.last()
+        && !last.settled
+    {
+        // Terminal but unsettled: finish its settlement (no model, no tool) first.
+        let mut run = last.clone();
+        let mut messages = MessageLog::open(&paths.messages())?;
+        let run_paths = paths.run(&run.id);
+        settle::finish(&mut run, &run_paths, &mut messages)?;
     }
     let run_id = ids::new_id(IdKind::Run);
     let message = Message::new(&run_id, Role::User, task.to_string());

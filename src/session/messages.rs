@@ -138,12 +138,21 @@ impl MessageLog {
     ///
     /// A repeated id is reported after the whole file checked out (its chain, a torn tail
     /// repaired), exactly as when the file was read before checking ids.
-    pub fn open_visit(path: &Path, mut visit: impl FnMut(Message)) -> Result<MessageLog> {
+    pub fn open_visit(path: &Path, visit: impl FnMut(Message)) -> Result<MessageLog> {
+        let mut log = MessageLog::open_deferred(path, visit)?;
+        log.repair()?;
+        Ok(log)
+    }
+
+    /// [`MessageLog::open_visit`] that leaves a torn last line in place until
+    /// [`MessageLog::repair`] or the first append: the agent loop checks the log against the
+    /// run's other files before it cuts anything off.
+    pub fn open_deferred(path: &Path, mut visit: impl FnMut(Message)) -> Result<MessageLog> {
         let mut ids = HashSet::new();
         let mut assistant_messages = 0;
         let mut line = 0usize;
         let mut twice: Option<(usize, String)> = None;
-        let writer = fsx::ChainWriter::open_visit(path, |m: Message| {
+        let writer = fsx::ChainWriter::open_deferred(path, |m: Message| {
             line += 1;
             if twice.is_some() {
                 return;
@@ -171,6 +180,11 @@ impl MessageLog {
             ids,
             assistant_messages,
         })
+    }
+
+    /// Truncates a torn last line left by a crash (see [`MessageLog::open_deferred`]).
+    pub fn repair(&mut self) -> Result<()> {
+        self.writer.repair()
     }
 
     /// Appends `message` durably. Refuses an id already present (callers that may repeat a step

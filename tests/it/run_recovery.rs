@@ -890,3 +890,117 @@ fn sigint_during_recovery_stops_the_remaining_calls() {
     env.run("kxen-agent", &["session", "verify", &session])
         .expect(0);
 }
+
+/// Resume (and `run resolve`) check the run's record, journal and messages against each other
+/// as `session verify` does before they write anything: damaged state never re-runs an UNKNOWN
+/// operation or a finished run, and a log cut mid-file is not cut further (issue 12 item 6).
+#[test]
+fn resume_refuses_state_that_verify_refuses_and_changes_nothing() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let config = counting_script(&env);
+    start(&env, &repo, &agent, &config, Some("tool.after-side-effect"));
+    let session = only_session(&env).unwrap();
+    let stopped = resume(&env, &session, &config, &["--allow-shell"]);
+    stopped.expect(7);
+    let (run, ops) = input_required(&stopped);
+    let dir = env.state_dir().join("sessions").join(&session);
+    let journal = dir.join("runs").join(&run).join("journal.jsonl");
+    let messages = dir.join("messages.jsonl");
+    let counted = || {
+        std::fs::read_to_string(repo.join("counter.txt"))
+            .unwrap()
+            .lines()
+            .count()
+    };
+    assert_eq!(counted(), 1);
+    let refused = |what: &str, names: &str| {
+        let before = crate::env::snapshot(&dir);
+        env.run("kxen-agent", &["session", "verify", &session])
+            .expect(10);
+        let out = resume(&env, &session, &config, &["--allow-shell"]);
+        out.expect(10);
+        assert!(out.stderr.contains(names), "{what}: {}", out.stderr);
+        assert_eq!(counted(), 1, "{what}: the UNKNOWN exec ran again");
+        let resolve = env.run(
+            "kxen-agent",
+            &["run", "resolve", &session, &run, &ops[0], "--output", "x"],
+        );
+        assert_eq!(resolve.code, 10, "{what}: {}", resolve.stderr);
+        let mut after = crate::env::snapshot(&dir);
+        let mut before = before;
+        for s in [&mut before, &mut after] {
+            s.remove("lease.json");
+        }
+        assert_eq!(
+            before, after,
+            "{what}: a refused writer changed the Session"
+        );
+    };
+    let original_journal = std::fs::read_to_string(&journal).unwrap();
+    let original_messages = std::fs::read_to_string(&messages).unwrap();
+
+    std::fs::write(&journal, "").unwrap();
+    refused("emptied journal", "journal.jsonl");
+    std::fs::remove_file(&journal).unwrap();
+    refused("deleted journal", "journal.jsonl");
+    std::fs::write(&journal, &original_journal).unwrap();
+
+    let lines: Vec<&str> = original_messages.lines().collect();
+    std::fs::write(&messages, lines[..lines.len() - 1].join("\n") + "\n").unwrap();
+    refused("last message removed", "journal.jsonl:1");
+    std::fs::write(&messages, &original_messages).unwrap();
+
+    // Intact again: resolve and finish.
+    env.run(
+        "kxen-agent",
+        &[
+            "run", "resolve", &session, &run, &ops[0], "--output", "ran once",
+        ],
+    )
+    .expect(0);
+    resume(&env, &session, &config, &["--allow-shell"]).expect(0);
+    assert_eq!(counted(), 1);
+
+    // A message log cut mid-file: its cut line looks like a torn tail, but the settled runs name
+    // what is gone, so `--resume --task` refuses and leaves the file as it is.
+    let full = std::fs::read(&messages).unwrap();
+    let cut = &full[..full.len() / 2];
+    std::fs::write(&messages, cut).unwrap();
+    env.run("kxen-agent", &["session", "verify", &session])
+        .expect(10);
+    let next = resume(
+        &env,
+        &session,
+        &config,
+        &["--allow-shell", "--task", "Count again"],
+    );
+    next.expect(10);
+    assert!(next.stderr.contains("messages.jsonl"), "{}", next.stderr);
+    assert_eq!(
+        std::fs::read(&messages).unwrap(),
+        cut,
+        "the log was cut further"
+    );
+    let show = env.run("kxen-agent", &["session", "show", &session]);
+    assert_eq!(
+        show.jsonl()[0]["runs"].as_array().unwrap().len(),
+        1,
+        "a run was started"
+    );
+    std::fs::write(&messages, &full).unwrap();
+
+    // A finished run edited back to `running` is not run again.
+    let run_json = dir.join("runs").join(&run).join("run.json");
+    let text = std::fs::read_to_string(&run_json).unwrap();
+    std::fs::write(
+        &run_json,
+        text.replacen("\"status\": \"completed\"", "\"status\": \"running\"", 1),
+    )
+    .unwrap();
+    let again = resume(&env, &session, &config, &["--allow-shell"]);
+    again.expect(10);
+    assert!(again.stderr.contains("run.json"), "{}", again.stderr);
+    assert_eq!(counted(), 1);
+}

@@ -328,3 +328,62 @@ fn changed_call_arguments_disagree_with_the_journal() {
     assert!(run.stderr.contains("journal.jsonl:"), "{}", run.stderr);
     assert!(run.stderr.contains("other arguments"), "{}", run.stderr);
 }
+
+/// A terminal run's journal must be complete and its status must agree with it: a completed
+/// run whose journal lost its last lines, or a settled run edited back to `running`, is damage
+/// (issue 12 item 7).
+#[test]
+fn a_finished_run_with_a_short_journal_or_an_edited_status_is_corrupt() {
+    let env = TestEnv::new();
+    let b = session(&env);
+    let run_dir = session_dir(&env, &b).join("runs").join(&b.run_id);
+    let journal = run_dir.join("journal.jsonl");
+    let original = std::fs::read_to_string(&journal).unwrap();
+    // The last operation's `settled` line is gone: still a valid (shorter) chain.
+    let lines: Vec<&str> = original.lines().collect();
+    std::fs::write(&journal, lines[..lines.len() - 1].join("\n") + "\n").unwrap();
+    let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+    run.expect(10);
+    assert!(
+        run.stderr
+            .contains("run.json: the run is completed but operation")
+            && run.stderr.contains("is outcomeKnown"),
+        "{}",
+        run.stderr
+    );
+    // Two records short: the operation is only started.
+    std::fs::write(&journal, lines[..lines.len() - 2].join("\n") + "\n").unwrap();
+    let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+    run.expect(10);
+    assert!(run.stderr.contains("is started"), "{}", run.stderr);
+    std::fs::write(&journal, &original).unwrap();
+    env.run("kxen-agent", &["session", "verify", &b.session_id])
+        .expect(0);
+
+    let run_json = run_dir.join("run.json");
+    let text = std::fs::read_to_string(&run_json).unwrap();
+    let edited = text.replacen("\"status\": \"completed\"", "\"status\": \"running\"", 1);
+    assert_ne!(edited, text);
+    std::fs::write(&run_json, &edited).unwrap();
+    let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+    run.expect(10);
+    assert!(
+        run.stderr
+            .contains("run.json: the run is running but settled"),
+        "{}",
+        run.stderr
+    );
+    // Also with the result and `settled` removed: its final answer is in the conversation.
+    let mut value: serde_json::Value = serde_json::from_str(&edited).unwrap();
+    value.as_object_mut().unwrap().remove("result");
+    value["settled"] = json!(false);
+    std::fs::write(&run_json, serde_json::to_string_pretty(&value).unwrap()).unwrap();
+    let run = env.run("kxen-agent", &["session", "verify", &b.session_id]);
+    run.expect(10);
+    assert!(
+        run.stderr
+            .contains("the run is running and does not record final message"),
+        "{}",
+        run.stderr
+    );
+}

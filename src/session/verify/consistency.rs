@@ -1,0 +1,567 @@
+//! The cross-file consistency of a run — its `run.json` against its journal against the
+//! Session's messages — as one set of checks shared by `session verify` and by every writer
+//! before it changes a run (the agent loop, `run resolve`, a new run of `--resume --task`).
+//!
+//! Why writers check too: a writer that trusted damaged state would act on it — re-run an
+//! operation whose outcome is UNKNOWN because its journal was emptied, cut a message log that
+//! was truncated mid-file further as if it were a torn tail, or continue a completed run that
+//! was edited back to `running`. Every state a crash can leave passes these checks (they are
+//! the states the writers produce between any two durable steps); everything else is corrupt
+//! state (exit 10, naming the file).
+//!
+//! What is kept of each record is its ids and links ([`MsgRef`], [`OpRef`]), never its content,
+//! so a writer can index the files while it reads them anyway, at no second read.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::journal::{JournalRecord, OpPhase, OpTable};
+use crate::run::state::{RunState, RunStatus};
+use crate::session::{Message, Role};
+
+/// What the checks keep of a message: its ids and links, not its content (so memory does not
+/// grow with the size of the log).
+#[derive(Debug)]
+pub(super) struct MsgRef {
+    pub line: usize,
+    pub id: String,
+    pub run_id: String,
+    pub role: Role,
+    /// The ids of an assistant message's tool calls, in order.
+    pub call_ids: Vec<String>,
+    /// A digest of each call's arguments (compact JSON), compared with the journal's `started`
+    /// record: the journal covers a last assistant message no successor's `prevHash` protects.
+    pub call_args: Vec<u64>,
+    pub op_id: Option<String>,
+    /// For an assistant message without tool calls (a run's final answer): a hash of its content,
+    /// to compare with the run's recorded `finalText`. The last line of a chained file has no
+    /// successor to protect it; this cross-reference does.
+    pub answer_hash: Option<u64>,
+}
+
+/// A fast, non-cryptographic digest of a final answer or a call's arguments. It detects a changed
+/// or swapped record; a forger able to rewrite both sides of a cross-reference is beyond any check
+/// without a secret, as `docs/state-format.md` says.
+pub(super) fn digest(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// The messages of a Session as the checks see them, in log order. Feed it every message as the
+/// log is read ([`MessageIndex::push`]).
+#[derive(Debug, Default)]
+pub struct MessageIndex {
+    pub(super) refs: Vec<MsgRef>,
+}
+
+impl MessageIndex {
+    /// Takes the next message of the log.
+    pub fn push(&mut self, m: &Message) {
+        self.refs.push(MsgRef {
+            // Every record is one line, in order.
+            line: self.refs.len() + 1,
+            id: m.id.clone(),
+            run_id: m.run_id.clone(),
+            role: m.role,
+            answer_hash: (m.role == Role::Assistant && m.tool_calls.is_empty())
+                .then(|| digest(&m.content)),
+            call_args: m
+                .tool_calls
+                .iter()
+                .map(|c| digest(&c.arguments.to_string()))
+                .collect(),
+            call_ids: m.tool_calls.iter().map(|c| c.id.clone()).collect(),
+            op_id: m.op_id.clone(),
+        });
+    }
+
+    pub fn len(&self) -> usize {
+        self.refs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.refs.is_empty()
+    }
+
+    /// The messages by id; a repeated id is corrupt (naming `messages:line`).
+    pub(super) fn by_id(&self, messages: &Path) -> Result<HashMap<&str, &MsgRef>> {
+        let mut by_id = HashMap::with_capacity(self.refs.len());
+        for m in &self.refs {
+            if by_id.insert(m.id.as_str(), m).is_some() {
+                return Err(corrupt_at(
+                    messages,
+                    m.line,
+                    format!("message id {} appears twice", m.id),
+                ));
+            }
+        }
+        Ok(by_id)
+    }
+}
+
+/// What the checks keep of a journal record.
+#[derive(Debug)]
+pub(super) enum OpRef {
+    Started {
+        op_id: String,
+        message_id: String,
+        tool_call_id: String,
+        call_index: usize,
+        /// [`digest`] of the arguments' compact JSON.
+        arguments: u64,
+    },
+    Settled {
+        op_id: String,
+        turn_message_id: String,
+    },
+    /// An outcome whose full output is in a blob.
+    Blob { sha256: String, bytes: u64 },
+}
+
+/// The references of a run journal's records, with their line numbers. Feed it every record as
+/// the journal is read ([`JournalIndex::push`]), before folding it.
+#[derive(Debug, Default)]
+pub struct JournalIndex {
+    pub(super) records: Vec<(usize, OpRef)>,
+    line: usize,
+}
+
+impl JournalIndex {
+    /// Takes the next record of the journal.
+    pub fn push(&mut self, record: &JournalRecord) {
+        self.line += 1;
+        let kept = match record {
+            JournalRecord::Started {
+                op_id,
+                message_id,
+                tool_call_id,
+                call_index,
+                arguments,
+                ..
+            } => Some(OpRef::Started {
+                op_id: op_id.clone(),
+                message_id: message_id.clone(),
+                tool_call_id: tool_call_id.clone(),
+                call_index: *call_index,
+                arguments: digest(&arguments.to_string()),
+            }),
+            JournalRecord::Settled {
+                op_id,
+                turn_message_id,
+                ..
+            } => Some(OpRef::Settled {
+                op_id: op_id.clone(),
+                turn_message_id: turn_message_id.clone(),
+            }),
+            JournalRecord::OutcomeKnown { output, .. } | JournalRecord::Resolved { output, .. } => {
+                output.blob.as_ref().map(|b| OpRef::Blob {
+                    sha256: b.sha256.clone(),
+                    bytes: b.bytes,
+                })
+            }
+            JournalRecord::OutcomeUnknown { .. } => None,
+        };
+        if let Some(kept) = kept {
+            self.records.push((self.line, kept));
+        }
+    }
+}
+
+/// One run as the checks see it.
+pub(super) struct RunFiles<'a> {
+    pub run_json: &'a Path,
+    pub journal: &'a Path,
+    pub run: &'a RunState,
+    pub refs: &'a JournalIndex,
+    pub table: &'a OpTable,
+}
+
+/// Checks a referenced blob (`sha256` as recorded, `bytes`); the error is the reason, which the
+/// caller places at the journal's line.
+pub(super) type BlobCheck<'a> = dyn FnMut(&str, u64) -> std::result::Result<(), String> + 'a;
+
+/// The checks of one run against the messages (`by_id`, read from `messages`), in the order
+/// `docs/state-format.md` lists them; the first failure is returned. `blobs` checks each blob a
+/// journal record references (verification; writers do not re-hash blobs).
+pub(super) fn check_run(
+    messages: &Path,
+    by_id: &HashMap<&str, &MsgRef>,
+    files: &RunFiles,
+    blobs: Option<&mut BlobCheck>,
+) -> Result<()> {
+    check_run_record(messages, by_id, files.run_json, files.run)?;
+    check_run_journal(messages, by_id, files, blobs)
+}
+
+/// The run record's own references: its task message and, once settled, its final message.
+pub(super) fn check_run_record(
+    messages: &Path,
+    by_id: &HashMap<&str, &MsgRef>,
+    run_json: &Path,
+    run: &RunState,
+) -> Result<()> {
+    let run_id = run.id.as_str();
+    let messages_name = file_name(messages);
+    match by_id.get(run.task_message_id.as_str()) {
+        Some(m) if m.role == Role::User && m.run_id == run_id => {}
+        // `--resume --task` writes the new run's run.json before its task message, and the run
+        // appends the message itself if a crash came between: a run that never started may
+        // lack it.
+        None if run.status == RunStatus::Queued && run.attempts.is_empty() => {}
+        _ => {
+            return Err(corrupt(
+                run_json,
+                format!(
+                    "taskMessageId {} is not a user message of this run in {messages_name}",
+                    run.task_message_id
+                ),
+            ));
+        }
+    }
+    if run.settled
+        && let Some(result) = run.result.as_ref()
+        && let Some(final_id) = result.final_message_id.as_ref()
+    {
+        let Some(message) = by_id.get(final_id.as_str()) else {
+            return Err(corrupt(
+                run_json,
+                format!(
+                    "the run is settled but its final message {final_id} is not in {messages_name}"
+                ),
+            ));
+        };
+        let agrees = message.role == Role::Assistant
+            && message.run_id == run_id
+            && message.answer_hash == Some(digest(&result.final_text));
+        if !agrees {
+            return Err(corrupt(
+                run_json,
+                format!(
+                    "the run's finalText is not the content of its final message {final_id} \
+                     ({messages_name} line {}): one of them was changed",
+                    message.line
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The journal against the messages ([`check_journal_refs`]) and the run's status against the
+/// journal ([`check_status`]).
+pub(super) fn check_run_journal(
+    messages: &Path,
+    by_id: &HashMap<&str, &MsgRef>,
+    files: &RunFiles,
+    blobs: Option<&mut BlobCheck>,
+) -> Result<()> {
+    let messages_name = file_name(messages);
+    check_journal_refs(
+        messages_name,
+        by_id,
+        &files.run.id,
+        files.journal,
+        files.refs,
+        blobs,
+    )?;
+    if files.run.status == RunStatus::Queued
+        && files.run.attempts.is_empty()
+        && !files.table.ops().is_empty()
+    {
+        return Err(corrupt(
+            files.run_json,
+            format!(
+                "the run never started, but {} holds operations",
+                files.journal.display()
+            ),
+        ));
+    }
+    check_status(files.run_json, files.journal, files.run, files.table)
+}
+
+/// Each journal record's references: a `started` record's assistant message and call (with the
+/// same arguments), a `settled` record's tool message, an outcome's blob.
+fn check_journal_refs(
+    messages_name: &str,
+    by_id: &HashMap<&str, &MsgRef>,
+    run_id: &str,
+    journal: &Path,
+    refs: &JournalIndex,
+    mut blobs: Option<&mut BlobCheck>,
+) -> Result<()> {
+    for (line, record) in &refs.records {
+        let line = *line;
+        match record {
+            OpRef::Started {
+                op_id,
+                message_id,
+                tool_call_id,
+                call_index,
+                arguments,
+            } => {
+                let asked = by_id.get(message_id.as_str()).filter(|m| {
+                    m.role == Role::Assistant
+                        && m.run_id == run_id
+                        && m.call_ids
+                            .get(*call_index)
+                            .is_some_and(|c| c == tool_call_id)
+                });
+                let Some(asked) = asked else {
+                    return Err(corrupt_at(
+                        journal,
+                        line,
+                        format!(
+                            "operation {op_id} names call {call_index} ({tool_call_id}) of \
+                             assistant message {message_id}, which {messages_name} does not hold"
+                        ),
+                    ));
+                };
+                if asked.call_args.get(*call_index) != Some(arguments) {
+                    return Err(corrupt_at(
+                        journal,
+                        line,
+                        format!(
+                            "operation {op_id} started call {call_index} of assistant message \
+                             {message_id} with other arguments than {messages_name} holds: one \
+                             of them was changed"
+                        ),
+                    ));
+                }
+            }
+            OpRef::Settled {
+                op_id,
+                turn_message_id,
+            } => {
+                let answers = by_id.get(turn_message_id.as_str()).is_some_and(|m| {
+                    m.role == Role::Tool && m.op_id.as_deref() == Some(op_id.as_str())
+                });
+                if !answers {
+                    return Err(corrupt_at(
+                        journal,
+                        line,
+                        format!(
+                            "operation {op_id} is settled by tool message {turn_message_id}, \
+                             which {messages_name} does not hold"
+                        ),
+                    ));
+                }
+            }
+            OpRef::Blob { sha256, bytes } => {
+                if let Some(check) = blobs.as_deref_mut() {
+                    check(sha256, *bytes).map_err(|why| corrupt_at(journal, line, why))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The run's status must be one its journal allows (kxen-agent.md §6, §8):
+/// - a terminal run has its result (of the same status), no UNKNOWN operation left, and every
+///   operation settled — its journal is complete (a journal that lost its last lines leaves an
+///   operation short of `settled`);
+/// - a run that is not terminal has no result and is not settled (a settled run edited back to
+///   `running` would run again);
+/// - `inputRequired` names at least one operation, each UNKNOWN (or resolved since).
+fn check_status(run_json: &Path, journal: &Path, run: &RunState, table: &OpTable) -> Result<()> {
+    let status = run.status.name();
+    let journal_name = file_name(journal);
+    if run.status.is_terminal() {
+        match &run.result {
+            Some(result) if result.status == run.status => {}
+            Some(result) => {
+                return Err(corrupt(
+                    run_json,
+                    format!(
+                        "the run is {status} but its result is {}: one of them was changed",
+                        result.status.name()
+                    ),
+                ));
+            }
+            None => {
+                return Err(corrupt(
+                    run_json,
+                    format!("the run is {status} but records no result"),
+                ));
+            }
+        }
+        if let Some(op) = table.ops().iter().find(|op| op.phase != OpPhase::Settled) {
+            return Err(corrupt(
+                run_json,
+                format!(
+                    "the run is {status} but operation {} is {} in {} ({journal_name} lost its \
+                     last lines, or the status was changed)",
+                    op.op_id,
+                    op.phase.name(),
+                    journal.display()
+                ),
+            ));
+        }
+        if !run.unknown_ops.is_empty() {
+            return Err(corrupt(
+                run_json,
+                format!("the run is {status} but unknownOps is not empty"),
+            ));
+        }
+        return Ok(());
+    }
+    if run.settled || run.result.is_some() {
+        return Err(corrupt(
+            run_json,
+            format!(
+                "the run is {status} but {}: a finished run's status was changed",
+                if run.settled {
+                    "settled"
+                } else {
+                    "records a result"
+                }
+            ),
+        ));
+    }
+    if run.status == RunStatus::InputRequired {
+        if run.unknown_ops.is_empty() {
+            return Err(corrupt(
+                run_json,
+                "the run is inputRequired but unknownOps is empty".into(),
+            ));
+        }
+        for op in &run.unknown_ops {
+            let phase = table.get(op).map(|s| s.phase);
+            if !matches!(phase, Some(OpPhase::OutcomeUnknown | OpPhase::Resolved)) {
+                return Err(corrupt(
+                    run_json,
+                    format!(
+                        "unknownOps names {op}, which {} does not hold as outcomeUnknown",
+                        journal.display()
+                    ),
+                ));
+            }
+        }
+    } else if !run.unknown_ops.is_empty() {
+        return Err(corrupt(
+            run_json,
+            format!("the run is {status} but unknownOps is not empty"),
+        ));
+    }
+    Ok(())
+}
+
+/// What the message pass knows of a run: its state and folded journal.
+pub(super) struct RunSeen<'a> {
+    pub run_json: &'a Path,
+    pub run: &'a RunState,
+    pub table: &'a OpTable,
+}
+
+/// Each message's run (it must have a run directory), a tool message's operation (in that run's
+/// journal) and a final answer's run (a run that records it as its final message: a final answer
+/// is only ever appended after its run's result). Messages up to line `inherited` belong to a
+/// fork's parent and are skipped; with `only`, so are the messages of every other run.
+pub(super) fn check_messages(
+    messages: &Path,
+    index: &MessageIndex,
+    runs: &HashMap<&str, RunSeen>,
+    inherited: usize,
+    only: Option<&str>,
+) -> Result<()> {
+    for m in &index.refs {
+        if m.line <= inherited || only.is_some_and(|r| r != m.run_id) {
+            continue;
+        }
+        let id = &m.id;
+        let Some(seen) = runs.get(m.run_id.as_str()) else {
+            return Err(corrupt_at(
+                messages,
+                m.line,
+                format!(
+                    "message {id} belongs to run {}, which has no run directory",
+                    m.run_id
+                ),
+            ));
+        };
+        if let Some(op_id) = &m.op_id
+            && seen.table.get(op_id).is_none()
+        {
+            return Err(corrupt_at(
+                messages,
+                m.line,
+                format!(
+                    "tool message {id} answers operation {op_id}, which the journal of run {} does not hold",
+                    m.run_id
+                ),
+            ));
+        }
+        if m.answer_hash.is_some() {
+            let recorded = seen
+                .run
+                .result
+                .as_ref()
+                .and_then(|r| r.final_message_id.as_deref());
+            if !seen.run.status.is_terminal() || recorded != Some(id.as_str()) {
+                return Err(corrupt(
+                    seen.run_json,
+                    format!(
+                        "the run is {} and does not record final message {id}, which {}:{} \
+                         holds: its status or result was changed",
+                        seen.run.status.name(),
+                        file_name(messages),
+                        m.line
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The check a writer makes before it changes run `run`: [`check_run`] and [`check_messages`]
+/// for that run, on the messages and journal the writer read (`messages`, `journal`; `table` is
+/// the folded journal). Blobs are not re-hashed. Any failure is corrupt state (exit 10) naming
+/// the file, and the writer must then change nothing.
+pub fn check_writer(
+    messages_path: &Path,
+    messages: &MessageIndex,
+    run_json: &Path,
+    journal_path: &Path,
+    run: &RunState,
+    journal: &JournalIndex,
+    table: &OpTable,
+) -> Result<()> {
+    let by_id = messages.by_id(messages_path)?;
+    let files = RunFiles {
+        run_json,
+        journal: journal_path,
+        run,
+        refs: journal,
+        table,
+    };
+    check_run(messages_path, &by_id, &files, None)?;
+    let seen = HashMap::from([(
+        run.id.as_str(),
+        RunSeen {
+            run_json,
+            run,
+            table,
+        },
+    )]);
+    check_messages(messages_path, messages, &seen, 0, Some(&run.id))
+}
+
+fn file_name(path: &Path) -> &str {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("the file")
+}
+
+pub(super) fn corrupt(path: &Path, why: String) -> Error {
+    Error::corrupt(format!("{}: {why}", path.display()))
+        .with_hint("restore the session from a backup or bundle")
+}
+
+pub(super) fn corrupt_at(path: &Path, line: usize, why: String) -> Error {
+    Error::corrupt(format!("{}:{line}: {why}", path.display()))
+        .with_hint("restore the session from a backup or bundle")
+}
