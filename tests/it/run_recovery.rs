@@ -813,6 +813,9 @@ fn later_calls_of_a_turn_wait_for_an_earlier_unknown_call() {
         ],
     )
     .expect(0);
+    // Resolved, not yet resumed: `unknownOps` still names the operation, which is consistent.
+    env.run("kxen-agent", &["session", "verify", &session])
+        .expect(0);
     resume(&env, &session, &config, &["--allow-shell"]).expect(0);
     assert_eq!(
         std::fs::read_to_string(repo.join("steps.txt")).unwrap(),
