@@ -136,8 +136,8 @@ impl MessageLog {
     /// them: the agent loop builds the model's history from them, so a long conversation is
     /// held once. [`MessageLog::messages`] is then empty, also after appends.
     ///
-    /// A repeated id is reported after the whole file checked out (its chain, a torn tail
-    /// repaired), exactly as when the file was read before checking ids.
+    /// A repeated id is reported after the whole file checked out (its chain), exactly as when
+    /// the file was read before checking ids; a file that is refused is left as it was.
     pub fn open_visit(path: &Path, visit: impl FnMut(Message)) -> Result<MessageLog> {
         let mut log = MessageLog::open_deferred(path, visit)?;
         log.repair()?;
@@ -315,10 +315,11 @@ mod tests {
             );
         }
 
-        // A torn tail after a repeated id: repaired first, then refused.
+        // A torn tail after a repeated id: refused, and left as it was (a writer cuts a torn
+        // tail only off a file it goes on to append to).
         std::fs::write(&path, text.clone() + "{\"id\":").unwrap();
         let err = MessageLog::open_visit(&path, |_| {}).unwrap_err();
         assert!(err.message.contains("messages.jsonl:3:"), "{}", err.message);
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text + "{\"id\":");
     }
 }
