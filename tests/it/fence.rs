@@ -287,3 +287,30 @@ fn an_unprivileged_user_is_fenced_too() {
     assert!(!outside.exists());
     assert!(!repo.join(".git/hooks/pre-commit").exists());
 }
+
+#[test]
+fn a_loopback_listener_is_reachable_only_with_allow_network() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let probe = format!(
+        "bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null && echo connected || echo refused"
+    );
+    for (flags, expected) in [
+        (&["--allow-shell"][..], "refused\n"),
+        (&["--allow-shell", "--allow-network"][..], "connected\n"),
+    ] {
+        let env = TestEnv::new();
+        let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+        let config = script_config(
+            &env,
+            &[
+                call("c1", "exec", json!({"command": probe})),
+                answer("done"),
+            ],
+        );
+        let run = run_new(&env, &repo, "t", &fixer(&env), &config, flags);
+        run.expect(0);
+        let outputs = tool_outputs(&run.jsonl());
+        assert!(outputs[0].1.starts_with(expected), "{flags:?}: {outputs:?}");
+    }
+}
