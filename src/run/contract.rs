@@ -42,7 +42,7 @@ pub fn normalize(output: &Output, final_text: String) -> String {
     }
     let trimmed = final_text.trim();
     match strip_fence(trimmed) {
-        Some(body) if matches!(serde_json::from_str::<Value>(body), Ok(Value::Object(_))) => {
+        Some(body) if matches!(parse_unique(body), Ok(Value::Object(_))) => {
             body.to_string()
         }
         _ => final_text,
@@ -53,7 +53,7 @@ pub fn normalize(output: &Output, final_text: String) -> String {
 fn parse_object(text: &str) -> Result<Map<String, Value>, String> {
     let trimmed = text.trim();
     let body = strip_fence(trimmed).unwrap_or(trimmed);
-    match serde_json::from_str::<Value>(body) {
+    match parse_unique(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(other) => Err(format!(
             "the final output must be one JSON object (output.format is json), got a JSON {}",
@@ -68,6 +68,71 @@ fn parse_object(text: &str) -> Result<Map<String, Value>, String> {
         Err(e) => Err(format!(
             "the final output must be one JSON object (output.format is json), but it is not valid JSON: {e}"
         )),
+    }
+}
+
+/// Parses JSON like `serde_json::from_str::<Value>`, but refuses an object that holds a key
+/// twice (at any depth): a plain parse keeps the last one silently, so a consumer that keeps
+/// the first would read a different answer than the one checked.
+fn parse_unique(text: &str) -> serde_json::Result<Value> {
+    serde_json::from_str::<Unique>(text).map(|u| u.0)
+}
+
+/// A JSON value whose objects have distinct keys.
+struct Unique(Value);
+
+impl<'de> serde::Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Unique(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!("duplicate key `{key}`")));
+            }
+            let Unique(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
     }
 }
 
@@ -113,6 +178,31 @@ mod tests {
         let err = check(&out, "[1]").unwrap_err();
         assert!(err.contains("array"), "{err}");
         assert!(check(&out, "{\"summary\":1} {\"passed\":2}").is_err());
+    }
+
+    #[test]
+    fn duplicate_keys_make_an_invalid_final_answer_at_any_depth() {
+        let out = json_output(&["ok"]);
+        for answer in [
+            r#"{"ok":true,"ok":false}"#,
+            r#"{"ok":true,"detail":{"a":1,"a":2}}"#,
+            "```json\n{\"ok\":1,\"x\":[{\"b\":1,\"b\":1}]}\n```",
+        ] {
+            let err = check(&out, answer).unwrap_err();
+            assert!(
+                err.contains("not valid JSON") && err.contains("duplicate key"),
+                "{answer}: {err}"
+            );
+        }
+        // Equal keys in different objects are fine; values keep their types.
+        assert!(check(&out, r#"{"ok":1.5,"a":{"ok":null},"b":[{"ok":-1}]}"#).is_ok());
+        assert_eq!(
+            parse_unique(r#"{"n":-1,"f":1.5,"s":"x","a":[true,null]}"#).unwrap(),
+            serde_json::json!({"n":-1,"f":1.5,"s":"x","a":[true,null]})
+        );
+        // A fenced answer with a duplicate key is recorded as written (and then refused).
+        let fenced = "```json\n{\"ok\":1,\"ok\":2}\n```".to_string();
+        assert_eq!(normalize(&out, fenced.clone()), fenced);
     }
 
     #[test]
