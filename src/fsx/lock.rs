@@ -131,7 +131,20 @@ fn open_lock_file(path: &Path) -> Result<File> {
         .truncate(false)
         .mode(super::STATE_FILE_MODE)
         .open(path)
-        .map_err(|e| Error::io("open lock file", path, e))
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::IsADirectory {
+                // Our lock files are regular files we create; a directory there is damage.
+                Error::corrupt(format!(
+                    "{} is a directory where a lock file should be",
+                    path.display()
+                ))
+                .with_hint(
+                    "if no kxen-agent or dwp process uses it, remove that directory and retry",
+                )
+            } else {
+                Error::io("open lock file", path, e)
+            }
+        })
 }
 
 fn held(path: &Path, what: &str) -> Error {

@@ -42,9 +42,7 @@ pub fn normalize(output: &Output, final_text: String) -> String {
     }
     let trimmed = final_text.trim();
     match strip_fence(trimmed) {
-        Some(body) if matches!(parse_unique(body), Ok(Value::Object(_))) => {
-            body.to_string()
-        }
+        Some(body) if matches!(parse_unique(body), Ok(Value::Object(_))) => body.to_string(),
         _ => final_text,
     }
 }

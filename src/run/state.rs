@@ -180,10 +180,17 @@ impl RunState {
                 Error::not_found(format!("no run {run_id} ({})", path.display())).with_hint(
                     format!("run `kxen-agent session show {session}` to list the session's runs"),
                 )
+            } else if e.kind() == std::io::ErrorKind::NotADirectory {
+                Error::corrupt(format!(
+                    "{} should be a run directory but is not a directory",
+                    paths.dir.display()
+                ))
+                .with_hint("restore the Session from a backup or bundle")
             } else {
                 Error::io("read", &path, e)
             }
         })?;
+        crate::state::check_format_version(&bytes, FORMAT_VERSION, &path)?;
         serde_json::from_slice(&bytes)
             .map_err(|e| Error::corrupt(format!("{}: {e}", path.display())))
     }

@@ -108,6 +108,7 @@ impl SessionMeta {
                 Error::io("read", &path, e)
             }
         })?;
+        crate::state::check_format_version(&bytes, FORMAT_VERSION, &path)?;
         serde_json::from_slice(&bytes)
             .map_err(|e| Error::corrupt(format!("{}: {e}", path.display())))
     }

@@ -131,6 +131,14 @@ fn list_dir_ids(dir: &Path, kind: IdKind) -> Result<Vec<String>> {
         }
         if entry.path().is_dir() {
             ids.push(name);
+        } else if kind == IdKind::Run {
+            // A run's name that is not a directory: the run's record is gone, and skipping it
+            // would let a resume or a new run carry on as if it never existed.
+            return Err(Error::corrupt(format!(
+                "{} should be a run directory but is not a directory",
+                entry.path().display()
+            ))
+            .with_hint("restore the Session from a backup or bundle"));
         }
     }
     ids.sort();

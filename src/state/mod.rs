@@ -40,6 +40,35 @@ impl StateEnv {
     }
 }
 
+/// Refuses a state file whose `formatVersion` is not `supported` (exit 10, naming the file),
+/// before its fields are read: a file from a newer kxen-agent (or edited by hand) must not be
+/// read as if it had this build's meaning. Text that is not a JSON object, or has no
+/// `formatVersion`, is left to the caller's full parse, which reports it.
+pub fn check_format_version(bytes: &[u8], supported: u32, path: &Path) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Versioned {
+        #[serde(rename = "formatVersion")]
+        format_version: Option<serde_json::Value>,
+    }
+    let Ok(Versioned {
+        format_version: Some(found),
+    }) = serde_json::from_slice::<Versioned>(bytes)
+    else {
+        return Ok(());
+    };
+    if found.as_u64() == Some(u64::from(supported)) {
+        return Ok(());
+    }
+    Err(Error::corrupt(format!(
+        "{}: formatVersion {found} is not one this kxen-agent reads (it reads {supported})",
+        path.display()
+    ))
+    .with_hint(
+        "a newer kxen-agent wrote it, or it was edited: use the kxen-agent that wrote it, or \
+         restore the Session from a backup or bundle",
+    ))
+}
+
 impl StateDir {
     /// Resolves the state directory from the `--state-dir` flag and the environment.
     pub fn resolve(flag: Option<&Path>, env: &StateEnv) -> Result<StateDir> {

@@ -29,4 +29,5 @@ mod run_support;
 mod session_builder;
 mod session_bundle;
 mod session_verify;
+mod state_damage;
 mod workspace_resume;
