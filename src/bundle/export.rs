@@ -134,7 +134,7 @@ pub fn export(state: &StateDir, session_id: &str, output: &Path) -> Result<Expor
         }
     }
 
-    fsx::write_atomic_stream(output, fsx::STATE_FILE_MODE, |out| {
+    fsx::write_atomic_stream_owned(output, fsx::STATE_FILE_MODE, |out| {
         let w = |out: &mut dyn Write, s: &str| {
             out.write_all(s.as_bytes())
                 .map_err(|e| Error::io("write", output, e))

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 
+use super::failpoint;
 use crate::error::{Error, Result};
 
 /// Replaces `path` with `bytes` atomically and durably, with permissions `mode`.
@@ -34,6 +35,69 @@ pub fn write_atomic_stream(
     tmp.persist(path)
         .map_err(|e| Error::io("rename into place", path, e.error))?;
     fsync_dir(parent_dir(path))
+}
+
+/// [`write_atomic_stream`] for an output a user names (`session export --output`), whose
+/// directory is theirs, not ours: the temp file is `.<name>.kxen-tmp-<random>` beside `path`,
+/// locked (`flock`) while it is written. A process killed mid-write (SIGKILL, power loss)
+/// cannot remove its temp, so every call first removes the temps of the same `path` that no
+/// live writer holds locked: the next write to that path cleans up what a killed one left.
+pub fn write_atomic_stream_owned(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut dyn Write) -> Result<()>,
+) -> Result<()> {
+    let prefix = owned_temp_prefix(path);
+    remove_stale_temps(parent_dir(path), &prefix);
+    let dir = parent_dir(path);
+    let tmp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .tempfile_in(dir)
+        .map_err(|e| Error::io("create a temp file in", dir, e))?;
+    // Held until the temp is renamed or removed; a cleaner skips a locked temp.
+    tmp.as_file()
+        .lock()
+        .map_err(|e| Error::io("lock", tmp.path(), e))?;
+    failpoint::hit("export.after-temp-created");
+    let tmp = fill_and_sync(tmp, path, mode, fill)?;
+    tmp.persist(path)
+        .map_err(|e| Error::io("rename into place", path, e.error))?;
+    fsync_dir(parent_dir(path))
+}
+
+/// The name prefix of [`write_atomic_stream_owned`]'s temps for `path`.
+fn owned_temp_prefix(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map_or_else(|| "output".into(), |n| n.to_string_lossy());
+    format!(".{name}.kxen-tmp-")
+}
+
+/// Removes the regular files in `dir` named `prefix…` that no process holds locked (best
+/// effort: a temp that cannot be opened or removed is left).
+fn remove_stale_temps(dir: &Path, prefix: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(prefix)
+            || !entry.file_type().is_ok_and(|t| t.is_file())
+        {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(file) = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+        else {
+            continue;
+        };
+        if file.try_lock().is_ok() {
+            let _ = fs::remove_file(&path);
+        }
+    }
 }
 
 /// Creates `path` with `bytes`, refusing (exit 5) if anything exists there already.
@@ -68,6 +132,16 @@ fn synced_temp(
         .prefix(".tmp-")
         .tempfile_in(dir)
         .map_err(|e| Error::io("create a temp file in", dir, e))?;
+    fill_and_sync(tmp, path, mode, fill)
+}
+
+/// Fills `tmp` through a buffer, gives it `mode` and fsyncs it (dropped, so removed, on error).
+fn fill_and_sync(
+    tmp: tempfile::NamedTempFile,
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut dyn Write) -> Result<()>,
+) -> Result<tempfile::NamedTempFile> {
     let mut out = std::io::BufWriter::with_capacity(1 << 16, tmp);
     fill(&mut out)?;
     let tmp = out

@@ -26,6 +26,9 @@ pub const ALL: &[&str] = &[
     // `session import` (bundle::import): staged and verified, blobs moved, Session renamed.
     "import.after-staging",
     "import.before-rename",
+    // `session export` (fsx::write_atomic_stream_owned): its temp beside --output is created
+    // and locked, nothing written yet; a killed export's temp is removed by the next export.
+    "export.after-temp-created",
     // A plan journal append (dwp::plan::writer): validated and about to be written under the
     // writer lock; written and fsynced, not yet reported. `after-newline`: the missing newline
     // of a complete last event was added, nothing else written.

@@ -25,7 +25,7 @@ pub use append::{
 };
 pub use atomic::{
     create_dir_private, create_dir_with_mode, create_new, fsync_dir, write_atomic,
-    write_atomic_json, write_atomic_stream,
+    write_atomic_json, write_atomic_stream, write_atomic_stream_owned,
 };
 pub use chain::{ChainEnd, ChainFile, ChainWriter, read_chain, visit_chain, visit_chain_from};
 pub use lock::{FileLock, LockWait};

@@ -110,3 +110,57 @@ fn a_file_where_a_run_directory_should_be_is_corrupt_state() {
     assert!(std::fs::metadata(&run_dir).unwrap().is_file());
     assert_eq!(std::fs::read_dir(dir.join("runs")).unwrap().count(), 1);
 }
+
+/// The names in `dir`, sorted.
+fn names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// An export killed while writing leaves its temp beside `--output` (nothing can remove it at
+/// SIGKILL); the next export to that path removes it, and an export in progress (its temp
+/// locked) is never disturbed.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_killed_exports_temp_is_removed_by_the_next_export() {
+    let env = TestEnv::new();
+    let (ses, ..) = session(&env);
+    let out_dir = env.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let out = out_dir.join("s.bundle.json");
+    let export = |env: &TestEnv, failpoint: Option<&str>| {
+        let mut cmd = env.cmd("kxen-agent");
+        cmd.args(["session", "export", &ses, "-o", out.to_str().unwrap()]);
+        if let Some(point) = failpoint {
+            cmd.env("KXEN_FAILPOINT", point);
+        }
+        cmd.output().unwrap().status.code()
+    };
+    assert_eq!(
+        export(&env, Some("export.after-temp-created")),
+        None,
+        "killed"
+    );
+    let left = names(&out_dir);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].starts_with(".s.bundle.json.kxen-tmp-"), "{left:?}");
+    // A temp some live export holds locked stays.
+    let busy = out_dir.join(".s.bundle.json.kxen-tmp-busy");
+    let held = std::fs::File::create(&busy).unwrap();
+    held.lock().unwrap();
+    assert_eq!(export(&env, None), Some(0));
+    assert_eq!(
+        names(&out_dir),
+        vec![
+            ".s.bundle.json.kxen-tmp-busy".to_string(),
+            "s.bundle.json".to_string()
+        ]
+    );
+    drop(held);
+    assert_eq!(export(&env, None), Some(0));
+    assert_eq!(names(&out_dir), vec!["s.bundle.json".to_string()]);
+}
