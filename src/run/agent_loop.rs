@@ -442,6 +442,19 @@ impl Loop<'_, '_> {
         Some(Duration::from_millis(limit.saturating_sub(spent)))
     }
 
+    /// Why nothing more runs once `maxWallClockMs` is spent.
+    fn budget_spent(&self) -> String {
+        format!(
+            "the run's wall-clock budget (maxWallClockMs {}) ran out",
+            self.ex
+                .definition
+                .spec
+                .execution
+                .max_wall_clock_ms
+                .unwrap_or_default()
+        )
+    }
+
     /// Runs call `index` of assistant message `message_id` through the durable boundary.
     /// Returns the operation id if its outcome is unknown.
     fn run_call(
@@ -452,6 +465,13 @@ impl Loop<'_, '_> {
         call: &ToolCall,
         sink: &mut dyn EventSink,
     ) -> Result<Option<String>> {
+        // `maxWallClockMs` bounds tool calls too: none starts once it is spent.
+        let remaining = self.remaining_wall_clock(run);
+        if remaining == Some(Duration::ZERO) {
+            let why = format!("not run: {}", self.budget_spent());
+            self.answer_unrun(run, message_id, index, call, &why, sink)?;
+            return Ok(None);
+        }
         let admitted =
             match tools::REGISTRY.admit(&call.name, &call.arguments, self.ex.capabilities) {
                 Ok(admitted) => admitted,
@@ -477,33 +497,46 @@ impl Loop<'_, '_> {
             tool: call.name.clone(),
             arguments: call.arguments.clone(),
         });
-        let ctx = ToolContext {
-            workspace_root: self.ex.workspace_root,
-            tool_home: &self.tool_home,
-            blobs: &self.blobs,
-            pass_env: self.ex.pass_env,
-            cancel: self.ex.cancel,
-            mark: OperationMark {
-                session_id: self.ex.session_id,
-                run_id: &run.id,
-                attempt: &self.attempt_mark,
-                op_id: &op_id,
-            },
-            fence: self.ex.fence,
+        let execute = |cancel: &AtomicBool| {
+            let ctx = ToolContext {
+                workspace_root: self.ex.workspace_root,
+                tool_home: &self.tool_home,
+                blobs: &self.blobs,
+                pass_env: self.ex.pass_env,
+                cancel,
+                mark: OperationMark {
+                    session_id: self.ex.session_id,
+                    run_id: &run.id,
+                    attempt: &self.attempt_mark,
+                    op_id: &op_id,
+                },
+                fence: self.ex.fence,
+            };
+            admitted.execute(&ctx)
         };
-        let output = admitted.execute(&ctx);
+        // The tool's own timeout still applies; the run's remaining wall clock stops it as a
+        // cancel does (cleanup window, then SIGKILL) when that comes first.
+        let (mut output, out_of_time) = match remaining {
+            None => (execute(self.ex.cancel), false),
+            Some(left) => bounded(self.ex.cancel, Instant::now() + left, execute),
+        };
         failpoint::hit("tool.after-side-effect");
+        let stopped_why = out_of_time.then(|| self.budget_spent());
         if output.interrupted {
             // Killed mid-way: whether its effects happened cannot be proven.
+            let why = stopped_why.map_or(String::new(), |why| format!("; stopped because {why}"));
             self.journal.record(JournalRecord::OutcomeUnknown {
                 op_id: op_id.clone(),
                 at: crate::clock::now_rfc3339(),
                 reason: format!(
-                    "the tool was interrupted before it finished; its effects may have happened ({})",
+                    "the tool was interrupted before it finished{why}; its effects may have happened ({})",
                     preview(&output.text, 200)
                 ),
             })?;
             return Ok(Some(op_id));
+        }
+        if let Some(why) = stopped_why {
+            output.text.push_str(&format!("\n[stopped: {why}]"));
         }
         self.journal.record(JournalRecord::OutcomeKnown {
             op_id: op_id.clone(),
@@ -745,6 +778,44 @@ impl Loop<'_, '_> {
         sink.emit(finished_event(self.ex.session_id, &run.id, &result));
         Ok(Ending::Finished(result))
     }
+}
+
+/// How often [`bounded`] looks at the cancel flag and the clock.
+const BUDGET_POLL: Duration = Duration::from_millis(10);
+
+/// Runs `tool` with a cancel flag of its own, set when `cancel` is or once `deadline` passes, so
+/// the run's wall-clock budget stops a tool exactly as a cancel does. Returns the output and
+/// whether the deadline stopped it. Without a thread to watch, the tool gets `cancel` itself.
+fn bounded(
+    cancel: &AtomicBool,
+    deadline: Instant,
+    tool: impl FnOnce(&AtomicBool) -> ToolOutput,
+) -> (ToolOutput, bool) {
+    let stop = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let watcher = std::thread::Builder::new().spawn_scoped(s, || {
+            while !done.load(Ordering::SeqCst) {
+                if cancel.load(Ordering::SeqCst) {
+                    stop.store(true, Ordering::SeqCst);
+                    return false;
+                }
+                if Instant::now() >= deadline {
+                    stop.store(true, Ordering::SeqCst);
+                    return true;
+                }
+                std::thread::sleep(BUDGET_POLL);
+            }
+            false
+        });
+        let Ok(watcher) = watcher else {
+            return (tool(cancel), false);
+        };
+        let output = tool(&stop);
+        done.store(true, Ordering::SeqCst);
+        let out_of_time = watcher.join().unwrap_or(false);
+        (output, out_of_time)
+    })
 }
 
 /// Attempts that ended in a crash never recorded their duration. Count them up to the run's

@@ -1010,3 +1010,102 @@ fn resume_refuses_state_that_verify_refuses_and_changes_nothing() {
     assert!(again.stderr.contains("run.json"), "{}", again.stderr);
     assert_eq!(counted(), 1);
 }
+
+/// An agent whose runs may take `wall_ms` of wall-clock time, with `exec`.
+fn timed_agent(env: &TestEnv, wall_ms: u64) -> PathBuf {
+    let agent = env.path().join("timed.yaml");
+    std::fs::write(
+        &agent,
+        format!(
+            "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {{name: timed}}\nspec:\n  \
+             objective: o\n  instructions: [i]\n  capabilities: {{required: [read], optional: [exec]}}\n  \
+             execution: {{maxTurns: 8, maxWallClockMs: {wall_ms}}}\n"
+        ),
+    )
+    .unwrap();
+    agent
+}
+
+/// `maxWallClockMs` bounds tool calls: a tool runs at most until the run's wall-clock budget
+/// ends, then it is stopped as on cancel; with its outcome known the run ends `failed` /
+/// `budgetExhausted` (exit 8), and the calls after it in the turn never start (issue 12 item 15).
+#[test]
+fn the_wall_clock_budget_stops_a_running_tool() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = timed_agent(&env, 2000);
+    let config = script_config(
+        &env,
+        &[
+            turn(&[
+                ("c1", "exec", json!({"command": "touch started; sleep 30"})),
+                ("c2", "exec", json!({"command": "touch second"})),
+            ]),
+            answer("never reached"),
+        ],
+    );
+    let began = std::time::Instant::now();
+    let run = start(&env, &repo, &agent, &config, None);
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(15),
+        "the 30 s command ran past the 2 s budget ({:?})",
+        began.elapsed()
+    );
+    run.expect(8);
+    let fin = finish_event(&run);
+    assert_eq!(fin["status"], "failed");
+    assert_eq!(fin["reason"], "budgetExhausted");
+    assert!(repo.join("started").exists());
+    assert!(
+        !repo.join("second").exists(),
+        "a call started after the budget ended"
+    );
+    let session = only_session(&env).unwrap();
+    let shown = run_show(&env, &session, fin["runId"].as_str().unwrap());
+    let ops = shown["operations"].as_array().unwrap();
+    assert_eq!(ops.len(), 1, "{shown}");
+    assert_eq!(ops[0]["phase"], "settled");
+    let text = ops[0]["output"]["text"].as_str().unwrap();
+    assert!(text.contains("maxWallClockMs 2000"), "{text}");
+    env.run("kxen-agent", &["session", "verify", &session])
+        .expect(0);
+}
+
+/// A tool that ignores SIGTERM when the budget ends is killed after the cleanup window: its
+/// outcome is UNKNOWN, so the run stops for a human (exit 7); once resolved, the run ends
+/// `budgetExhausted` (exit 8) without starting anything more.
+#[test]
+fn a_tool_killed_at_the_end_of_the_budget_is_unknown_then_the_run_is_exhausted() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = timed_agent(&env, 1500);
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "trap '' TERM; touch started; sleep 30"}),
+            ),
+            answer("never reached"),
+        ],
+    );
+    let began = std::time::Instant::now();
+    let run = start(&env, &repo, &agent, &config, None);
+    assert!(began.elapsed() < std::time::Duration::from_secs(15));
+    run.expect(7);
+    let (run_id, ops) = input_required(&run);
+    let session = only_session(&env).unwrap();
+    env.run(
+        "kxen-agent",
+        &[
+            "run", "resolve", &session, &run_id, &ops[0], "--output", "killed",
+        ],
+    )
+    .expect(0);
+    let done = resume(&env, &session, &config, &["--allow-shell"]);
+    done.expect(8);
+    assert_eq!(finish_event(&done)["reason"], "budgetExhausted");
+    env.run("kxen-agent", &["session", "verify", &session])
+        .expect(0);
+}
