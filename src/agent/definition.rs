@@ -13,11 +13,6 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::rules;
-
-/// The only accepted `apiVersion`.
-pub const API_VERSION: &str = "kxen.ai/v1alpha1";
-/// The only accepted `kind`.
-pub const KIND: &str = "DCPAgent";
 /// `execution.modelRole` when the definition does not name one.
 pub const DEFAULT_MODEL_ROLE: &str = "execution";
 /// `execution.maxTurns` when the definition does not set it.
@@ -71,7 +66,7 @@ pub struct Spec {
 
 /// `spec.capabilities`: names only; which of them a session gets is decided by the policy.
 ///
-/// Deserialized through [`rules::RawCapabilities`], which adds the cross-list rules (at least one
+/// Deserialized through [`RawCapabilities`] and [`rules::capability_lists`] (at least one
 /// capability, none listed in both lists).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -126,8 +121,8 @@ fn default_max_pure_retries() -> u32 {
 
 /// `spec.output`: the contract the final output must meet.
 ///
-/// Deserialized through [`rules::RawOutput`], which adds the rule that `format: json` needs
-/// required fields.
+/// Deserialized through [`RawOutput`] and [`rules::output_fields`] (`format: json` needs
+/// required fields).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Output {
@@ -145,11 +140,37 @@ pub enum OutputFormat {
     Json,
 }
 
+/// `spec.capabilities` as written, before the cross-list rules.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawCapabilities {
+    #[serde(default, deserialize_with = "rules::capability_list")]
+    required: Vec<String>,
+    #[serde(default, deserialize_with = "rules::capability_list")]
+    optional: Vec<String>,
+}
+
+/// `spec.output` as written, before the cross-field rule.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawOutput {
+    #[serde(default)]
+    format: OutputFormat,
+    #[serde(default, deserialize_with = "rules::required_fields")]
+    required_fields: Vec<String>,
+}
+
 impl<'de> Deserialize<'de> for Capabilities {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_map(rules::Checked::new(
             "a mapping with `required` and `optional` lists",
-            rules::capabilities,
+            |raw: RawCapabilities| {
+                rules::capability_lists(&raw.required, &raw.optional)?;
+                Ok(Capabilities {
+                    required: raw.required,
+                    optional: raw.optional,
+                })
+            },
         ))
     }
 }
@@ -158,7 +179,13 @@ impl<'de> Deserialize<'de> for Output {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_map(rules::Checked::new(
             "a mapping with `format` and `requiredFields`",
-            rules::output,
+            |raw: RawOutput| {
+                rules::output_fields(raw.format == OutputFormat::Json, &raw.required_fields)?;
+                Ok(Output {
+                    format: raw.format,
+                    required_fields: raw.required_fields,
+                })
+            },
         ))
     }
 }

@@ -13,13 +13,13 @@ use std::io::Read;
 use std::path::Path;
 
 pub use definition::{
-    API_VERSION, AgentDefinition, Capabilities, DEFAULT_MAX_PURE_RETRIES, DEFAULT_MAX_TURNS,
-    DEFAULT_MODEL_ROLE, Execution, KIND, Metadata, Output, OutputFormat, Spec,
+    AgentDefinition, Capabilities, DEFAULT_MAX_PURE_RETRIES, DEFAULT_MAX_TURNS, DEFAULT_MODEL_ROLE,
+    Execution, Metadata, Output, OutputFormat, Spec,
 };
 pub use rules::{
-    MAX_CAPABILITY_BYTES, MAX_CRITERION_CHARS, MAX_DESCRIPTION_CHARS, MAX_INSTRUCTION_CHARS,
-    MAX_ITEMS, MAX_OBJECTIVE_CHARS, MAX_PURE_RETRIES, MAX_TURNS, capability_name_error,
-    is_valid_model_role, is_valid_name,
+    API_VERSION, KIND, MAX_CAPABILITY_BYTES, MAX_CRITERION_CHARS, MAX_DESCRIPTION_CHARS,
+    MAX_INSTRUCTION_CHARS, MAX_ITEMS, MAX_OBJECTIVE_CHARS, MAX_PURE_RETRIES, MAX_TURNS,
+    capability_name_error, is_valid_model_role, is_valid_name,
 };
 
 pub use lock::{DcpAgentLock, tighten};

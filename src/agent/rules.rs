@@ -15,8 +15,10 @@ use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::definition::{API_VERSION, Capabilities, KIND, Output, OutputFormat};
-
+/// The only accepted `apiVersion`.
+pub const API_VERSION: &str = "kxen.ai/v1alpha1";
+/// The only accepted `kind`.
+pub const KIND: &str = "DCPAgent";
 /// Longest `spec.objective`, in characters.
 pub const MAX_OBJECTIVE_CHARS: usize = 8000;
 /// Longest instruction, in characters.
@@ -220,7 +222,7 @@ pub fn success_criteria<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, 
         what: "criterion",
     })
 }
-fn capability_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+pub fn capability_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     d.deserialize_option(List {
         item: rule_capability,
         max_items: None,
@@ -228,7 +230,7 @@ fn capability_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Er
         what: "capability",
     })
 }
-fn required_fields<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+pub fn required_fields<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     d.deserialize_option(List {
         item: rule_required_field,
         max_items: None,
@@ -252,59 +254,34 @@ pub fn max_pure_retries<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error
 // ---------------------------------------------------------------------------------------------
 // Cross-field rules, run inside their mapping.
 
-/// `spec.capabilities` as written; [`capabilities`] turns it into [`Capabilities`].
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RawCapabilities {
-    #[serde(default, deserialize_with = "capability_list")]
-    required: Vec<String>,
-    #[serde(default, deserialize_with = "capability_list")]
-    optional: Vec<String>,
-}
-
-/// At least one capability, and none listed in both `required` and `optional`.
-pub fn capabilities(raw: RawCapabilities) -> Result<Capabilities, String> {
-    if raw.required.is_empty() && raw.optional.is_empty() {
+/// `spec.capabilities`: at least one capability, and none listed in both `required` and
+/// `optional`.
+pub fn capability_lists(required: &[String], optional: &[String]) -> Result<(), String> {
+    if required.is_empty() && optional.is_empty() {
         return Err(
             "lists no capability at all: name at least one in `required` or `optional` \
                     (for example `required: [read]`)"
                 .into(),
         );
     }
-    if let Some(both) = raw.optional.iter().find(|c| raw.required.contains(c)) {
+    if let Some(both) = optional.iter().find(|c| required.contains(c)) {
         return Err(format!(
             "capability {both:?} is listed in both `required` and `optional`; keep one"
         ));
     }
-    Ok(Capabilities {
-        required: raw.required,
-        optional: raw.optional,
-    })
+    Ok(())
 }
 
-/// `spec.output` as written; [`output`] turns it into [`Output`].
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RawOutput {
-    #[serde(default)]
-    format: OutputFormat,
-    #[serde(default, deserialize_with = "required_fields")]
-    required_fields: Vec<String>,
-}
-
-/// `format: json` needs at least one required field.
-pub fn output(raw: RawOutput) -> Result<Output, String> {
-    if raw.format == OutputFormat::Json && raw.required_fields.is_empty() {
+/// `spec.output`: `format: json` (`json_format`) needs at least one required field.
+pub fn output_fields(json_format: bool, required_fields: &[String]) -> Result<(), String> {
+    if json_format && required_fields.is_empty() {
         return Err(
             "`format: json` needs at least one entry in `requiredFields` (the keys the final \
              JSON object must hold)"
                 .into(),
         );
     }
-    Ok(Output {
-        format: raw.format,
-        required_fields: raw.required_fields,
-    })
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,21 +11,10 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use super::addons::{self, DetectEnv};
+pub use super::config::ABILITIES;
 use super::config::Config;
-use super::pyfmt::py_repr;
+use super::pyfmt::{py_repr, truthy};
 use crate::error::{Error, Result};
-
-/// The closed set of host abilities, in canonical order.
-pub const ABILITIES: [&str; 8] = [
-    "stop_agent",
-    "meter_spend",
-    "meter_tokens",
-    "meter_wall_clock",
-    "cancel_children",
-    "model_routing",
-    "subagents",
-    "telemetry",
-];
 
 /// The source name of an ability declared with `--caps`.
 pub const CAPS_SOURCE: &str = "host";
@@ -54,17 +43,6 @@ pub fn parse_caps(json: &str) -> Result<BTreeMap<String, bool>> {
         out.insert(k, truthy(&v));
     }
     Ok(out)
-}
-
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
 }
 
 /// The 8-ability floor (all false) merged with a `--caps` declaration.

@@ -18,10 +18,23 @@ use std::path::{Path, PathBuf};
 use regex::Regex;
 use serde_json::{Map, Value, json};
 
-use super::abilities::ABILITIES;
 use super::addons::KEYS;
 use super::pyfmt::py_repr;
 use crate::error::{Error, Result};
+
+/// The closed set of host abilities, in canonical order. It lives with the registry reader
+/// because the `host` records name them; the addon descriptors, `dwp abilities` and the resource
+/// frame use the same set.
+pub const ABILITIES: [&str; 8] = [
+    "stop_agent",
+    "meter_spend",
+    "meter_tokens",
+    "meter_wall_clock",
+    "cancel_children",
+    "model_routing",
+    "subagents",
+    "telemetry",
+];
 
 /// The optional `schema` value of a config file; onboarding writes it into a new file.
 pub const SCHEMA_URL: &str = "https://deepworkplan.com/schema/dwp-config/v1.json";

@@ -1,8 +1,22 @@
-//! Python's text conventions, which the DWP reference tooling uses in its messages and echoes:
-//! `repr()` of a string and one-line JSON with `json.dumps`' default separators. One home, so
-//! every `dwp` message quotes names the same way.
+//! Python's conventions, which the DWP reference tooling uses in its messages, echoes and
+//! checks: `repr()` of a string, one-line JSON with `json.dumps`' default separators, and the
+//! truthiness of a JSON value. One home, so every `dwp` message quotes names the same way and
+//! every `if value:` of the reference reads the same here.
 
 use serde_json::Value;
+
+/// Python truthiness of a JSON value (the reference's `if value:`): `null`, `false`, `0`, `""`,
+/// `[]` and `{}` are false, everything else true.
+pub fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
 
 /// Python's `repr` of a string, which the DWP messages use to quote names: single quotes unless
 /// the text holds a single quote and no double quote; backslashes and control characters escaped.
@@ -78,5 +92,30 @@ mod tests {
             inline_json(&json!({"version": "v1.2.3", "enabled": true})),
             "{\"enabled\": true, \"version\": \"v1.2.3\"}"
         );
+    }
+
+    #[test]
+    fn truthiness_is_pythons() {
+        for falsy in [
+            json!(null),
+            json!(false),
+            json!(0),
+            json!(0.0),
+            json!(""),
+            json!([]),
+            json!({}),
+        ] {
+            assert!(!truthy(&falsy), "{falsy}");
+        }
+        for true_ in [
+            json!(true),
+            json!(1),
+            json!(-0.5),
+            json!("0"),
+            json!([0]),
+            json!({"a": 0}),
+        ] {
+            assert!(truthy(&true_), "{true_}");
+        }
     }
 }

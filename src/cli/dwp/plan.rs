@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::print_document;
 use crate::cli::output;
 use crate::dwp::manifest::{self, Records};
+use crate::dwp::pyfmt::truthy;
 use crate::error::{Error, Result};
 
 #[derive(Debug, Args)]
@@ -115,18 +116,6 @@ pub fn freshness(args: FreshnessArgs) -> Result<i32> {
         "verdict": verdict,
     }));
     Ok(if verdict == "fresh" { 0 } else { 1 })
-}
-
-/// Python truthiness of a JSON value (the reference's `if not summary.get(...)`).
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
 }
 
 pub fn accounting(args: AccountingArgs) -> Result<i32> {

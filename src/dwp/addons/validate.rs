@@ -4,8 +4,7 @@ use regex::Regex;
 use serde_json::{Map, Value};
 
 use super::DESCRIPTOR_SCHEMA;
-use crate::dwp::abilities::ABILITIES;
-use crate::dwp::config::is_version;
+use crate::dwp::config::{ABILITIES, is_version};
 use crate::dwp::plan::contract::GRANTS;
 use crate::dwp::pyfmt::py_repr;
 

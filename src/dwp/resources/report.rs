@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::counters::{Family, JournalCounters};
 use super::{Abilities, Num, reservations};
-use crate::dwp::abilities::ABILITIES;
+use crate::dwp::config::ABILITIES;
 use crate::dwp::plan::contract::Limit;
 use crate::dwp::plan::{Contract, Event};
 use crate::dwp::pyfmt::py_repr;
