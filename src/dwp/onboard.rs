@@ -178,7 +178,7 @@ pub fn with_rules(text: &str) -> (String, Vec<String>) {
 
 /// Asks git whether `.dwp/config.json` is tracked. Read-only: `git ls-files` never writes.
 fn tracked(root: &Path) -> Tracked {
-    if super::repo::git_root(root).is_none() {
+    if crate::git::checkout_root(root).is_none() {
         return Tracked::NotGit;
     }
     let status = Command::new("git")

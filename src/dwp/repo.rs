@@ -1,9 +1,10 @@
 //! Finding the repository a `dwp` command works on (dwp.md §1, dwp-details.md §6.1).
 //!
 //! Order: `--plan DIR` (the parent of the `.dwp` that holds `plans/<DIR>`), else `--repo DIR`,
-//! else the git repository containing the current directory, else the current directory. A plan
-//! folder that is not inside `<root>/.dwp/plans/` has no repository, so no repository config file
-//! is read for it (that is not an error: the methodology works without a config file).
+//! else the git checkout containing the current directory ([`crate::git::checkout_root`]), else
+//! the current directory. A plan folder that is not inside `<root>/.dwp/plans/` has no
+//! repository, so no repository config file is read for it (that is not an error: the
+//! methodology works without a config file).
 
 use std::path::{Path, PathBuf};
 
@@ -28,7 +29,7 @@ pub fn discover(plan: Option<&Path>, repo: Option<&Path>) -> Result<Option<PathB
     }
     let cwd = std::env::current_dir()
         .map_err(|e| Error::io("read the current directory", Path::new("."), e))?;
-    Ok(Some(git_root(&cwd).unwrap_or(cwd)))
+    Ok(Some(crate::git::checkout_root(&cwd).unwrap_or(cwd)))
 }
 
 fn require_dir(path: &Path, what: &str, hint: &str) -> Result<()> {
@@ -57,15 +58,6 @@ pub fn plan_root(plan: &Path) -> Option<PathBuf> {
         dir = d.parent();
     }
     None
-}
-
-/// The nearest directory at or above `start` that holds a `.git` entry (a directory in a normal
-/// checkout, a file in a linked worktree or submodule).
-pub fn git_root(start: &Path) -> Option<PathBuf> {
-    start
-        .ancestors()
-        .find(|d| d.join(".git").symlink_metadata().is_ok())
-        .map(Path::to_path_buf)
 }
 
 /// `path` made absolute against the current directory, without resolving symlinks (the writer
@@ -116,16 +108,5 @@ mod tests {
         assert_eq!(err.kind, crate::ErrorKind::NotFound);
         let err = discover(None, Some(Path::new("/nonexistent/kxen"))).unwrap_err();
         assert_eq!(err.kind, crate::ErrorKind::NotFound);
-    }
-
-    #[test]
-    fn git_root_finds_the_enclosing_checkout() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join(".git")).unwrap();
-        std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
-        assert_eq!(
-            git_root(&dir.path().join("a/b")).as_deref(),
-            Some(dir.path())
-        );
     }
 }

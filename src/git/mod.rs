@@ -5,11 +5,13 @@
 //! - [`capture`]: the [`WorkspaceBinding`] a new Session stores (kxen-agent.md §7);
 //! - [`verify`]: the checks every resume runs against that binding, including `--rebind-workspace`;
 //! - [`add_worktree`] / [`remove_worktree`]: worktrees for `session fork --worktree NAME` (§11);
-//! - [`normalize_remote`]: the credential-free, transport-independent name of a remote.
+//! - [`normalize_remote`]: the credential-free, transport-independent name of a remote;
+//! - [`checkout_root`]: the checkout around a directory, for `dwp`'s repository discovery.
 //!
 //! The identity rule is documented for users in `docs/state-format.md`, "Workspace identity".
 
 mod binding;
+mod checkout;
 mod cli;
 mod locks;
 mod remote;
@@ -17,6 +19,7 @@ mod repo;
 mod worktree;
 
 pub use binding::{IdentityKind, IdentityProbe, Verified, WorkspaceBinding, capture, verify};
+pub use checkout::checkout_root;
 pub use remote::normalize as normalize_remote;
 pub use worktree::{
     add_worktree, has_uncommitted_changes, remove_worktree, validate_worktree_name,
