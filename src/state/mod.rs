@@ -40,6 +40,29 @@ impl StateEnv {
     }
 }
 
+/// `path` made absolute, with its longest existing ancestor resolved (symlinks followed) and the
+/// rest appended as written.
+fn resolved(path: &Path) -> PathBuf {
+    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut existing = path.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            return rest
+                .iter()
+                .rev()
+                .fold(real, |acc: PathBuf, part| acc.join(part));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => return path,
+        }
+    }
+}
+
 /// Refuses a state file whose `formatVersion` is not `supported` (exit 10, naming the file),
 /// before its fields are read: a file from a newer kxen-agent (or edited by hand) must not be
 /// read as if it had this build's meaning. Text that is not a JSON object, or has no
@@ -96,6 +119,16 @@ impl StateDir {
     /// A state dir at an explicit path (tests, benchmarks).
     pub fn at(root: impl Into<PathBuf>) -> StateDir {
         StateDir { root: root.into() }
+    }
+
+    /// Whether the state dir is `dir` or lies inside it, comparing resolved paths (symlinks
+    /// followed as far as the state dir exists: it may not exist yet). A state dir inside a
+    /// workspace is readable by the agent's own tools there: its journal, messages and leases.
+    pub fn is_within(&self, dir: &Path) -> bool {
+        let Ok(dir) = dir.canonicalize() else {
+            return false;
+        };
+        resolved(&self.root).starts_with(dir)
     }
 
     pub fn root(&self) -> &Path {

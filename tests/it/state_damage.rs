@@ -164,3 +164,58 @@ fn a_killed_exports_temp_is_removed_by_the_next_export() {
     assert_eq!(export(&env, None), Some(0));
     assert_eq!(names(&out_dir), vec!["s.bundle.json".to_string()]);
 }
+
+/// A state dir inside the workspace would let the agent's own tools read (and edit) its journal
+/// and messages: a new Session there is refused before anything is written (exit 2), and a
+/// resume of a Session already kept there warns.
+#[test]
+fn a_state_dir_inside_the_workspace_is_refused_for_a_new_session() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let config = script_config(&env, &[answer("done"), answer("again")]);
+    let inside = repo.join("sub/.kxen-state");
+    let run = run_new(
+        &env,
+        &repo,
+        "t",
+        &fixer(&env),
+        &config,
+        &["--state-dir", inside.to_str().unwrap()],
+    );
+    run.expect(2);
+    assert!(
+        run.stderr.contains("is inside the workspace"),
+        "{}",
+        run.stderr
+    );
+    assert!(!repo.join("sub").exists(), "nothing was written");
+
+    // A Session whose state dir was moved into its workspace later: resume warns.
+    let (ses, _, _, repo, config) = session(&env);
+    let moved = repo.join(".kxen-state");
+    std::fs::rename(env.state_dir(), &moved).unwrap();
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            moved.to_str().unwrap(),
+            "--resume",
+            &ses,
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "more",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    let warned = run.jsonl().into_iter().any(|e| {
+        e["type"] == "warning"
+            && e["message"]
+                .as_str()
+                .unwrap()
+                .contains("inside the workspace")
+    });
+    assert!(warned, "{}", run.stdout);
+}

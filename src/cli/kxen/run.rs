@@ -84,6 +84,18 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i
     };
     // Everything is checked before anything is written.
     let prepared = create::prepare(&request)?;
+    if state.is_within(&prepared.binding.root) {
+        // Fail closed: the agent's own tools could read and edit its journal and messages.
+        return Err(Error::usage(format!(
+            "the state dir {} is inside the workspace {}: the agent could read and edit its own \
+             journal and messages there",
+            state.root().display(),
+            prepared.binding.root.display()
+        ))
+        .with_hint(
+            "keep the state dir outside the workspace (--state-dir PATH or KXEN_AGENT_STATE_DIR)",
+        ));
+    }
     let mut renderer = Renderer::new(format);
     for warning in &prepared.warnings {
         renderer.emit(Event::Warning {
@@ -136,6 +148,17 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i3
     };
     let resumed = resume::prepare(&state, &request)?;
     let mut renderer = Renderer::new(format);
+    if state.is_within(&resumed.meta.workspace.root) {
+        // The Session already lives there; refusing would strand it, so say what it means.
+        renderer.emit(Event::Warning {
+            message: format!(
+                "the state dir {} is inside the workspace {}: the agent can read and edit its \
+                 own journal and messages; move the state dir outside the workspace",
+                state.root().display(),
+                resumed.meta.workspace.root.display()
+            ),
+        });
+    }
     for warning in &resumed.warnings {
         renderer.emit(Event::Warning {
             message: warning.clone(),
