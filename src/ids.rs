@@ -4,7 +4,6 @@
 //! [`validate_id`] before any path is built from it, so `..`, `/` or a NUL can never reach the
 //! filesystem.
 
-use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
@@ -73,15 +72,15 @@ pub fn new_id(kind: IdKind) -> String {
     out
 }
 
-/// Fills `N` bytes from the operating system's random source.
+/// Fills `N` bytes (at most 32) from the operating system's random source (`getrandom`).
 pub fn random_bytes<const N: usize>() -> [u8; N] {
+    const { assert!(N <= 32, "random_bytes gives at most 32 bytes") };
     let mut buf = [0u8; N];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom")
-        && f.read_exact(&mut buf).is_ok()
-    {
+    if getrandom::fill(&mut buf).is_ok() {
         return buf;
     }
-    // No /dev/urandom (a very odd sandbox): fall back to time and pid mixed through SHA-256.
+    // No random source at all (a very odd sandbox): time, pid and thread mixed through SHA-256,
+    // still unique enough for ids that also carry the time.
     let seed = format!(
         "{:?}{}{:?}",
         SystemTime::now(),
@@ -89,7 +88,7 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
         std::thread::current().id()
     );
     let digest = crate::hash::sha256(seed.as_bytes());
-    buf.copy_from_slice(&digest[..N.min(32)]);
+    buf.copy_from_slice(&digest[..N]);
     buf
 }
 
@@ -139,6 +138,26 @@ mod tests {
         assert_eq!(sorted, ids);
         sorted.dedup();
         assert_eq!(sorted.len(), ids.len());
+    }
+
+    /// The id format, pinned: prefix, 10 Crockford characters of the milliseconds, 16 random.
+    #[test]
+    fn id_format_is_prefix_time_and_random() {
+        let before = crate::clock::now_millis() as u64;
+        let id = new_id(IdKind::Operation);
+        let body = id.strip_prefix(IdKind::Operation.prefix()).unwrap();
+        assert_eq!(body.len(), 26);
+        assert!(body.bytes().all(|b| ALPHABET.contains(&b)), "{id}");
+        let ms = body[..10].bytes().fold(0u64, |acc, b| {
+            (acc << 5) | ALPHABET.iter().position(|&a| a == b).unwrap() as u64
+        });
+        assert!(
+            ms >= before && ms < before + 60_000,
+            "{id}: {ms} vs {before}"
+        );
+        let a = random_bytes::<12>();
+        let b = random_bytes::<12>();
+        assert_ne!(a, b, "80+ random bits never repeat");
     }
 
     #[test]
