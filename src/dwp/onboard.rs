@@ -8,7 +8,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use serde_json::Value;
 
@@ -181,13 +181,14 @@ fn tracked(root: &Path) -> Tracked {
     if crate::git::checkout_root(root).is_none() {
         return Tracked::NotGit;
     }
-    let status = Command::new("git")
-        .args(["ls-files", "--error-unmatch", "--", ".dwp/config.json"])
-        .current_dir(root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+    // With the repository's programs (fsmonitor, …) neutralized, as every git we start.
+    let Ok(mut command) = crate::git::cli::command(
+        root,
+        &["ls-files", "--error-unmatch", "--", ".dwp/config.json"],
+    ) else {
+        return Tracked::NotGit;
+    };
+    let status = command.stdout(Stdio::null()).stderr(Stdio::null()).status();
     match status {
         Ok(s) if s.success() => Tracked::Yes,
         Ok(_) => Tracked::No,

@@ -1,35 +1,190 @@
-//! Running the git CLI, for the one operation our gix features do not cover (worktrees).
+//! Running the git CLI, for the operations our gix features do not cover (worktrees, status).
 //!
 //! The design card allows `git worktree add` as the fallback for gix's `worktree-mutation`
 //! feature; we keep gix's features minimal and take the fallback. git runs with a controlled
 //! environment so the outcome does not depend on who runs us: an empty environment except `PATH`,
-//! no system or global config (`GIT_CONFIG_NOSYSTEM`, `GIT_CONFIG_GLOBAL=/dev/null`), no hooks
-//! (`core.hooksPath=/dev/null`), no prompts, the C locale, and a fixed identity for reflogs. The
-//! repository's own config still applies. Consequence worth knowing: filters configured only in a
-//! user's global config (git-lfs, for example) do not run when the worktree is checked out.
+//! no system or global config (`GIT_CONFIG_NOSYSTEM`, `GIT_CONFIG_GLOBAL=/dev/null`), no prompts,
+//! no pager, the C locale, and a fixed identity for reflogs.
+//!
+//! The repository's own config still applies, and it can name programs git would run for us —
+//! planted by an agent, or by whoever made the repository: `core.fsmonitor`, hooks, filter
+//! drivers (`smudge`/`clean`/`process`, selected by attributes), `core.sshCommand`, pagers,
+//! editors, credential helpers, diff and merge drivers. None of them may run: before every git
+//! command we read the effective config (`git config --list`, includes expanded) and override
+//! every key that names a program with a value that runs nothing (`-c KEY=` — empty —, `false`
+//! for `core.fsmonitor`, `pager.*` and `filter.*.required`, `/dev/null` for `core.hooksPath`), forbid every transport
+//! (`protocol.allow=never`) and submodule recursion. Then we read the config again with the
+//! overrides and **refuse** (exit 6) if any such key still has a value (a key `-c` cannot spell,
+//! say): fail closed. Consequences worth knowing: filters do not run when a worktree is checked
+//! out (git-lfs files stay pointers), and `git status` compares content without clean filters.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::error::{Error, Result};
 
-/// Runs `git ARGS…` in `dir`; returns stdout, or an `External` error (exit 9) with git's stderr.
-pub(crate) fn run(dir: &Path, args: &[&str]) -> Result<String> {
+/// Overrides passed to every git command, whatever the repository's config says.
+const FIXED: &[&str] = &[
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.pager=",
+    "core.sshCommand=",
+    "core.askPass=",
+    "credential.helper=",
+    "protocol.allow=never",
+    "submodule.recurse=false",
+];
+
+/// Last name segments (lower case) of config keys that name a program git may run.
+const PROGRAM_NAMES: &[&str] = &[
+    "fsmonitor",
+    "hookspath",
+    "sshcommand",
+    "pager",
+    "editor",
+    "askpass",
+    "gitproxy",
+    "smudge",
+    "clean",
+    "process",
+    "textconv",
+    "command",
+    "cmd",
+    "external",
+    "driver",
+    "program",
+    "helper",
+    "packobjectshook",
+    "alternaterefscommand",
+    "uploadpack",
+    "receivepack",
+];
+
+/// The value that makes `key` (as `git config --list` prints it) run nothing, if it names a
+/// program at all.
+fn neutral_value(key: &str) -> Option<&'static str> {
+    let lower = key.to_ascii_lowercase();
+    let section = lower.split('.').next().unwrap_or("");
+    let name = lower.rsplit('.').next().unwrap_or("");
+    if section == "pager" {
+        return Some("false");
+    }
+    match (section, name) {
+        ("core", "hookspath") => Some("/dev/null"),
+        ("core", "fsmonitor") => Some("false"),
+        // A required filter whose commands are emptied would make git fail instead.
+        ("filter", "required") => Some("false"),
+        _ if PROGRAM_NAMES.contains(&name) => Some(""),
+        _ => None,
+    }
+}
+
+/// `git` with the controlled environment and `overrides` as `-c` options, in `dir`.
+fn base_command(dir: &Path, overrides: &[String]) -> Command {
     let mut cmd = Command::new("git");
     cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("PATH", crate::own_env::var_os("PATH").unwrap_or_default())
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_ATTR_NOSYSTEM", "1")
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("LC_ALL", "C")
         .env("GIT_AUTHOR_NAME", "kxen-agent")
         .env("GIT_AUTHOR_EMAIL", "kxen-agent@localhost")
         .env("GIT_COMMITTER_NAME", "kxen-agent")
         .env("GIT_COMMITTER_EMAIL", "kxen-agent@localhost")
-        .args(["-c", "core.hooksPath=/dev/null"])
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null());
+        .arg("--no-pager");
+    for o in FIXED
+        .iter()
+        .copied()
+        .chain(overrides.iter().map(String::as_str))
+    {
+        cmd.args(["-c", o]);
+    }
+    cmd.current_dir(dir).stdin(Stdio::null());
+    cmd
+}
+
+/// The effective config in `dir` with `overrides`, as `(key, value)` in git's order.
+fn config_list(dir: &Path, overrides: &[String]) -> Result<Vec<(String, String)>> {
+    let output = base_command(dir, overrides)
+        .args(["config", "--list", "-z"])
+        .output()
+        .map_err(|e| {
+            Error::external(format!(
+                "cannot run `git config --list` in {}: {e}",
+                dir.display()
+            ))
+            .with_hint("install git and make sure it is on PATH")
+        })?;
+    if !output.status.success() {
+        return Err(Error::external(format!(
+            "`git config --list` failed in {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(output
+        .stdout
+        .split(|&b| b == 0)
+        .filter(|e| !e.is_empty())
+        .map(|entry| {
+            let entry = String::from_utf8_lossy(entry);
+            // `key\nvalue`, or a bare `key` (a boolean true).
+            match entry.split_once('\n') {
+                Some((k, v)) => (k.to_string(), v.to_string()),
+                None => (entry.into_owned(), "true".to_string()),
+            }
+        })
+        .collect())
+}
+
+/// The `-c` overrides that neutralize every program the config in `dir` names; refuses (exit
+/// 6) when one cannot be neutralized.
+fn neutralizing_overrides(dir: &Path) -> Result<Vec<String>> {
+    let mut overrides: Vec<String> = Vec::new();
+    for (key, value) in config_list(dir, &[])? {
+        if let Some(neutral) = neutral_value(&key)
+            && value != neutral
+        {
+            let o = format!("{key}={neutral}");
+            if !overrides.contains(&o) {
+                overrides.push(o);
+            }
+        }
+    }
+    // Check what git now sees: the last value of every program key must be neutral.
+    let mut last: Vec<(String, String)> = Vec::new();
+    for (key, value) in config_list(dir, &overrides)? {
+        match last.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = value,
+            None => last.push((key, value)),
+        }
+    }
+    for (key, value) in last {
+        if let Some(neutral) = neutral_value(&key)
+            && value != neutral
+        {
+            return Err(Error::policy(format!(
+                "the git config of {} sets `{key}`, which names a program git would run, and \
+                 kxen-agent cannot override it; refusing to run git there",
+                dir.display()
+            ))
+            .with_hint(format!(
+                "inspect it with `git config --show-origin --get-all '{key}'` and remove it if \
+                 you did not put it there"
+            )));
+        }
+    }
+    Ok(overrides)
+}
+
+/// Runs `git ARGS…` in `dir` with every repository-configured program neutralized (module
+/// docs); returns stdout, or an `External` error (exit 9) with git's stderr.
+pub(crate) fn run(dir: &Path, args: &[&str]) -> Result<String> {
+    let overrides = neutralizing_overrides(dir)?;
+    let mut cmd = base_command(dir, &overrides);
+    cmd.args(args);
     let shown = format!("git {}", args.join(" "));
     let output = cmd.output().map_err(|e| {
         Error::external(format!("cannot run `{shown}` in {}: {e}", dir.display()))
@@ -44,4 +199,41 @@ pub(crate) fn run(dir: &Path, args: &[&str]) -> Result<String> {
         )));
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// [`run`]'s command for callers that only need the exit status (`git ls-files
+/// --error-unmatch`): the same environment and neutralizing overrides.
+pub(crate) fn command(dir: &Path, args: &[&str]) -> Result<Command> {
+    let overrides = neutralizing_overrides(dir)?;
+    let mut cmd = base_command(dir, &overrides);
+    cmd.args(args);
+    Ok(cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_keys_get_a_neutral_value() {
+        for (key, want) in [
+            ("core.fsmonitor", Some("false")),
+            ("core.hooksPath", Some("/dev/null")),
+            ("filter.lfs.smudge", Some("")),
+            ("filter.evil.process", Some("")),
+            ("filter.My.Driver.clean", Some("")),
+            ("core.sshcommand", Some("")),
+            ("pager.log", Some("false")),
+            ("credential.https://example.com.helper", Some("")),
+            ("diff.pdf.textconv", Some("")),
+            ("merge.ours.driver", Some("")),
+            ("gpg.program", Some("")),
+            ("core.bare", None),
+            ("user.name", None),
+            ("filter.lfs.required", Some("false")),
+            ("remote.origin.url", None),
+        ] {
+            assert_eq!(neutral_value(key), want, "{key}");
+        }
+    }
 }

@@ -12,7 +12,7 @@
 
 mod binding;
 mod checkout;
-mod cli;
+pub(crate) mod cli;
 mod locks;
 mod remote;
 mod repo;

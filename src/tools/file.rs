@@ -43,7 +43,7 @@ pub(crate) struct EditArgs {
 }
 
 pub(crate) fn write(ws: &Workspace, args: WriteArgs) -> ToolOutput {
-    let path = match ws.resolve(&args.path) {
+    let path = match ws.resolve_for_write(&args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
     };
@@ -72,7 +72,7 @@ pub(crate) fn write(ws: &Workspace, args: WriteArgs) -> ToolOutput {
 }
 
 pub(crate) fn edit(ws: &Workspace, args: EditArgs) -> ToolOutput {
-    let path = match ws.resolve(&args.path) {
+    let path = match ws.resolve_for_write(&args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
     };
@@ -172,6 +172,71 @@ mod tests {
         }
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
         assert!(!fx.tmp.path().join("x.txt").exists());
+    }
+
+    /// Planting `core.fsmonitor` or a smudge filter would give an agent without `exec` code
+    /// execution through the next git command.
+    #[test]
+    fn write_and_edit_refuse_every_git_directory() {
+        let fx = Fixture::new();
+        let git = |dir: &std::path::Path, args: &[&str]| {
+            let ok = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .output()
+                .unwrap()
+                .status
+                .success();
+            assert!(ok, "git {args:?}");
+        };
+        git(&fx.root, &["init", "-q"]);
+        // A nested repository's git directory moved elsewhere, behind a `.git` file.
+        git(
+            &fx.root,
+            &["init", "-q", "--separate-git-dir", "store", "nested"],
+        );
+        std::os::unix::fs::symlink(fx.root.join(".git"), fx.root.join("gitlink")).unwrap();
+        std::fs::write(fx.root.join(".git/info/attributes"), "* text\n").unwrap();
+        for path in [
+            ".git/config",
+            ".git/info/attributes",
+            ".git/hooks/post-checkout",
+            ".GIT/config",
+            "./.git/new-file",
+            "nested/.git",
+            "store/config",
+            "store/hooks/pre-commit",
+            "gitlink/config",
+            "sub/.git",
+        ] {
+            let out = fx.run(
+                "write",
+                json!({"path": path, "content": "[core]\n\tfsmonitor = touch pwned\n"}),
+            );
+            assert!(out.is_error, "{path}: {}", out.text);
+            assert!(out.text.contains("git directory"), "{path}: {}", out.text);
+        }
+        let out = fx.run(
+            "edit",
+            json!({"path": ".git/info/attributes", "oldString": "* text", "newString": "* filter=x"}),
+        );
+        assert!(
+            out.is_error && out.text.contains("git directory"),
+            "{}",
+            out.text
+        );
+        assert_eq!(
+            std::fs::read_to_string(fx.root.join(".git/info/attributes")).unwrap(),
+            "* text\n"
+        );
+        assert!(!fx.root.join("sub").exists());
+        // Ordinary files next to them are fine, and a file merely named like git's is too.
+        for path in ["src/config", "gitignore.txt", ".gitattributes", "HEAD"] {
+            let out = fx.run("write", json!({"path": path, "content": "x"}));
+            assert!(!out.is_error, "{path}: {}", out.text);
+        }
     }
 
     #[test]

@@ -4,6 +4,16 @@
 //! through a symlink (checked by canonicalizing the deepest existing ancestor). The resolved path
 //! is the canonical target, so a write through an in-workspace symlink updates the file it points
 //! at instead of replacing the link.
+//!
+//! Writes ([`Workspace::resolve_for_write`]) are further refused anywhere inside a git
+//! directory: git runs what a repository's config, hooks and attributes name (`core.fsmonitor`,
+//! a smudge filter, a hook) on later git commands — ours (`session fork --worktree`) or a
+//! person's — so a model that can write there can run code without `exec`. Refused: any path
+//! with a component named `.git` (any case: the repository's own, a submodule's `.git` file, a
+//! nested repository), and any path below a directory that is a git directory by its contents
+//! (`HEAD` plus `objects/` or `commondir`: where a `.git` file points, a worktree's or a
+//! submodule's git directory, a bare repository), checked on the canonical path so a symlink
+//! does not get around it. Reading stays allowed.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -78,6 +88,37 @@ impl Workspace {
         Ok(resolved)
     }
 
+    /// [`Workspace::resolve`] for a tool that writes: also refuses every path inside a git
+    /// directory (module docs).
+    pub(crate) fn resolve_for_write(&self, input: &str) -> Result<PathBuf, String> {
+        let resolved = self.resolve(input)?;
+        let refuse = || {
+            Err(format!(
+                "path `{input}` is inside a git directory; tools never write there (git runs \
+                 the programs its config, hooks and attributes name)"
+            ))
+        };
+        let is_dot_git = |c: Component| matches!(c, Component::Normal(n) if n.to_string_lossy().eq_ignore_ascii_case(".git"));
+        if Path::new(input).components().any(is_dot_git) {
+            return refuse();
+        }
+        let rel = resolved.strip_prefix(&self.root).unwrap_or(&resolved);
+        if rel.components().any(is_dot_git) {
+            return refuse();
+        }
+        // The root itself and every existing directory down to the target.
+        let mut dir = self.root.clone();
+        let mut dirs = vec![dir.clone()];
+        for c in rel.components() {
+            dir.push(c);
+            dirs.push(dir.clone());
+        }
+        if dirs.iter().any(|d| looks_like_git_dir(d)) {
+            return refuse();
+        }
+        Ok(resolved)
+    }
+
     /// A path inside the root as the model should see it: relative, `/`-separated, `.` for the root.
     pub(crate) fn display(&self, path: &Path) -> String {
         match path.strip_prefix(&self.root) {
@@ -86,6 +127,12 @@ impl Workspace {
             Err(_) => path.to_string_lossy().into_owned(),
         }
     }
+}
+
+/// Whether `dir` is a git directory by its contents: `HEAD` and `objects/` (a repository) or
+/// `HEAD` and `commondir` (a linked worktree's).
+fn looks_like_git_dir(dir: &Path) -> bool {
+    dir.join("HEAD").is_file() && (dir.join("objects").is_dir() || dir.join("commondir").is_file())
 }
 
 /// Canonicalizes the deepest existing ancestor of `path` and re-appends the missing tail.

@@ -478,3 +478,128 @@ fn list_filters_by_repository_identity_across_remote_forms_and_stores_no_token()
         );
     }
 }
+
+/// A repository whose config names programs (fsmonitor, a filter driver selected by the
+/// committed attributes, a hooks path): `session fork --worktree` runs git there, and git must
+/// run none of them.
+#[test]
+fn worktree_fork_runs_no_program_the_repository_config_names() {
+    let env = TestEnv::new();
+    let repo = env.git_repo(
+        "repo",
+        &[("a.txt", "a\n"), (".gitattributes", "* filter=evil\n")],
+    );
+    let (parent, msgs) = seed(&env, &repo);
+    let canaries = env.path().join("canaries");
+    std::fs::create_dir_all(&canaries).unwrap();
+    let hooks = env.path().join("hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    let c = canaries.display();
+    for hook in ["post-checkout", "reference-transaction"] {
+        let path = hooks.join(hook);
+        std::fs::write(&path, format!("#!/bin/sh\ntouch {c}/hook-{hook}\n")).unwrap();
+        let mut perms = std::fs::metadata(&path).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(&path, perms).unwrap();
+    }
+    // Appended by hand: a git command here would run the planted programs itself.
+    let mut config = std::fs::read_to_string(repo.join(".git/config")).unwrap();
+    config.push_str(&format!(
+        "[core]\n\tfsmonitor = \"touch {c}/fsmonitor; false\"\n\thooksPath = {h}\n\
+         \tpager = \"touch {c}/pager; cat\"\n\
+         [filter \"evil\"]\n\tsmudge = \"touch {c}/smudge; cat\"\n\tclean = \"touch {c}/clean; cat\"\n\
+         \tprocess = \"touch {c}/process\"\n\trequired = true\n",
+        h = hooks.display()
+    ));
+    std::fs::write(repo.join(".git/config"), config).unwrap();
+    // A tracked file changed, so status has something to compare (through clean, if it ran).
+    std::fs::write(repo.join("a.txt"), "changed\n").unwrap();
+
+    let run = fork(&env, &parent, &msgs[3], &["--worktree", "safe"]);
+    run.expect(0);
+    let ran: Vec<_> = std::fs::read_dir(&canaries)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(ran.is_empty(), "git ran repository programs: {ran:?}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join(".kxen/worktrees/safe/a.txt")).unwrap(),
+        "a\n"
+    );
+}
+
+/// A key `-c` cannot override (its subsection holds `=`) is refused, not run.
+#[test]
+fn worktree_fork_refuses_a_program_it_cannot_neutralize() {
+    let env = TestEnv::new();
+    let repo = env.git_repo(
+        "repo",
+        &[("a.txt", "a\n"), (".gitattributes", "* filter=a=b\n")],
+    );
+    let (parent, msgs) = seed(&env, &repo);
+    let canary = env.path().join("canary");
+    let mut config = std::fs::read_to_string(repo.join(".git/config")).unwrap();
+    config.push_str(&format!(
+        "[filter \"a=b\"]\n\tsmudge = \"touch {}; cat\"\n",
+        canary.display()
+    ));
+    std::fs::write(repo.join(".git/config"), config).unwrap();
+    let run = fork(&env, &parent, &msgs[3], &["--worktree", "nope"]);
+    run.expect(6);
+    assert!(run.stderr.contains("filter.a=b.smudge"), "{}", run.stderr);
+    assert!(!canary.exists());
+    assert!(!repo.join(".kxen/worktrees/nope").exists());
+}
+
+/// An agent without `exec` cannot plant a program for git through `write` or `edit`.
+#[test]
+fn write_and_edit_cannot_plant_git_programs() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let before = std::fs::read_to_string(repo.join(".git/config")).unwrap();
+    let agent = fixer(&env);
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "write",
+                json!({"path": ".git/config", "content": "[core]\n\tfsmonitor = touch pwned\n"}),
+            ),
+            call(
+                "c2",
+                "write",
+                json!({"path": ".git/info/attributes", "content": "* filter=evil\n"}),
+            ),
+            call(
+                "c3",
+                "edit",
+                json!({"path": ".git/config", "oldString": "[core]", "newString": "[core]\n\tfsmonitor = touch pwned"}),
+            ),
+            answer("tried"),
+        ],
+    );
+    let run = run_new(&env, &repo, "plant", &agent, &config, &[]);
+    run.expect(0);
+    let results: Vec<Value> = run
+        .jsonl()
+        .into_iter()
+        .filter(|e| e["type"] == "toolFinished")
+        .collect();
+    assert_eq!(results.len(), 3, "{}", run.stdout);
+    for r in &results {
+        assert_eq!(r["isError"], true, "{r}");
+        assert!(
+            r["output"]
+                .as_str()
+                .unwrap()
+                .contains("inside a git directory"),
+            "{r}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(repo.join(".git/config")).unwrap(),
+        before
+    );
+    assert!(!repo.join(".git/info/attributes").exists());
+}
