@@ -162,8 +162,10 @@ pub fn verify(stored: &WorkspaceBinding, workspace: &Path, rebind: bool) -> Resu
     }
     let seen = Observed::of(workspace)?;
     seen.check_locks()?;
-    let rebound_from = (seen.root != stored.root).then(|| stored.root.clone());
-    if rebound_from.is_some() && !rebind {
+    let mut warnings = Vec::new();
+    let root = bound_root(stored, &seen, &mut warnings)?;
+    let rebound_from = (root != stored.root).then(|| stored.root.clone());
+    if (rebound_from.is_some() || seen.root != stored.root) && !rebind {
         return Err(Error::conflict(format!(
             "workspace {} is not the Session's workspace {}",
             seen.root.display(),
@@ -174,7 +176,6 @@ pub fn verify(stored: &WorkspaceBinding, workspace: &Path, rebind: bool) -> Resu
             seen.root.display()
         )));
     }
-    let mut warnings = Vec::new();
     let current = seen.identity_as(stored, &mut warnings)?;
     if current.as_deref() != Some(stored.identity_hash.as_str()) {
         let found = match &current {
@@ -230,7 +231,7 @@ pub fn verify(stored: &WorkspaceBinding, workspace: &Path, rebind: bool) -> Resu
     // The identity, branch and recorded HEAD stay as they were at creation (HEAD only has to
     // be contained in the current one); the location is where the workspace is now.
     let binding = WorkspaceBinding {
-        root: seen.root.clone(),
+        root,
         repository_root: seen.git.as_ref().map(|g| g.repository_root.clone()),
         remote_hash: remote
             .as_deref()
@@ -244,6 +245,78 @@ pub fn verify(stored: &WorkspaceBinding, workspace: &Path, rebind: bool) -> Resu
         rebound_from,
         warnings,
     })
+}
+
+/// Where the Session is bound at `seen`: the same subdirectory of the repository as at capture.
+///
+/// A Session created on `REPO/sub` is confined to `sub/`; bound to a clone (`--rebind-workspace`,
+/// `session import`) it must be confined to `CLONE/sub`, whatever path inside the clone was
+/// given — never to the clone's root, which would widen what its tools reach. A clone without
+/// `sub` is `NotFound` (exit 3); a `sub` that leaves the clone through a symlink, or a stored
+/// root that is not inside its stored repository root (a hand-edited or hostile bundle), is a
+/// `Conflict` (exit 5). A Session on a repository root, or outside git, is bound where `seen` is.
+fn bound_root(
+    stored: &WorkspaceBinding,
+    seen: &Observed,
+    warnings: &mut Vec<String>,
+) -> Result<PathBuf> {
+    let (Some(stored_repo), Some(git)) = (&stored.repository_root, &seen.git) else {
+        return Ok(seen.root.clone());
+    };
+    let sub = stored.root.strip_prefix(stored_repo).map_err(|_| {
+        Error::conflict(format!(
+            "the Session's workspace {} is not inside its repository root {}; refusing to bind it \
+             anywhere",
+            stored.root.display(),
+            stored_repo.display()
+        ))
+    })?;
+    if sub.as_os_str().is_empty() {
+        return Ok(seen.root.clone());
+    }
+    if !sub
+        .components()
+        .all(|c| matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(Error::conflict(format!(
+            "the Session's subdirectory `{}` of its repository is not a plain relative path",
+            sub.display()
+        )));
+    }
+    let wanted = git.repository_root.join(sub);
+    let canonical = match wanted.canonicalize() {
+        Ok(c) if c.is_dir() => c,
+        _ => {
+            return Err(Error::not_found(format!(
+                "the Session works in `{}` of its repository, and {} does not exist (or is not \
+                 a directory) in {}",
+                sub.display(),
+                wanted.display(),
+                git.repository_root.display()
+            ))
+            .with_hint(format!(
+                "check out a commit that has `{}`, or start a new Session for this workspace",
+                sub.display()
+            )));
+        }
+    };
+    if !canonical.starts_with(&git.repository_root) {
+        return Err(Error::conflict(format!(
+            "{} resolves to {}, outside the repository {}; refusing to bind the Session there",
+            wanted.display(),
+            canonical.display(),
+            git.repository_root.display()
+        )));
+    }
+    if canonical != seen.root {
+        warnings.push(format!(
+            "bound to {}: the Session works in `{}` of its repository (given {})",
+            canonical.display(),
+            sub.display(),
+            seen.root.display()
+        ));
+    }
+    Ok(canonical)
 }
 
 /// A workspace looked at once and compared with many stored bindings (`session list

@@ -256,3 +256,115 @@ fn a_fork_resumes_in_its_worktree() {
         .run("kxen-agent", &["session", "verify", &fork])
         .expect(0);
 }
+
+/// A Session created on `REPO/sub` and bound to a clone stays confined to `sub/` of the clone:
+/// after `--rebind-workspace CLONE` (and after `session import … --workspace CLONE`) its root is
+/// `CLONE/sub`, never the clone's root; a clone without `sub/` is refused.
+#[test]
+fn a_subdirectory_session_keeps_its_subdirectory_on_rebind_and_import() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("top.txt", "top\n"), ("sub/a.txt", "a\n")]);
+    let agent = fixer(&env);
+    let mut turns = vec![
+        call("call_1", "glob", json!({"pattern": "*"})),
+        answer("first"),
+    ];
+    turns.extend((0..4).map(|i| answer(&format!("again {i}"))));
+    let config = script_config(&env, &turns);
+    let run = run_new(&env, &repo.join("sub"), "look", &agent, &config, &[]);
+    run.expect(0);
+    let session = run
+        .jsonl()
+        .iter()
+        .find(|e| e["type"] == "sessionCreated")
+        .unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let clone = |name: &str| {
+        let dir = env.path().join(name);
+        git(
+            env.path(),
+            &["clone", "-q", repo.to_str().unwrap(), dir.to_str().unwrap()],
+        );
+        dir
+    };
+    let resume = |state: &Path, workspace: &Path| {
+        env.run(
+            "kxen-agent",
+            &[
+                "--state-dir",
+                state.to_str().unwrap(),
+                "--resume",
+                &session,
+                "--task",
+                "next",
+                "--config",
+                config.to_str().unwrap(),
+                "--workspace",
+                workspace.to_str().unwrap(),
+                "--rebind-workspace",
+            ],
+        )
+    };
+    let root_of = |state: &Path| -> String {
+        let path = state.join("sessions").join(&session).join("session.json");
+        let meta: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        meta["workspace"]["root"].as_str().unwrap().to_string()
+    };
+    let state_a = env.state_dir();
+
+    // Export before any rebind, for the import below.
+    let bundle = env.path().join("s.bundle");
+    env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "export",
+            &session,
+            "--output",
+            bundle.to_str().unwrap(),
+        ],
+    )
+    .expect(0);
+
+    // A clone without the subdirectory: refused (exit 3), nothing rebound.
+    let bare = clone("no-sub");
+    std::fs::remove_dir_all(bare.join("sub")).unwrap();
+    let run = resume(&state_a, &bare);
+    run.expect(3);
+    assert!(run.stderr.contains("sub"), "{}", run.stderr);
+    assert_eq!(
+        root_of(&state_a),
+        repo.join("sub").canonicalize().unwrap().to_str().unwrap()
+    );
+
+    // Rebinding onto the clone's root binds the clone's `sub/`.
+    let moved = clone("moved");
+    resume(&state_a, &moved).expect(0);
+    let want = moved.join("sub").canonicalize().unwrap();
+    assert_eq!(root_of(&state_a), want.to_str().unwrap());
+
+    // Importing onto another clone's root binds its `sub/` too.
+    let other = clone("other");
+    let state_b = env.path().join("state-b");
+    env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            state_b.to_str().unwrap(),
+            "session",
+            "import",
+            bundle.to_str().unwrap(),
+            "--workspace",
+            other.to_str().unwrap(),
+        ],
+    )
+    .expect(0);
+    let want = other.join("sub").canonicalize().unwrap();
+    assert_eq!(root_of(&state_b), want.to_str().unwrap());
+    // And its next run sees `sub/` only.
+    let run = resume(&state_b, &other);
+    run.expect(0);
+    assert_eq!(root_of(&state_b), want.to_str().unwrap());
+}
