@@ -344,6 +344,29 @@ impl ModelConfig {
         })
     }
 
+    /// Refuses (exit 4) a `passEnv` name that is an `api_key_env` of this config. Provider keys
+    /// reach only the model client; the policy cannot know a custom key name, so the check that
+    /// refuses `OPENAI_API_KEY` in `passEnv` is repeated here, where the names are known, rather
+    /// than letting the filter drop the variable silently.
+    pub fn check_pass_env(&self, pass_env: &[String]) -> Result<()> {
+        for (name, p) in &self.providers {
+            if let ProviderConfig::Openai(o) = p
+                && let Some(key) = &o.api_key_env
+                && let Some(listed) = pass_env.iter().find(|n| n.eq_ignore_ascii_case(key))
+            {
+                return Err(Error::invalid(format!(
+                    "passEnv names {listed}, the api_key_env of [providers.{name}] in {}: a \
+                     model-provider key reaches only the model client, never a tool",
+                    self.path.display()
+                ))
+                .with_hint(format!(
+                    "remove {listed} from --pass-env and from the policy's passEnv"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// A client for the provider serving `role`.
     pub fn provider_for(&self, role: &str) -> Result<Box<dyn Provider>> {
         let (name, p) = self.lookup(role)?;

@@ -57,6 +57,7 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
     let (binding, mut warnings) = git::capture(&req.workspace)?;
     let merged = policy::merge(&req.policy)?;
     let config = ModelConfig::load(req.config.as_deref())?;
+    config.check_pass_env(&merged.pass_env)?;
     let (definition, built): (AgentDefinition, bool) = match &req.agent {
         Some(path) => (agent::load_definition(path)?, false),
         None => {

@@ -96,6 +96,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
     }
     let role = &meta.lock.definition.spec.execution.model_role;
     let config = ModelConfig::load(req.config.as_deref())?;
+    config.check_pass_env(&merged.pass_env)?;
     let provider: Arc<dyn Provider> = Arc::from(config.provider_for(role)?);
     let provider_info = config
         .provider_info(role)

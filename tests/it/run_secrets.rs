@@ -229,3 +229,34 @@ fn a_base_url_with_user_info_is_not_stored_on_failure() {
         assert!(!bundle.contains(needle), "{needle} in the bundle");
     }
 }
+
+/// A custom `api_key_env` named in `--pass-env` is refused like `OPENAI_API_KEY` is (exit 4),
+/// not silently dropped; no Session is created.
+#[test]
+fn pass_env_naming_a_custom_api_key_env_is_refused() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let config = env.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[providers.hosted]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+         model = \"m\"\napi_key_env = \"KXEN_BRIDGE_LLM\"\n[roles]\nexecution = \"hosted\"\n",
+    )
+    .unwrap();
+    let agent = fixer(&env);
+    let run = run_new(
+        &env,
+        &repo,
+        "hi",
+        &agent,
+        &config,
+        &["--pass-env", "KXEN_BRIDGE_LLM"],
+    );
+    run.expect(4);
+    assert!(run.stderr.contains("KXEN_BRIDGE_LLM"), "{}", run.stderr);
+    assert!(run.stderr.contains("[providers.hosted]"), "{}", run.stderr);
+    assert!(
+        !env.state_dir().join("sessions").exists()
+            || files_under(&env.state_dir().join("sessions")).is_empty()
+    );
+}
