@@ -1,6 +1,8 @@
-//! The one redaction step for text that leaves the runtime: error messages and hints, provider
-//! failure excerpts (a `command` provider's stderr, an HTTP error body), and every line written
-//! to stdout or stderr.
+//! The one redaction step for text that the runtime keeps or shows: tool outputs (before they
+//! are capped), the model's text and tool-call arguments, the task, every message and journal
+//! record before it is durable, run results, error messages and hints, provider failure excerpts
+//! (a `command` provider's stderr, an HTTP error body), and every line written to stdout or
+//! stderr.
 //!
 //! It replaces with [`MARK`]:
 //! - the exact value of every model-provider key variable (the well-known names, and every
@@ -28,6 +30,14 @@ pub const MIN_SECRET_LEN: usize = 8;
 /// `text` with every secret (module docs) replaced by [`MARK`].
 pub fn redact(text: &str) -> String {
     redact_with(text, &secret_values(crate::own_env::vars()))
+}
+
+/// Redacts `text` in place (no copy when it holds nothing to redact).
+pub fn redact_in_place(text: &mut String) {
+    let clean = redact(text);
+    if clean != *text {
+        *text = clean;
+    }
 }
 
 /// [`redact`] with the secret values given.
@@ -59,6 +69,36 @@ fn secret_values(vars: Vec<(OsString, OsString)>) -> Vec<String> {
     out.sort_by_key(|s| std::cmp::Reverse(s.len()));
     out.dedup();
     out
+}
+
+/// Redacts every string (and object key) inside `value` in place, iteratively: tool-call
+/// arguments come from the model and may nest deeper than a recursion would survive.
+pub fn redact_json(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    let secrets = secret_values(crate::own_env::vars());
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) => {
+                let clean = redact_with(s, &secrets);
+                if clean != *s {
+                    *s = clean;
+                }
+            }
+            Value::Array(items) => stack.extend(items.iter_mut()),
+            Value::Object(map) => {
+                if map.keys().any(|k| redact_with(k, &secrets) != *k) {
+                    // Rebuilt in order: a key holding a secret keeps its place.
+                    *map = std::mem::take(map)
+                        .into_iter()
+                        .map(|(k, inner)| (redact_with(&k, &secrets), inner))
+                        .collect();
+                }
+                stack.extend(map.values_mut());
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Characters that end the token a user info belongs to.
@@ -133,6 +173,20 @@ mod tests {
                 "hunter2hunter2",
                 "sk-abcd"
             ]
+        );
+    }
+
+    #[test]
+    fn json_strings_and_keys_are_redacted_in_place_keeping_order() {
+        let mut v = serde_json::json!({
+            "a": "https://u:p@host/x",
+            "https://k:v@h": [1, {"z": "mail a@b.c"}],
+            "b": 2
+        });
+        redact_json(&mut v);
+        assert_eq!(
+            serde_json::to_string(&v).unwrap(),
+            r#"{"a":"https://[redacted]@host/x","https://[redacted]@h":[1,{"z":"mail a@b.c"}],"b":2}"#
         );
     }
 

@@ -239,7 +239,9 @@ impl Journal {
 
     /// Makes `record` durable, then applies it to the live state. An illegal transition is
     /// refused before anything is written.
-    pub fn record(&mut self, record: JournalRecord) -> Result<()> {
+    pub fn record(&mut self, mut record: JournalRecord) -> Result<()> {
+        // The one step every record passes before it is durable: no credential in the file.
+        record.redact();
         self.check(&record)?;
         self.writer.append(&record)?;
         self.table

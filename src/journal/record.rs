@@ -63,6 +63,21 @@ pub enum JournalRecord {
 }
 
 impl JournalRecord {
+    /// Replaces every credential in the texts the record carries ([`crate::redact`]): run by
+    /// [`crate::journal::Journal::record`] before the record is durable. The runtime redacts
+    /// arguments and outputs at their source already, so the Session's copies agree; this is
+    /// the last step before the file. Idempotent.
+    pub fn redact(&mut self) {
+        match self {
+            JournalRecord::Started { arguments, .. } => crate::redact::redact_json(arguments),
+            JournalRecord::OutcomeKnown { output, .. } | JournalRecord::Resolved { output, .. } => {
+                crate::redact::redact_in_place(&mut output.text)
+            }
+            JournalRecord::OutcomeUnknown { reason, .. } => crate::redact::redact_in_place(reason),
+            JournalRecord::Settled { .. } => {}
+        }
+    }
+
     /// The operation this record belongs to.
     pub fn op_id(&self) -> &str {
         match self {

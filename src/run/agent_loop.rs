@@ -224,10 +224,13 @@ impl Loop<'_, '_> {
                 Err(Stop::Canceled) => return self.cancel(run, sink),
             };
             self.turns += 1;
-            response
-                .tool_calls
-                .iter_mut()
-                .for_each(ToolCall::bound_arguments);
+            // Credentials go before anything else sees the response (events, the Session, the
+            // journal, the tools) and before the arguments are bounded.
+            crate::redact::redact_in_place(&mut response.text);
+            for call in &mut response.tool_calls {
+                crate::redact::redact_json(&mut call.arguments);
+                call.bound_arguments();
+            }
             let usage = response.usage.map(|u| UsageRecord {
                 input_tokens: u.input_tokens,
                 output_tokens: u.output_tokens,
@@ -291,7 +294,9 @@ impl Loop<'_, '_> {
     }
 
     /// Appends `message` to the Session durably, then to the model's history.
-    fn append(&mut self, message: Message) -> Result<()> {
+    fn append(&mut self, mut message: Message) -> Result<()> {
+        // Redacted here too, so the model's history is what the Session holds.
+        message.redact();
         self.messages.append(message.clone())?;
         self.conv.push(message);
         Ok(())
@@ -770,9 +775,14 @@ impl Loop<'_, '_> {
     fn end(
         &mut self,
         run: &mut RunState,
-        result: RunResult,
+        mut result: RunResult,
         sink: &mut dyn EventSink,
     ) -> Result<Ending> {
+        // The final message, run.json and the event all get the redacted text, so they agree.
+        crate::redact::redact_in_place(&mut result.final_text);
+        if let Some(error) = &mut result.error {
+            crate::redact::redact_in_place(&mut error.message);
+        }
         settle::close_attempt(run, crate::clock::duration_millis(self.started.elapsed()));
         settle::settle(run, &self.run_paths, &mut self.messages, result.clone())?;
         sink.emit(finished_event(self.ex.session_id, &run.id, &result));

@@ -96,7 +96,9 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
 
     let session_id = ids::new_id(IdKind::Session);
     let run_id = ids::new_id(IdKind::Run);
-    let task = Message::new(&run_id, Role::User, req.task.clone());
+    let mut task = Message::new(&run_id, Role::User, req.task.clone());
+    // run.json takes its task from this message: both hold the redacted text.
+    task.redact();
     let new = NewSession {
         meta: SessionMeta {
             format_version: meta::FORMAT_VERSION,

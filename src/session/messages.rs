@@ -82,6 +82,16 @@ pub struct Message {
 }
 
 impl Message {
+    /// Replaces every credential in the text and the call arguments ([`crate::redact`]); run
+    /// on every message before it is written ([`MessageLog::append`]), and by a caller that
+    /// keeps its own copy, so the copy and the Session agree. Idempotent.
+    pub fn redact(&mut self) {
+        crate::redact::redact_in_place(&mut self.content);
+        for call in &mut self.tool_calls {
+            crate::redact::redact_json(&mut call.arguments);
+        }
+    }
+
     /// A message with only the common fields set.
     pub fn new(run_id: &str, role: Role, content: impl Into<String>) -> Message {
         Message {
@@ -189,7 +199,9 @@ impl MessageLog {
 
     /// Appends `message` durably. Refuses an id already present (callers that may repeat a step
     /// check [`MessageLog::contains`] first).
-    pub fn append(&mut self, message: Message) -> Result<()> {
+    pub fn append(&mut self, mut message: Message) -> Result<()> {
+        // The one step every message passes before it is durable: no credential in the file.
+        message.redact();
         if self.ids.contains(&message.id) {
             return Err(Error::conflict(format!(
                 "message {} is already in {}",

@@ -134,7 +134,7 @@ impl Admitted<'_> {
     pub fn execute(&self, ctx: &ToolContext) -> ToolOutput {
         let name = self.name();
         let run = || match paths::Workspace::new(ctx.workspace_root) {
-            Ok(ws) => cap(self.run(&ws, ctx), ctx.blobs),
+            Ok(ws) => cap(redacted(self.run(&ws, ctx)), ctx.blobs),
             Err(e) => ToolOutput::error(e),
         };
         catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|_| {
@@ -144,6 +144,14 @@ impl Admitted<'_> {
             ))
         })
     }
+}
+
+/// `out` with every credential in its text replaced ([`crate::redact`]) — before [`cap`], so a
+/// secret straddling the cut goes whole and the blob holds none either; the model, the journal
+/// and the Session all get this text.
+fn redacted(mut out: ToolOutput) -> ToolOutput {
+    crate::redact::redact_in_place(&mut out.text);
+    out
 }
 
 /// Keeps `out.text` within [`MAX_TEXT`]: the full text goes to a blob and the model gets the

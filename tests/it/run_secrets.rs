@@ -260,3 +260,65 @@ fn pass_env_naming_a_custom_api_key_env_is_refused() {
             || files_under(&env.state_dir().join("sessions")).is_empty()
     );
 }
+
+/// A tool output and the model's own text that hold a credential's value: the model sees
+/// `[redacted]`, and no file of the state dir nor an exported bundle holds the value, while
+/// the Session still verifies (the Session and the journal hold the same redacted text).
+#[test]
+fn a_credential_in_tool_output_and_model_text_never_reaches_state_or_a_bundle() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    // Written after the commit: a file the agent finds in its workspace, as a leaked .env.
+    std::fs::write(
+        repo.join("dot-env"),
+        format!("OPENAI_API_KEY={OPENAI_CANARY}\n"),
+    )
+    .unwrap();
+    let turns = [
+        call("c1", "exec", json!({"command": "cat dot-env"})),
+        call("c2", "read", json!({"path": "dot-env"})),
+        call(
+            "c3",
+            "exec",
+            json!({"command": format!("echo {OPENAI_CANARY} > echoed.txt")}),
+        ),
+        answer(&format!("the key is {OPENAI_CANARY}")),
+    ];
+    let config = script_config(&env, &turns);
+    let agent = fixer(&env);
+    let out = env
+        .cmd("kxen-agent")
+        .env("OPENAI_API_KEY", OPENAI_CANARY)
+        .args(["run", "--workspace", repo.to_str().unwrap()])
+        .args(["--task", &format!("find {OPENAI_CANARY}")])
+        .args(["--agent", agent.to_str().unwrap()])
+        .args(["--config", config.to_str().unwrap(), "--allow-shell"])
+        .output()
+        .unwrap();
+    let run = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    run.expect(0);
+    let session = session_id(&run);
+    let bundle = export(&env, &session);
+    assert_nowhere(&env, &run, OPENAI_CANARY);
+    assert!(!bundle.contains(OPENAI_CANARY), "the key is in the bundle");
+    // What the model was given (the tool messages) and what it said carry the mark instead.
+    let messages: String = files_under(&env.state_dir())
+        .into_iter()
+        .filter(|f| f.ends_with("messages.jsonl"))
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
+    assert!(
+        messages.contains("OPENAI_API_KEY=[redacted]"),
+        "the tool outputs: {messages}"
+    );
+    assert!(messages.contains("the key is [redacted]"), "{messages}");
+    // The arguments the tool ran with were redacted too.
+    let echoed = std::fs::read_to_string(repo.join("echoed.txt")).unwrap();
+    assert_eq!(echoed, "[redacted]\n");
+    env.run("kxen-agent", &["session", "verify", &session])
+        .expect(0);
+}
