@@ -168,6 +168,8 @@ fn run_agent(root: &Path, repo: &Path, calls: usize, policy: Option<&Path>, roun
         paths: &paths,
         definition: &prepared.lock.definition,
         capabilities: &prepared.lock.capabilities,
+        mcp_tools: &[],
+        mcp: None,
         pass_env: &prepared.merged.pass_env,
         fence: prepared.merged.fence(),
         workspace_root: &prepared.binding.root,
@@ -237,6 +239,7 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
                 op_id: &op_id,
             },
             fence,
+            mcp: None,
         };
         let call = kxen::tools::REGISTRY
             .admit("exec", &args, &capabilities)

@@ -222,6 +222,8 @@ fn child_resume(root: &Path) -> f64 {
         paths: &resumed.paths,
         definition: &resumed.meta.lock.definition,
         capabilities: &resumed.meta.lock.capabilities,
+        mcp_tools: &[],
+        mcp: None,
         pass_env: &resumed.merged.pass_env,
         fence: resumed.merged.fence(),
         workspace_root: &resumed.meta.workspace.root,

@@ -109,6 +109,8 @@ fn run_agent(root: &Path, calls: usize) -> (f64, usize, usize) {
         paths: &paths,
         definition: &prepared.lock.definition,
         capabilities: &prepared.lock.capabilities,
+        mcp_tools: &[],
+        mcp: None,
         pass_env: &prepared.merged.pass_env,
         fence: prepared.merged.fence(),
         workspace_root: &prepared.binding.root,

@@ -17,6 +17,7 @@ pub mod git;
 pub mod hash;
 pub mod ids;
 pub mod journal;
+pub mod mcp;
 mod own_env;
 pub mod policy;
 mod process;

@@ -29,6 +29,13 @@ pub struct DcpAgentLock {
     pub policy_hash: String,
     /// RFC 3339 UTC.
     pub created_at: String,
+    /// Every MCP tool granted (from the `mcp__…` capabilities), with its input schema: the only
+    /// MCP tools the model is offered. Absent in locks without MCP.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_tools: Vec<crate::mcp::LockedTool>,
+    /// `entryHash` of each `[mcp.servers.NAME]` a granted tool comes from.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub mcp_servers: std::collections::BTreeMap<String, String>,
 }
 
 impl DcpAgentLock {
@@ -87,6 +94,8 @@ impl DcpAgentLock {
             policy: merged.clone(),
             policy_hash: merged.policy_hash(),
             created_at: crate::clock::now_rfc3339(),
+            mcp_tools: Vec::new(),
+            mcp_servers: std::collections::BTreeMap::new(),
         })
     }
 
@@ -145,13 +154,59 @@ impl DcpAgentLock {
                 .iter()
                 .filter(|c| self.policy.refusal(c).is_none()),
         ) {
-            if !self.capabilities.contains(c) {
+            // An optional MCP capability is dropped when its server lacks it (see mcp::grant).
+            if !self.capabilities.contains(c) && !c.starts_with(crate::mcp::PREFIX) {
                 return Err(corrupt(format!(
                     "capability `{c}` is missing from the effective set"
                 )));
             }
         }
+        for t in &self.mcp_tools {
+            if t.name != crate::mcp::capability(&t.server, &t.tool) {
+                return Err(corrupt(format!(
+                    "MCP tool `{}` does not name its server and tool",
+                    t.name
+                )));
+            }
+            if crate::mcp::schema_hash(&t.input_schema) != t.schema_hash {
+                return Err(corrupt(format!(
+                    "MCP tool `{}`: its schemaHash does not match its schema",
+                    t.name
+                )));
+            }
+            if !self.mcp_servers.contains_key(&t.server) {
+                return Err(corrupt(format!(
+                    "MCP tool `{}`: server `{}` is not locked",
+                    t.name, t.server
+                )));
+            }
+            if !self
+                .capabilities
+                .iter()
+                .any(|c| crate::mcp::pattern_covers(c, &t.name))
+            {
+                return Err(corrupt(format!(
+                    "MCP tool `{}` is not covered by a locked capability",
+                    t.name
+                )));
+            }
+        }
         Ok(())
+    }
+
+    /// The names of the tools the model is offered: the non-MCP capabilities and the granted
+    /// MCP tools, sorted.
+    pub fn tool_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .capabilities
+            .iter()
+            .filter(|c| !c.starts_with(crate::mcp::PREFIX))
+            .cloned()
+            .chain(self.mcp_tools.iter().map(|t| t.name.clone()))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// Refuses (exit 6) unless `now`, the policy of the current command line, is the locked one,
@@ -260,9 +315,13 @@ mod tests {
             "{}",
             err.message
         );
-        assert!(err.message.contains("`mcp__gh__x`"), "{}", err.message);
-        // No MCP tool exists, so --allow-mcp would not help: no hint suggests it.
-        assert!(!err.hints.iter().any(|h| h.contains("--allow-mcp")));
+        assert!(
+            err.message.contains("`mcp__gh__x` (MCP is off"),
+            "{}",
+            err.message
+        );
+        // MCP tools exist (through servers of the runtime config): the hint names the flag.
+        assert!(err.hints.iter().any(|h| h.contains("--allow-mcp")));
         // Denied by the policy file: --allow-shell would not help either.
         let def = definition("  capabilities:\n    required: [read, exec]\n");
         let err = DcpAgentLock::build(&def, &policy(r#"{"deniedCapabilities": ["exec"]}"#, false))

@@ -142,7 +142,7 @@ pub fn capability_name_error(v: &str) -> Option<String> {
             "{v:?} is not a valid capability name: no whitespace or control characters"
         ))
     } else {
-        None
+        crate::mcp::capability_error(v)
     }
 }
 

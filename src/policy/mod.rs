@@ -107,11 +107,16 @@ impl MergedPolicy {
                 implemented.join(", ")
             ));
         };
-        if self.denied_capabilities.iter().any(|d| d == capability) {
+        // `mcp__…*` entries are patterns (a server's family, or every MCP tool).
+        let listed = |list: &[String]| {
+            list.iter()
+                .any(|p| crate::mcp::pattern_covers(p, capability))
+        };
+        if listed(&self.denied_capabilities) {
             return Some("the policy's deniedCapabilities lists it".into());
         }
         if let Some(allowed) = &self.allowed_capabilities
-            && !allowed.iter().any(|a| a == capability)
+            && !listed(allowed)
         {
             return Some("the policy's allowedCapabilities does not list it".into());
         }

@@ -180,7 +180,31 @@ fn permitted_catalog_rules() {
     assert!(
         p.refusal("mcp__github__search")
             .unwrap()
-            .contains("no tool")
+            .contains("allowedCapabilities")
+    );
+    // MCP capabilities: gated by allowMcp; `mcp__…*` entries of the lists are patterns.
+    assert!(
+        policy("{}")
+            .refusal("mcp__gh__search")
+            .unwrap()
+            .contains("--allow-mcp")
+    );
+    let p = policy(r#"{"allowMcp": true, "deniedCapabilities": ["mcp__gh__delete_repo"]}"#);
+    assert_eq!(p.refusal("mcp__gh__search"), None);
+    assert_eq!(p.refusal("mcp__gh__*"), None);
+    assert!(
+        p.refusal("mcp__gh__delete_repo")
+            .unwrap()
+            .contains("deniedCapabilities")
+    );
+    let p = policy(r#"{"allowMcp": true, "allowedCapabilities": ["mcp__gh__*"]}"#);
+    assert_eq!(p.refusal("mcp__gh__search"), None);
+    assert!(p.refusal("mcp__web__get").is_some());
+    // A family has no fixed names: the Builder is never offered MCP tools.
+    assert!(
+        permitted_catalog(&policy(r#"{"allowMcp": true}"#))
+            .iter()
+            .all(|c| !c.starts_with("mcp__"))
     );
     // Without allowShell, exec and task are refused with the flag to use.
     let p = policy("{}");

@@ -57,6 +57,8 @@ pub struct ModelConfig {
     exists: bool,
     providers: BTreeMap<String, ProviderConfig>,
     roles: BTreeMap<String, String>,
+    /// `[mcp.servers.NAME]`, with relative `cwd`s resolved against the file's directory.
+    mcp_servers: BTreeMap<String, crate::mcp::ServerConfig>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -66,6 +68,8 @@ struct ConfigFile {
     providers: BTreeMap<String, ProviderConfig>,
     #[serde(default)]
     roles: BTreeMap<String, String>,
+    #[serde(default)]
+    mcp: crate::mcp::McpSection,
 }
 
 /// One `[providers.NAME]` table.
@@ -160,6 +164,7 @@ impl ModelConfig {
                     exists: false,
                     providers: BTreeMap::new(),
                     roles: BTreeMap::new(),
+                    mcp_servers: BTreeMap::new(),
                 });
             }
             Err(e) => {
@@ -201,6 +206,14 @@ impl ModelConfig {
             exists: true,
             providers: file.providers,
             roles: file.roles,
+            mcp_servers: {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                file.mcp
+                    .servers
+                    .into_iter()
+                    .map(|(name, entry)| (name, entry.resolved(dir)))
+                    .collect()
+            },
         };
         config.validate()?;
         for p in config.providers.values() {
@@ -265,6 +278,9 @@ impl ModelConfig {
                 return Err(self.invalid(format!("{at} timeout_ms must be at least 1")));
             }
         }
+        for (name, entry) in &self.mcp_servers {
+            crate::mcp::config::check(name, entry).map_err(|why| self.invalid(why))?;
+        }
         for (role, provider) in &self.roles {
             if !self.providers.contains_key(provider) {
                 return Err(self.invalid(format!(
@@ -289,6 +305,11 @@ impl ModelConfig {
                 .collect::<Vec<_>>()
                 .join(", ")
         }
+    }
+
+    /// The `[mcp.servers.NAME]` tables.
+    pub fn mcp_servers(&self) -> &BTreeMap<String, crate::mcp::ServerConfig> {
+        &self.mcp_servers
     }
 
     /// The config file's path (it may not exist when it is the default location).

@@ -49,8 +49,13 @@ pub struct Execution<'a> {
     pub paths: &'a SessionPaths,
     /// The locked (tightened) definition.
     pub definition: &'a AgentDefinition,
-    /// The lock's effective capability set.
+    /// The tools the model may call: the lock's non-MCP capabilities and its MCP tools
+    /// ([`crate::agent::DcpAgentLock::tool_names`]).
     pub capabilities: &'a [String],
+    /// The lock's MCP tools (their schemas are what the model is offered).
+    pub mcp_tools: &'a [crate::mcp::LockedTool],
+    /// The servers of those tools (`None` when there are none).
+    pub mcp: Option<&'a crate::mcp::Servers>,
     /// Sensitive environment variables tool subprocesses may see (merged policy).
     pub pass_env: &'a [String],
     /// The fence around `exec` children (merged policy).
@@ -126,7 +131,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
     }
     let crashed_marks = close_crashed_attempts(&mut run, &conv);
     let attempt_mark = orphans::new_attempt_mark();
-    let schemas = tools::schemas(ex.capabilities);
+    let schemas = tools::REGISTRY.schemas(ex.capabilities, ex.mcp_tools);
     let mut lp = Loop {
         ex,
         run_paths,
@@ -516,6 +521,7 @@ impl Loop<'_, '_> {
                     op_id: &op_id,
                 },
                 fence: self.ex.fence,
+                mcp: self.ex.mcp,
             };
             admitted.execute(&ctx)
         };

@@ -46,6 +46,10 @@ pub struct Prepared {
     pub warnings: Vec<String>,
     /// The definition came from the Builder.
     pub built: bool,
+    /// The runtime config's MCP servers, kept for [`grant_mcp`].
+    pub mcp_configs: std::collections::BTreeMap<String, crate::mcp::ServerConfig>,
+    /// The MCP servers of the granted tools, running (set by [`grant_mcp`]).
+    pub mcp: Option<crate::mcp::Servers>,
 }
 
 /// Checks everything and builds the Session in memory. Writes nothing.
@@ -125,7 +129,34 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
         provider_info,
         warnings,
         built,
+        mcp_configs: config.mcp_servers().clone(),
+        mcp: None,
     })
+}
+
+/// Starts the MCP servers the lock's `mcp__…` capabilities name and grants their tools (see
+/// [`crate::mcp::grant`]); still writes nothing. `state` gives the servers' HOME (the tool
+/// home; it is not created here).
+pub fn grant_mcp(prepared: &mut Prepared, state: &StateDir) -> Result<()> {
+    if !prepared
+        .lock
+        .capabilities
+        .iter()
+        .any(|c| c.starts_with(crate::mcp::PREFIX))
+    {
+        return Ok(());
+    }
+    let servers = crate::mcp::Servers::new(
+        prepared.mcp_configs.clone(),
+        &prepared.merged.pass_env,
+        state.tool_home(),
+        prepared.binding.root.clone(),
+    );
+    let warnings = crate::mcp::grant(&mut prepared.lock, &servers)?;
+    prepared.warnings.extend(warnings);
+    prepared.new.meta.lock = prepared.lock.clone();
+    prepared.mcp = Some(servers);
+    Ok(())
 }
 
 /// Writes the prepared Session (all or nothing) and returns its held lease and the

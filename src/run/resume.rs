@@ -47,6 +47,8 @@ pub struct Resumed {
     /// The run was created by this resume (from `--task`).
     pub new_run: bool,
     pub warnings: Vec<String>,
+    /// The servers of the locked MCP tools, running and checked against the lock.
+    pub mcp: Option<crate::mcp::Servers>,
 }
 
 /// Checks the Session under its lease and picks (or creates) the run to execute.
@@ -102,6 +104,18 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
         .provider_info(role)
         .ok()
         .and_then(|info| serde_json::to_value(info).ok());
+    let mcp = if meta.lock.mcp_servers.is_empty() {
+        None
+    } else {
+        let servers = crate::mcp::Servers::new(
+            config.mcp_servers().clone(),
+            &merged.pass_env,
+            state.tool_home(),
+            meta.workspace.root.clone(),
+        );
+        crate::mcp::check_drift(&meta.lock, &servers)?;
+        Some(servers)
+    };
     let (run_id, new_run) = pick_run(&paths, &meta, req.task.as_deref())?;
     Ok(Resumed {
         lease,
@@ -113,6 +127,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
         run_id,
         new_run,
         warnings: verified.warnings,
+        mcp,
     })
 }
 

@@ -71,6 +71,8 @@ pub struct ToolContext<'a> {
     pub mark: OperationMark<'a>,
     /// The fence around every `exec` child (the locked policy's `sandbox` and `allowNetwork`).
     pub fence: crate::sandbox::FencePolicy,
+    /// The execution's MCP servers (`None`: no MCP tool is locked).
+    pub mcp: Option<&'a crate::mcp::Servers>,
 }
 
 /// The Session, run, attempt and operation a tool call belongs to.
@@ -126,7 +128,7 @@ impl ToolOutput {
 
 /// The schemas of the tools whose capability is in `capabilities`, in catalog order.
 pub fn schemas(capabilities: &[String]) -> Vec<ToolSchema> {
-    REGISTRY.schemas(capabilities)
+    REGISTRY.schemas(capabilities, &[])
 }
 
 impl Admitted<'_> {
@@ -286,6 +288,7 @@ pub(crate) mod testutil {
                     op_id: &self.op_id,
                 },
                 fence: self.fence,
+                mcp: None,
             }
         }
 

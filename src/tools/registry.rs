@@ -75,8 +75,34 @@ pub static REGISTRY: Registry = Registry {
             gate: Some(Gate::Shell),
             executor: &Typed::<exec::ExecArgs>(exec::run),
         },
+        Entry {
+            name: ToolName::Pattern("mcp__*"),
+            description: "A tool of an MCP server (its description and schema come from the \
+                server and are fixed by the Session's lock).",
+            effect: SideEffect::External,
+            gate: Some(Gate::Mcp),
+            executor: &McpCall,
+        },
     ],
 };
+
+/// Sends the call to its MCP server ([`crate::mcp::Servers::call`]).
+struct McpCall;
+
+impl Executor for McpCall {
+    fn parameters(&self) -> Value {
+        serde_json::json!({"type": "object"})
+    }
+
+    fn run(&self, name: &str, _ws: &Workspace, arguments: &Value, ctx: &ToolContext) -> ToolOutput {
+        match ctx.mcp {
+            Some(servers) => servers.call(name, arguments, ctx.cancel),
+            None => ToolOutput::error(format!(
+                "`{name}` cannot run: this execution has no MCP servers; the call was not run"
+            )),
+        }
+    }
+}
 
 /// The list of tools: see the module doc.
 pub struct Registry {
@@ -183,8 +209,13 @@ impl Registry {
     }
 
     /// The schemas of the tools whose capability is in `capabilities`, in catalog order. A
-    /// pattern entry is offered once for each capability of its family.
-    pub fn schemas(&self, capabilities: &[String]) -> Vec<ToolSchema> {
+    /// pattern entry is offered once for each capability of its family that `mcp` (the lock's
+    /// MCP tools) describes, with the server's description and schema.
+    pub fn schemas(
+        &self,
+        capabilities: &[String],
+        mcp: &[crate::mcp::LockedTool],
+    ) -> Vec<ToolSchema> {
         let mut out = Vec::new();
         for entry in self.entries {
             let names: Vec<&str> = match entry.name {
@@ -205,6 +236,21 @@ impl Registry {
                 }
             };
             if names.is_empty() {
+                continue;
+            }
+            if let ToolName::Pattern(_) = entry.name {
+                out.extend(names.into_iter().filter_map(|name| {
+                    let tool = mcp.iter().find(|t| t.name == name)?;
+                    Some(ToolSchema {
+                        name: name.to_string(),
+                        description: if tool.description.is_empty() {
+                            format!("Tool `{}` of MCP server `{}`.", tool.tool, tool.server)
+                        } else {
+                            tool.description.clone()
+                        },
+                        parameters: tool.input_schema.clone(),
+                    })
+                }));
                 continue;
             }
             let parameters = entry.parameters();
@@ -343,9 +389,14 @@ mod tests {
             seen.push(name);
             assert!(!entry.description().is_empty(), "{name}");
             assert_eq!(entry.parameters()["type"], "object", "{name}");
-            assert_eq!(entry.parameters()["additionalProperties"], false, "{name}");
+            if let ToolName::Exact(_) = entry.name() {
+                assert_eq!(entry.parameters()["additionalProperties"], false, "{name}");
+            }
         }
-        assert_eq!(seen, ["read", "glob", "grep", "write", "edit", "exec"]);
+        assert_eq!(
+            seen,
+            ["read", "glob", "grep", "write", "edit", "exec", "mcp__*"]
+        );
     }
 
     #[test]
@@ -362,7 +413,9 @@ mod tests {
         assert_eq!(entry("exec").effect(), SideEffect::External);
         assert_eq!(entry("exec").gate(), Some(Gate::Shell));
         assert!(!REGISTRY.implements("lsp"));
-        assert!(!REGISTRY.implements("mcp__github__search"));
+        assert_eq!(entry("mcp__github__search").effect(), SideEffect::External);
+        assert_eq!(entry("mcp__github__search").gate(), Some(Gate::Mcp));
+        assert!(!REGISTRY.implements("mcp__"));
     }
 
     /// The words the model reads for a refused call (they were the run loop's own before the
@@ -399,7 +452,7 @@ mod tests {
             MergedPolicy::default().refusal("lsp").as_deref(),
             Some(
                 "this runtime has no tool for it (it implements read, glob, grep, write, edit, \
-                 exec)"
+                 exec, mcp__*)"
             )
         );
     }
@@ -442,12 +495,26 @@ mod tests {
             "mcp__web__get",
             "read",
         ]);
-        let offered: Vec<String> = FAMILY
-            .schemas(&session)
-            .into_iter()
-            .map(|s| s.name)
-            .collect();
-        assert_eq!(offered, ["mcp__docs__fetch", "mcp__docs__search"]);
+        let locked = |tool: &str| crate::mcp::LockedTool {
+            name: crate::mcp::capability("docs", tool),
+            server: "docs".into(),
+            tool: tool.into(),
+            description: String::new(),
+            input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+            schema_hash: String::new(),
+        };
+        let mcp = [locked("fetch"), locked("search")];
+        let offered = FAMILY.schemas(&session, &mcp);
+        let names: Vec<&str> = offered.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["mcp__docs__fetch", "mcp__docs__search"]);
+        assert_eq!(
+            offered[1].parameters, mcp[1].input_schema,
+            "the server's schema"
+        );
+        assert_eq!(
+            offered[1].description,
+            "Tool `search` of MCP server `docs`."
+        );
         let args = json!({"path": "x"});
         let admitted = FAMILY.admit("mcp__docs__search", &args, &session).unwrap();
         assert_eq!(admitted.name(), "mcp__docs__search");

@@ -15,6 +15,7 @@ mod env;
 mod fence;
 mod init;
 mod lineage;
+mod mcp;
 mod policy_check;
 mod run_bad_input;
 mod run_canary;

@@ -83,7 +83,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i
         config: args.config,
     };
     // Everything is checked before anything is written.
-    let prepared = create::prepare(&request)?;
+    let mut prepared = create::prepare(&request)?;
     if state.is_within(&prepared.binding.root) {
         // Fail closed: the agent's own tools could read and edit its journal and messages.
         return Err(Error::usage(format!(
@@ -96,6 +96,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i
             "keep the state dir outside the workspace (--state-dir PATH or KXEN_AGENT_STATE_DIR)",
         ));
     }
+    create::grant_mcp(&mut prepared, &state)?;
     let mut renderer = Renderer::new(format);
     for warning in &prepared.warnings {
         renderer.emit(Event::Warning {
@@ -108,12 +109,15 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i
     let run_id = prepared.new.run.id.clone();
     let paths = state.session(&session_id);
     let cancel = signals::cancel_flag();
+    let tool_names = prepared.lock.tool_names();
     let execution = Execution {
         state: &state,
         session_id: &session_id,
         paths: &paths,
         definition: &prepared.lock.definition,
-        capabilities: &prepared.lock.capabilities,
+        capabilities: &tool_names,
+        mcp_tools: &prepared.lock.mcp_tools,
+        mcp: prepared.mcp.as_ref(),
         pass_env: &prepared.merged.pass_env,
         fence: prepared.merged.fence(),
         workspace_root: &prepared.binding.root,
@@ -170,12 +174,15 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i3
         new_run: resumed.new_run,
     });
     let cancel = signals::cancel_flag();
+    let tool_names = resumed.meta.lock.tool_names();
     let execution = Execution {
         state: &state,
         session_id: &resumed.meta.id,
         paths: &resumed.paths,
         definition: &resumed.meta.lock.definition,
-        capabilities: &resumed.meta.lock.capabilities,
+        capabilities: &tool_names,
+        mcp_tools: &resumed.meta.lock.mcp_tools,
+        mcp: resumed.mcp.as_ref(),
         pass_env: &resumed.merged.pass_env,
         fence: resumed.merged.fence(),
         workspace_root: &resumed.meta.workspace.root,

@@ -1,0 +1,424 @@
+//! A blocking MCP client over stdio: newline-delimited JSON-RPC 2.0 to a child process.
+//!
+//! Why not the official Rust SDK (`rmcp`): it is async (tokio), and the rest of the runtime is
+//! blocking and single-threaded on purpose (a tool call runs on the thread that spawned its
+//! process, so `PR_SET_PDEATHSIG` kills it with us). The stdio transport is small — one line
+//! per message, four methods (`initialize`, `notifications/initialized`, `tools/list`,
+//! `tools/call`) and `notifications/cancelled` — and a hand-written client keeps every
+//! failure mapped to our error kinds and the journal's outcome classes. Tested against the
+//! official Python SDK's server (fixtures/mcp/).
+//!
+//! The server runs as the leader of its own process group; [`Client`]'s drop SIGKILLs the
+//! group, so no server outlives its runtime (nor, through `PR_SET_PDEATHSIG`, a SIGKILLed one).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::process;
+
+/// The protocol version we ask for; a server may answer with another one we also speak.
+pub const PROTOCOL_VERSION: &str = "2025-06-18";
+/// Versions whose stdio transport and tool methods are what this client implements.
+pub const SUPPORTED_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];
+/// After a `notifications/cancelled`, how long the server gets to answer before it is killed.
+pub const CLEANUP_WINDOW: Duration = Duration::from_secs(2);
+/// The largest message line accepted from a server (the model sees at most 64 KiB anyway).
+const MAX_LINE: usize = 16 * 1024 * 1024;
+/// How much of the server's stderr is kept for error messages.
+const STDERR_TAIL: usize = 2048;
+const POLL: Duration = Duration::from_millis(50);
+
+/// How the server process is started.
+pub struct Spawn<'a> {
+    pub server: &'a str,
+    pub argv: &'a [String],
+    pub cwd: &'a std::path::Path,
+    pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    pub timeout: Duration,
+}
+
+/// Why a request got no result. Whether the request may have acted is the caller's question:
+/// everything but [`Failure::Rpc`] and [`Failure::NotSent`] leaves a `tools/call` UNKNOWN.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The request was never written (the server was already gone).
+    NotSent(String),
+    /// The server answered with a JSON-RPC error.
+    Rpc(String),
+    /// The server exited, closed stdout or wrote something that is not JSON-RPC.
+    Broken(String),
+    /// No answer within the timeout (the server was killed).
+    Timeout(Duration),
+    /// Canceled; the server did not answer within the cleanup window and was killed.
+    Canceled,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::NotSent(why) | Failure::Rpc(why) | Failure::Broken(why) => f.write_str(why),
+            Failure::Timeout(t) => write!(f, "no answer within {} ms", t.as_millis()),
+            Failure::Canceled => f.write_str("canceled, and the server did not answer in time"),
+        }
+    }
+}
+
+enum Incoming {
+    Message(Value),
+    Garbage(String),
+    Eof,
+}
+
+/// One running server after a successful handshake.
+pub struct Client {
+    server: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    rx: Receiver<Incoming>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    next_id: u64,
+    timeout: Duration,
+    /// The protocol version the server chose.
+    pub protocol_version: String,
+    /// `serverInfo` as the server sent it.
+    pub server_info: Value,
+    /// Set once the server broke: every later request fails fast.
+    dead: Option<String>,
+}
+
+impl Client {
+    /// Starts the server and performs the handshake (`initialize`, `notifications/initialized`).
+    pub fn start(spec: Spawn) -> Result<Client, String> {
+        let mut cmd = Command::new(&spec.argv[0]);
+        cmd.args(&spec.argv[1..])
+            .current_dir(spec.cwd)
+            .env_clear()
+            .envs(spec.env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        process::die_with_parent(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start `{}`: {e}", spec.argv[0]))?;
+        let stdout = child.stdout.take().expect("piped");
+        let stderr_pipe = child.stderr.take().expect("piped");
+        let stdin = child.stdin.take();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || read_messages(stdout, tx));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let tail = Arc::clone(&stderr);
+        std::thread::spawn(move || keep_tail(stderr_pipe, tail));
+        let mut client = Client {
+            server: spec.server.to_string(),
+            child,
+            stdin,
+            rx,
+            stderr,
+            next_id: 0,
+            timeout: spec.timeout,
+            protocol_version: String::new(),
+            server_info: Value::Null,
+            dead: None,
+        };
+        let init = client
+            .request(
+                "initialize",
+                json!({
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "capabilities": {},
+                    "clientInfo": {"name": "kxen-agent", "version": env!("CARGO_PKG_VERSION")},
+                }),
+                None,
+            )
+            .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+        let version = init["protocolVersion"].as_str().unwrap_or_default();
+        if !SUPPORTED_VERSIONS.contains(&version) {
+            return Err(format!(
+                "the server speaks protocol version {version:?}; kxen-agent speaks {}",
+                SUPPORTED_VERSIONS.join(", ")
+            ));
+        }
+        if init["capabilities"].get("tools").is_none() {
+            return Err("the server offers no tools (no `tools` capability)".into());
+        }
+        client.protocol_version = version.to_string();
+        client.server_info = init["serverInfo"].clone();
+        client
+            .notify("notifications/initialized", json!({}))
+            .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+        Ok(client)
+    }
+
+    /// `tools/list`, every page.
+    pub fn list_tools(&mut self) -> Result<Vec<Value>, String> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..1000 {
+            let params = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let page = self
+                .request("tools/list", params, None)
+                .map_err(|f| format!("tools/list failed: {f}"))?;
+            let Some(items) = page["tools"].as_array() else {
+                return Err("tools/list answered without a `tools` array".into());
+            };
+            tools.extend(items.iter().cloned());
+            match page.get("nextCursor").and_then(Value::as_str) {
+                Some(next) if !next.is_empty() => cursor = Some(next.to_string()),
+                _ => return Ok(tools),
+            }
+        }
+        Err("tools/list returned more than 1000 pages".into())
+    }
+
+    /// `tools/call`; the result object as the server sent it.
+    pub fn call_tool(
+        &mut self,
+        tool: &str,
+        arguments: &Value,
+        cancel: &AtomicBool,
+    ) -> Result<Value, Failure> {
+        self.request(
+            "tools/call",
+            json!({"name": tool, "arguments": arguments}),
+            Some(cancel),
+        )
+    }
+
+    /// Whether the server is unusable (it broke, timed out or was killed).
+    pub fn is_dead(&self) -> bool {
+        self.dead.is_some()
+    }
+
+    fn notify(&mut self, method: &str, params: Value) -> Result<(), Failure> {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+    }
+
+    fn send(&mut self, message: &Value) -> Result<(), Failure> {
+        if let Some(why) = &self.dead {
+            return Err(Failure::NotSent(why.clone()));
+        }
+        let mut line = serde_json::to_vec(message).expect("a message always serializes");
+        line.push(b'\n');
+        let written = match self.stdin.as_mut() {
+            Some(stdin) => stdin.write_all(&line).and_then(|()| stdin.flush()),
+            None => Err(std::io::Error::other("stdin closed")),
+        };
+        written.map_err(|e| {
+            // A closed stdin is, nearly always, a server that exited: say how (and what its
+            // stderr says) rather than "broken pipe".
+            let why = self.exited();
+            Failure::NotSent(format!("{why} (writing to it failed: {e})"))
+        })
+    }
+
+    fn request(
+        &mut self,
+        method: &str,
+        params: Value,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<Value, Failure> {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        let deadline = Instant::now() + self.timeout;
+        let mut cleanup_until: Option<Instant> = None;
+        loop {
+            let now = Instant::now();
+            if let Some(until) = cleanup_until {
+                if now >= until {
+                    self.broke("canceled".into());
+                    return Err(Failure::Canceled);
+                }
+            } else if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+                let _ = self.notify(
+                    "notifications/cancelled",
+                    json!({"requestId": id, "reason": "canceled by the user"}),
+                );
+                cleanup_until = Some(now + CLEANUP_WINDOW);
+                continue;
+            } else if now >= deadline {
+                let _ = self.notify(
+                    "notifications/cancelled",
+                    json!({"requestId": id, "reason": "timed out"}),
+                );
+                self.broke(format!("no answer within {} ms", self.timeout.as_millis()));
+                return Err(Failure::Timeout(self.timeout));
+            }
+            let message = match self.rx.recv_timeout(POLL) {
+                Ok(Incoming::Message(m)) => m,
+                Ok(Incoming::Garbage(line)) => {
+                    let why = self.broke(format!(
+                        "the server wrote something that is not a JSON-RPC message on stdout: {}",
+                        crate::run::events::preview(&line, 120)
+                    ));
+                    return Err(Failure::Broken(why));
+                }
+                Ok(Incoming::Eof) | Err(RecvTimeoutError::Disconnected) => {
+                    let why = self.exited();
+                    return Err(Failure::Broken(why));
+                }
+                Err(RecvTimeoutError::Timeout) => continue,
+            };
+            if let Some(method) = message.get("method").and_then(Value::as_str) {
+                if let Some(req_id) = message.get("id") {
+                    // A request from the server (ping, sampling, roots…): we answer ping and
+                    // refuse the rest, as the protocol allows.
+                    let reply = if method == "ping" {
+                        json!({"jsonrpc": "2.0", "id": req_id, "result": {}})
+                    } else {
+                        json!({"jsonrpc": "2.0", "id": req_id, "error": {
+                            "code": -32601, "message": format!("kxen-agent does not support {method}")}})
+                    };
+                    let _ = self.send(&reply);
+                }
+                continue; // notifications (progress, logging) are not needed
+            }
+            if message.get("id").and_then(Value::as_u64) != Some(id) {
+                continue; // an answer to a request we gave up on
+            }
+            if cleanup_until.is_some() && message.get("error").is_some() {
+                // An error answer to a canceled call does not prove it did nothing.
+                self.broke("canceled".into());
+                return Err(Failure::Canceled);
+            }
+            if let Some(error) = message.get("error") {
+                let text = error["message"].as_str().unwrap_or("no message");
+                return Err(Failure::Rpc(format!(
+                    "the server answered with error {}: {text}",
+                    error["code"]
+                )));
+            }
+            return Ok(message.get("result").cloned().unwrap_or(Value::Null));
+        }
+    }
+
+    /// Marks the server dead and kills its process group; returns `why`.
+    fn broke(&mut self, why: String) -> String {
+        self.kill();
+        self.dead = Some(why.clone());
+        why
+    }
+
+    /// The server closed stdout: how it ended, with the tail of its stderr.
+    fn exited(&mut self) -> String {
+        // Give the exit status a moment to be reapable.
+        let until = Instant::now() + Duration::from_millis(500);
+        let mut status = None;
+        while Instant::now() < until {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                status = Some(s);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let how = match status {
+            Some(s) => format!("the server exited ({})", process::describe_status(&s)),
+            None => "the server closed its stdout".to_string(),
+        };
+        let stderr = self.stderr_tail();
+        let why = if stderr.is_empty() {
+            how
+        } else {
+            format!("{how}; its stderr ends with: {stderr}")
+        };
+        self.broke(why)
+    }
+
+    fn stderr_tail(&self) -> String {
+        let bytes = self
+            .stderr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let text = String::from_utf8_lossy(&bytes);
+        let text = crate::redact::redact(text.trim());
+        text.lines()
+            .rev()
+            .take(5)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+
+    fn kill(&mut self) {
+        self.stdin = None;
+        process::signal_group(self.child.id(), libc::SIGKILL);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if self.dead.is_none() {
+            self.kill();
+        }
+    }
+}
+
+fn read_messages(stdout: impl Read, tx: mpsc::Sender<Incoming>) {
+    let mut reader = BufReader::new(stdout);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) | Err(_) => {
+                let _ = tx.send(Incoming::Eof);
+                return;
+            }
+            Ok(_) => {}
+        }
+        if line.len() > MAX_LINE {
+            let _ = tx.send(Incoming::Garbage(format!("a line over {MAX_LINE} bytes")));
+            return;
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        let incoming = match serde_json::from_str::<Value>(text) {
+            Ok(v) if v.is_object() => Incoming::Message(v),
+            _ => Incoming::Garbage(text.to_string()),
+        };
+        if tx.send(incoming).is_err() {
+            return;
+        }
+    }
+}
+
+fn keep_tail(mut stderr: impl Read, tail: Arc<Mutex<Vec<u8>>>) {
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stderr.read(&mut buf) {
+        if n == 0 {
+            return;
+        }
+        let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+        t.extend_from_slice(&buf[..n]);
+        if t.len() > STDERR_TAIL {
+            let cut = t.len() - STDERR_TAIL;
+            t.drain(..cut);
+        }
+    }
+}

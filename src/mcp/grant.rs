@@ -1,0 +1,202 @@
+//! Which MCP tools a Session gets (creation) and whether they are still what was locked
+//! (resume).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use super::{LockedTool, Servers, capability, schema_hash, split_capability};
+use crate::agent::DcpAgentLock;
+use crate::error::{Error, Result};
+
+/// Grants the MCP tools of `lock`'s MCP capabilities (already permitted by the policy's
+/// `allowMcp`, allowed and denied lists): starts each server they name, lists its tools, and
+/// records in the lock every tool granted, with its schema's hash and the server entry's hash.
+///
+/// A required capability whose server is not configured or has no such tool is refused
+/// (exit 6); an optional one is dropped with a warning (returned). A server that fails to start
+/// or to answer is exit 9. Tools of an `mcp__<server>__*` family that the policy denies are left
+/// out.
+pub fn grant(lock: &mut DcpAgentLock, servers: &Servers) -> Result<Vec<String>> {
+    let mut warnings = Vec::new();
+    let required = lock.definition.spec.capabilities.required.clone();
+    let mcp_caps: Vec<String> = lock
+        .capabilities
+        .iter()
+        .filter(|c| c.starts_with(super::PREFIX))
+        .cloned()
+        .collect();
+    let mut dropped: BTreeSet<String> = BTreeSet::new();
+    let mut listings: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for cap in &mcp_caps {
+        let is_required = required.contains(cap);
+        let Some((server, _)) = split_capability(cap) else {
+            return Err(refuse(format!("`{cap}` names no MCP server")));
+        };
+        if servers.config(server).is_none() {
+            let why = format!(
+                "`{cap}` needs MCP server `{server}`, which the runtime config does not define"
+            );
+            if is_required {
+                return Err(refuse(why).with_hint(format!(
+                    "add [mcp.servers.{server}] with its command to the runtime config (see README \"MCP tools\")"
+                )));
+            }
+            warnings.push(format!("{why}; the optional capability is dropped"));
+            dropped.insert(cap.clone());
+            continue;
+        }
+        if !listings.contains_key(server) {
+            let tools = servers.list_tools(server).map_err(|mut e| {
+                e.message.push_str("; no session was created");
+                e
+            })?;
+            listings.insert(server.to_string(), tools);
+        }
+    }
+    let mut granted: BTreeMap<String, LockedTool> = BTreeMap::new();
+    let kept: Vec<&String> = mcp_caps.iter().filter(|c| !dropped.contains(*c)).collect();
+    for cap in kept {
+        let (server, tool) = split_capability(cap).expect("checked above");
+        let listing = &listings[server];
+        let found: Vec<&Value> = listing
+            .iter()
+            .filter(|t| tool == "*" || t["name"].as_str() == Some(tool))
+            .collect();
+        if found.is_empty() && tool != "*" {
+            let names: Vec<&str> = listing.iter().filter_map(|t| t["name"].as_str()).collect();
+            let why = format!(
+                "MCP server `{server}` has no tool `{tool}` (it has: {})",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            );
+            if required.contains(cap) {
+                return Err(refuse(format!("`{cap}`: {why}")));
+            }
+            warnings.push(format!(
+                "`{cap}`: {why}; the optional capability is dropped"
+            ));
+            dropped.insert(cap.clone());
+            continue;
+        }
+        for t in found {
+            let Some(name) = t["name"].as_str() else {
+                continue;
+            };
+            let full = capability(server, name);
+            if let Some(why) = crate::agent::capability_name_error(&full) {
+                warnings.push(format!(
+                    "MCP server `{server}`: tool {name:?} is left out: {why}"
+                ));
+                continue;
+            }
+            if lock.policy.refusal(&full).is_some() {
+                continue; // denied by a policy pattern: never offered
+            }
+            let input_schema = t
+                .get("inputSchema")
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+            granted.insert(
+                full.clone(),
+                LockedTool {
+                    name: full,
+                    server: server.to_string(),
+                    tool: name.to_string(),
+                    description: t["description"].as_str().unwrap_or_default().to_string(),
+                    schema_hash: schema_hash(&input_schema),
+                    input_schema,
+                },
+            );
+        }
+    }
+    lock.capabilities.retain(|c| !dropped.contains(c));
+    lock.mcp_tools = granted.into_values().collect();
+    lock.mcp_servers = lock
+        .mcp_tools
+        .iter()
+        .map(|t| t.server.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .map(|s| {
+            let hash = servers.config(&s).expect("listed").entry_hash();
+            (s, hash)
+        })
+        .collect();
+    Ok(warnings)
+}
+
+fn refuse(why: String) -> Error {
+    Error::policy(format!("{why}; no session was created"))
+}
+
+/// Refuses (exit 6, with a diff) unless every locked MCP tool is still there with its schema
+/// and every locked server entry is unchanged. Starts the servers it checks (they stay running
+/// in `servers` for the execution).
+pub fn check_drift(lock: &DcpAgentLock, servers: &Servers) -> Result<()> {
+    let mut diff: Vec<String> = Vec::new();
+    let mut usable: BTreeSet<&str> = BTreeSet::new();
+    for (server, locked_hash) in &lock.mcp_servers {
+        match servers.config(server) {
+            None => diff.push(format!(
+                "- [mcp.servers.{server}] (locked {locked_hash}; gone from the runtime config)"
+            )),
+            Some(c) if c.entry_hash() != *locked_hash => diff.push(format!(
+                "~ [mcp.servers.{server}] changed: locked {locked_hash}, now {}",
+                c.entry_hash()
+            )),
+            Some(_) => {
+                usable.insert(server);
+            }
+        }
+    }
+    for server in &usable {
+        let listing = servers.list_tools(server)?;
+        for locked in lock.mcp_tools.iter().filter(|t| t.server == *server) {
+            let now = listing
+                .iter()
+                .find(|t| t["name"].as_str() == Some(locked.tool.as_str()));
+            match now {
+                None => diff.push(format!(
+                    "- {} (the server no longer has tool `{}`)",
+                    locked.name, locked.tool
+                )),
+                Some(t) => {
+                    let schema = t
+                        .get("inputSchema")
+                        .cloned()
+                        .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+                    if schema_hash(&schema) != locked.schema_hash {
+                        let old = crate::canonical::to_pretty(&locked.input_schema);
+                        let new = crate::canonical::to_pretty(&schema);
+                        let text = similar::TextDiff::from_lines(&old, &new)
+                            .unified_diff()
+                            .context_radius(2)
+                            .header(
+                                &format!("{} (locked)", locked.name),
+                                &format!("{} (now)", locked.name),
+                            )
+                            .to_string();
+                        diff.push(format!(
+                            "~ {} input schema changed:\n{}",
+                            locked.name,
+                            text.trim_end()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if diff.is_empty() {
+        return Ok(());
+    }
+    Err(Error::policy(format!(
+        "MCP drift: the MCP tools locked when the session was created changed\n{}",
+        diff.join("\n")
+    ))
+    .with_hint("restore the server and its [mcp.servers.…] entry as they were; a session's tools never change")
+    .with_hint("to use the changed tools, start a new session"))
+}

@@ -1,0 +1,237 @@
+//! The MCP servers of one command: started when first needed, one process each, restarted for
+//! the next call after a crash, all killed when this value is dropped (the run ends).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::Value;
+
+use super::client::{Client, Failure, Spawn};
+use super::config::ServerConfig;
+use crate::error::{Error, Result};
+use crate::tools::ToolOutput;
+
+/// The configured servers and the running ones.
+pub struct Servers {
+    configs: BTreeMap<String, ServerConfig>,
+    /// The policy's `passEnv`: a server gets a sensitive variable only if both list it.
+    policy_pass_env: Vec<String>,
+    tool_home: PathBuf,
+    workspace_root: PathBuf,
+    running: Mutex<BTreeMap<String, Client>>,
+}
+
+impl Servers {
+    pub fn new(
+        configs: BTreeMap<String, ServerConfig>,
+        policy_pass_env: &[String],
+        tool_home: PathBuf,
+        workspace_root: PathBuf,
+    ) -> Servers {
+        Servers {
+            configs,
+            policy_pass_env: policy_pass_env.to_vec(),
+            tool_home,
+            workspace_root,
+            running: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub fn config(&self, server: &str) -> Option<&ServerConfig> {
+        self.configs.get(server)
+    }
+
+    pub fn configs(&self) -> &BTreeMap<String, ServerConfig> {
+        &self.configs
+    }
+
+    /// Starts `server` (if it is not running) and lists its tools. A failure is one message
+    /// naming the server (exit 9).
+    pub fn list_tools(&self, server: &str) -> Result<Vec<Value>> {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let client = self
+            .ensure(&mut running, server)
+            .map_err(|why| failed(server, why))?;
+        let listed = client.list_tools().map_err(|why| failed(server, why));
+        if listed.is_err() {
+            running.remove(server);
+        }
+        listed
+    }
+
+    /// Runs `tools/call` of capability `name` (`mcp__<server>__<tool>`). An answer is a known
+    /// outcome (the tool's own error included); a call that was sent and got no answer — the
+    /// server crashed, timed out or was killed on cancel — is `interrupted` (UNKNOWN), and the
+    /// server is restarted for the next call.
+    pub fn call(&self, name: &str, arguments: &Value, cancel: &AtomicBool) -> ToolOutput {
+        let Some((server, tool)) = super::split_capability(name) else {
+            return ToolOutput::error(format!("`{name}` is not an MCP tool name"));
+        };
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let client = match self.ensure(&mut running, server) {
+            Ok(c) => c,
+            Err(why) => {
+                return ToolOutput::error(format!(
+                    "MCP server `{server}` could not be started, so the call was not sent: {why}"
+                ));
+            }
+        };
+        let result = client.call_tool(tool, arguments, cancel);
+        match result {
+            Ok(result) => convert(&result),
+            Err(Failure::Rpc(why)) => {
+                ToolOutput::error(format!("MCP server `{server}` refused the call: {why}"))
+            }
+            Err(Failure::NotSent(why)) => {
+                running.remove(server);
+                ToolOutput::error(format!(
+                    "MCP server `{server}` is not running, so the call was not sent: {why}"
+                ))
+            }
+            Err(failure) => {
+                running.remove(server);
+                let mut out = ToolOutput::error(format!(
+                    "MCP server `{server}` gave no answer to `{tool}` ({failure}); the call may \
+                     have acted. The server is restarted for later calls."
+                ));
+                out.interrupted = true;
+                out
+            }
+        }
+    }
+
+    fn ensure<'m>(
+        &self,
+        running: &'m mut BTreeMap<String, Client>,
+        server: &str,
+    ) -> std::result::Result<&'m mut Client, String> {
+        if running.get(server).is_some_and(Client::is_dead) {
+            running.remove(server);
+        }
+        if !running.contains_key(server) {
+            let client = self.spawn(server)?;
+            running.insert(server.to_string(), client);
+        }
+        Ok(running.get_mut(server).expect("inserted above"))
+    }
+
+    fn spawn(&self, server: &str) -> std::result::Result<Client, String> {
+        let Some(config) = self.configs.get(server) else {
+            return Err(format!(
+                "the runtime config defines no [mcp.servers.{server}]"
+            ));
+        };
+        let Some(argv) = config.command.as_deref().filter(|a| !a.is_empty()) else {
+            return Err("only stdio servers (`command`) are supported".into());
+        };
+        let pass_env: Vec<String> = config
+            .pass_env
+            .iter()
+            .filter(|n| self.policy_pass_env.contains(n))
+            .cloned()
+            .collect();
+        let mut env = crate::tools::child_env(crate::own_env::vars(), &pass_env, &self.tool_home);
+        for (k, v) in &config.env {
+            env.retain(|(name, _)| name != k.as_str());
+            env.push((k.into(), v.into()));
+        }
+        let cwd = config
+            .cwd
+            .clone()
+            .unwrap_or_else(|| self.workspace_root.clone());
+        Client::start(Spawn {
+            server,
+            argv,
+            cwd: &cwd,
+            env,
+            timeout: Duration::from_millis(config.timeout_ms()),
+        })
+    }
+}
+
+fn failed(server: &str, why: String) -> Error {
+    Error::external(format!("MCP server `{server}`: {why}")).with_hint(format!(
+        "check [mcp.servers.{server}] in the runtime config: run its command by hand and see \
+         that it speaks MCP over stdio"
+    ))
+}
+
+/// A `tools/call` result as the model reads it: the text blocks; images, audio and resources
+/// summarized with their MIME type and size; `structuredContent` when there is no text.
+pub fn convert(result: &Value) -> ToolOutput {
+    let mut parts: Vec<String> = Vec::new();
+    for block in result["content"].as_array().into_iter().flatten() {
+        let mime = block["mimeType"].as_str().unwrap_or("unknown type");
+        match block["type"].as_str() {
+            Some("text") => parts.push(block["text"].as_str().unwrap_or_default().to_string()),
+            Some(kind @ ("image" | "audio")) => {
+                let bytes = decoded_len(block["data"].as_str().unwrap_or_default());
+                parts.push(format!("[{kind}: {mime}, {bytes} bytes]"));
+            }
+            Some("resource") => {
+                let r = &block["resource"];
+                let uri = r["uri"].as_str().unwrap_or("?");
+                let mime = r["mimeType"].as_str().unwrap_or("unknown type");
+                match (r["text"].as_str(), r["blob"].as_str()) {
+                    (Some(text), _) => parts.push(format!("[resource {uri} ({mime})]\n{text}")),
+                    (None, Some(blob)) => parts.push(format!(
+                        "[resource {uri}: {mime}, {} bytes]",
+                        decoded_len(blob)
+                    )),
+                    (None, None) => parts.push(format!("[resource {uri} ({mime})]")),
+                }
+            }
+            Some("resource_link") => {
+                let uri = block["uri"].as_str().unwrap_or("?");
+                parts.push(format!("[resource link {uri} ({mime})]"));
+            }
+            other => parts.push(format!("[content of type {}]", other.unwrap_or("?"))),
+        }
+    }
+    if parts.is_empty()
+        && let Some(structured) = result.get("structuredContent")
+    {
+        parts.push(structured.to_string());
+    }
+    let text = parts.join("\n");
+    if result["isError"].as_bool() == Some(true) {
+        ToolOutput::error(text)
+    } else {
+        ToolOutput::ok(text)
+    }
+}
+
+fn decoded_len(b64: &str) -> usize {
+    base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_or(b64.len() / 4 * 3, |d| d.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn results_become_tool_outputs() {
+        let out = convert(&json!({"content": [{"type": "text", "text": "hi"}], "isError": false}));
+        assert_eq!((out.text.as_str(), out.is_error), ("hi", false));
+        let out = convert(&json!({"content": [{"type": "text", "text": "bad"}], "isError": true}));
+        assert!(out.is_error);
+        let out = convert(&json!({"content": [
+            {"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"},
+            {"type": "resource", "resource": {"uri": "file:///a", "blob": "AAAA", "mimeType": "application/zip"}}
+        ]}));
+        assert_eq!(
+            out.text,
+            "[image: image/png, 5 bytes]\n[resource file:///a: application/zip, 3 bytes]"
+        );
+        let out = convert(&json!({"content": [], "structuredContent": {"n": 1}}));
+        assert_eq!(out.text, "{\"n\":1}");
+    }
+}

@@ -1,0 +1,631 @@
+//! MCP tools end to end, against a real MCP server: the official Python SDK's `MCPServer`
+//! (fixtures/mcp/server.py). `.ci/run` installs the SDK; where python3 or the SDK is missing the
+//! tests say so loudly and pass without running.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::env::TestEnv;
+use crate::run_support::*;
+
+/// The Python interpreter that has the MCP SDK (absolute: the server's HOME is the tool home,
+/// where a pyenv shim would not find its versions).
+fn python() -> Option<String> {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import mcp.server.mcpserver, sys; print(sys.executable)",
+        ])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "\n*** SKIPPED: the MCP tests need python3 with the MCP SDK (`pip install mcp`): {}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+        return None;
+    }
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn server_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp/server.py")
+}
+
+/// A `[mcp.servers.fx]` entry running the fixture server.
+fn fixture_server(env: &TestEnv, python: &str, extra: &str) -> String {
+    format!(
+        "[mcp.servers.fx]\ncommand = [{:?}, {:?}]\ntimeout_ms = 30000\n{extra}env = {{ KXEN_MCP_COUNT_FILE = {:?}, KXEN_MCP_SCHEMA_FILE = {:?} }}\n",
+        python,
+        server_script().to_str().unwrap(),
+        count_file(env).to_str().unwrap(),
+        env.path().join("schema-v2").to_str().unwrap(),
+    )
+}
+
+fn count_file(env: &TestEnv) -> PathBuf {
+    env.path().join("calls.txt")
+}
+
+fn calls(env: &TestEnv) -> Vec<String> {
+    std::fs::read_to_string(count_file(env))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A script config replaying `turns`, with the MCP server table(s) `servers` appended.
+fn config(env: &TestEnv, turns: &[Value], servers: &str) -> PathBuf {
+    let path = script_config(env, turns);
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push('\n');
+    text.push_str(servers);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn text_agent(env: &TestEnv, required: &str, optional: &str) -> PathBuf {
+    agent(
+        env,
+        "mcp-user",
+        required,
+        optional,
+        "{format: text, requiredFields: []}",
+    )
+}
+
+fn session_json(env: &TestEnv) -> Value {
+    let sessions = env.state_dir().join("sessions");
+    let dir = std::fs::read_dir(&sessions)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    serde_json::from_slice(&std::fs::read(dir.join("session.json")).unwrap()).unwrap()
+}
+
+fn tool_outputs(run: &crate::env::Run) -> Vec<(String, String, bool)> {
+    run.jsonl()
+        .into_iter()
+        .filter(|e| e["type"] == "toolFinished")
+        .map(|e| {
+            (
+                e["tool"].as_str().unwrap().to_string(),
+                e["output"].as_str().unwrap().to_string(),
+                e["isError"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_scripted_run_calls_mcp_tools_and_the_model_sees_their_results() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let dir = env.path().join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    // A command model that keeps every request it gets: what the model is offered and reads.
+    std::fs::write(
+        dir.join("model.sh"),
+        r#"n=$(ls req*.json 2>/dev/null | wc -l)
+cat > req$n.json
+case $n in
+0) echo '{"text":"","toolCalls":[{"id":"c1","name":"mcp__fx__echo","arguments":{"text":"hello mcp"}},{"id":"c2","name":"mcp__fx__fail","arguments":{"text":"boom"}}]}' ;;
+*) echo '{"text":"done"}' ;;
+esac
+"#,
+    )
+    .unwrap();
+    let cfg = dir.join("config.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[providers.cmd]\nkind = \"command\"\nargv = [\"sh\", \"model.sh\"]\n\n[roles]\nexecution = \"cmd\"\n\n{}",
+            fixture_server(&env, &py, "")
+        ),
+    )
+    .unwrap();
+    let agent = text_agent(&env, "read, mcp__fx__echo", "mcp__fx__fail");
+    let run = run_new(&env, &repo, "say hello", &agent, &cfg, &["--allow-mcp"]);
+    run.expect(0);
+    let outputs = tool_outputs(&run);
+    assert_eq!(
+        outputs,
+        [
+            ("mcp__fx__echo".to_string(), "hello mcp".to_string(), false),
+            ("mcp__fx__fail".to_string(), outputs[1].1.clone(), true),
+        ]
+    );
+    assert!(outputs[1].1.contains("fail"), "{}", outputs[1].1);
+    // The model was offered exactly the locked tools, with the server's schemas…
+    let first: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("req0.json")).unwrap()).unwrap();
+    let names: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["read", "mcp__fx__echo", "mcp__fx__fail"]);
+    let echo = &first["tools"][1];
+    assert_eq!(echo["description"], "Return the text.");
+    assert_eq!(echo["parameters"]["required"], json!(["text"]));
+    // …and read the result in its next request.
+    let second = std::fs::read_to_string(dir.join("req1.json")).unwrap();
+    assert!(second.contains("hello mcp"), "{second}");
+    // The lock records every granted tool with its schema hash and the server entry's hash.
+    let lock = &session_json(&env)["lock"];
+    let tools: Vec<&str> = lock["mcpTools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["mcp__fx__echo", "mcp__fx__fail"]);
+    assert!(
+        lock["mcpTools"][0]["schemaHash"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert!(
+        lock["mcpServers"]["fx"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+}
+
+#[test]
+fn without_allow_mcp_no_mcp_tool_is_offered_and_a_required_one_is_refused() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let server = fixture_server(&env, &py, "");
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "mcp__fx__echo", json!({"text": "hi"})),
+            answer("done"),
+        ],
+        &server,
+    );
+    let required = text_agent(&env, "read, mcp__fx__echo", "");
+    let run = run_new(&env, &repo, "t", &required, &cfg, &[]);
+    run.expect(6);
+    assert!(
+        run.stderr.contains("mcp__fx__echo") && run.stderr.contains("--allow-mcp"),
+        "{}",
+        run.stderr
+    );
+    assert!(!env.state_dir().exists(), "nothing is written");
+
+    let optional = text_agent(&env, "read", "mcp__fx__*");
+    let run = run_new(&env, &repo, "t", &optional, &cfg, &[]);
+    run.expect(0);
+    let outputs = tool_outputs(&run);
+    assert!(
+        outputs[0].2 && outputs[0].1.contains("not allowed"),
+        "{outputs:?}"
+    );
+    assert!(session_json(&env)["lock"].get("mcpTools").is_none());
+    assert!(calls(&env).is_empty());
+}
+
+#[test]
+fn denied_patterns_win_and_a_missing_required_tool_is_refused() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "mcp__fx__slow", json!({"text": "x", "seconds": 0})),
+            answer("done"),
+        ],
+        &fixture_server(&env, &py, ""),
+    );
+    let policy = env.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"allowMcp": true, "deniedCapabilities": ["mcp__fx__slow", "mcp__fx__crash"]}"#,
+    )
+    .unwrap();
+    let family = text_agent(&env, "mcp__fx__*", "");
+    let run = run_new(
+        &env,
+        &repo,
+        "t",
+        &family,
+        &cfg,
+        &["--policy", policy.to_str().unwrap()],
+    );
+    run.expect(0);
+    let lock = &session_json(&env)["lock"];
+    let tools: Vec<&str> = lock["mcpTools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tools,
+        ["mcp__fx__echo", "mcp__fx__fail", "mcp__fx__has_env"]
+    );
+    assert!(tool_outputs(&run)[0].2, "a denied tool is never called");
+    assert!(calls(&env).is_empty());
+
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(&env, &[answer("done")], &fixture_server(&env, &py, ""));
+    let missing = text_agent(&env, "mcp__fx__teleport", "");
+    let run = run_new(&env, &repo, "t", &missing, &cfg, &["--allow-mcp"]);
+    run.expect(6);
+    assert!(
+        run.stderr.contains("has no tool `teleport`") && run.stderr.contains("echo"),
+        "{}",
+        run.stderr
+    );
+    assert!(!env.state_dir().exists());
+    let unconfigured = text_agent(&env, "mcp__other__x", "");
+    let run = run_new(&env, &repo, "t", &unconfigured, &cfg, &["--allow-mcp"]);
+    run.expect(6);
+    assert!(run.stderr.contains("[mcp.servers.other]"), "{}", run.stderr);
+}
+
+#[test]
+fn a_broken_server_is_one_clear_error_naming_it_and_no_session() {
+    let Some(_py) = python() else { return };
+    let cases = [
+        (
+            "command = [\"sh\", \"-c\", \"echo starting up >&2; exit 3\"]\n",
+            "exited",
+        ),
+        (
+            "command = [\"sh\", \"-c\", \"echo hello there; sleep 20\"]\n",
+            "not a JSON-RPC message",
+        ),
+        (
+            "command = [\"sleep\", \"20\"]\ntimeout_ms = 1000\n",
+            "no answer within 1000 ms",
+        ),
+        ("command = [\"/nonexistent/server\"]\n", "cannot start"),
+    ];
+    for (entry, why) in cases {
+        let env = TestEnv::new();
+        let repo = env.git_repo("repo", &[("README", "x\n")]);
+        let cfg = config(
+            &env,
+            &[answer("done")],
+            &format!("[mcp.servers.fx]\n{entry}"),
+        );
+        let agent = text_agent(&env, "mcp__fx__echo", "");
+        let run = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+        run.expect(9);
+        assert!(
+            run.stderr.contains("MCP server `fx`") && run.stderr.contains(why),
+            "{entry}: {}",
+            run.stderr
+        );
+        assert!(!env.state_dir().exists(), "{entry}: nothing is written");
+    }
+}
+
+#[test]
+fn the_canary_reaches_the_server_only_through_both_pass_envs() {
+    let Some(py) = python() else { return };
+    let turns = [
+        call(
+            "c1",
+            "mcp__fx__has_env",
+            json!({"name": "KXEN_CANARY_TOKEN"}),
+        ),
+        answer("done"),
+    ];
+    let cases = [
+        ("", &[][..], "absent"),
+        ("passEnv = [\"KXEN_CANARY_TOKEN\"]\n", &[][..], "absent"),
+        ("", &["--pass-env", "KXEN_CANARY_TOKEN"][..], "absent"),
+        (
+            "passEnv = [\"KXEN_CANARY_TOKEN\"]\n",
+            &["--pass-env", "KXEN_CANARY_TOKEN"][..],
+            "present",
+        ),
+    ];
+    for (server_pass, flags, expected) in cases {
+        let env = TestEnv::new();
+        let repo = env.git_repo("repo", &[("README", "x\n")]);
+        let cfg = config(&env, &turns, &fixture_server(&env, &py, server_pass));
+        let agent = text_agent(&env, "mcp__fx__has_env", "");
+        let mut args = vec![
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "t",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            cfg.to_str().unwrap(),
+            "--allow-mcp",
+        ];
+        args.extend_from_slice(flags);
+        let out = env
+            .cmd("kxen-agent")
+            .args(&args)
+            .env("KXEN_CANARY_TOKEN", "canary-7f3a")
+            .output()
+            .unwrap();
+        let run = crate::env::Run::from(out);
+        run.expect(0);
+        assert_eq!(tool_outputs(&run)[0].1, expected, "{server_pass} {flags:?}");
+    }
+}
+
+/// Waits until the count file has `n` lines.
+fn wait_for_calls(env: &TestEnv, n: usize) {
+    let start = std::time::Instant::now();
+    while calls(env).len() < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the server never got the call"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigkill_during_a_slow_call_is_unknown_resolved_and_never_repeated() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        &env,
+        &[
+            call(
+                "c1",
+                "mcp__fx__slow",
+                json!({"text": "create-pr", "seconds": 30}),
+            ),
+            call("c2", "mcp__fx__echo", json!({"text": "after"})),
+            answer("done"),
+        ],
+        &fixture_server(&env, &py, ""),
+    );
+    let agent = text_agent(&env, "mcp__fx__slow, mcp__fx__echo", "");
+    let mut child = spawn_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    wait_for_calls(&env, 1);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let session = session_json(&env);
+    let id = session["id"].as_str().unwrap().to_string();
+    let run_id = session["firstRunId"].as_str().unwrap().to_string();
+    let resume = [
+        "--resume",
+        &id,
+        "--allow-mcp",
+        "--config",
+        cfg.to_str().unwrap(),
+    ];
+    let run = env.run("kxen-agent", &resume);
+    run.expect(7);
+    let show = env.run("kxen-agent", &["run", "show", &id, &run_id]);
+    show.expect(0);
+    let shown = show.jsonl().remove(0);
+    let op = shown["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["phase"] == "outcomeUnknown")
+        .expect("the killed call is UNKNOWN")
+        .clone();
+    assert_eq!(op["tool"], "mcp__fx__slow");
+    env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "resolve",
+            &id,
+            &run_id,
+            op["opId"].as_str().unwrap(),
+            "--output",
+            "the PR exists",
+        ],
+    )
+    .expect(0);
+    let run = env.run("kxen-agent", &resume);
+    run.expect(0);
+    assert_eq!(
+        tool_outputs(&run),
+        [
+            ("mcp__fx__slow".into(), "the PR exists".into(), false),
+            ("mcp__fx__echo".into(), "after".into(), false)
+        ],
+        "the resolution is the slow call's result; it is not run again"
+    );
+    assert_eq!(calls(&env), ["create-pr"], "the slow call ran exactly once");
+}
+
+#[test]
+fn a_server_crash_mid_call_is_unknown_and_the_server_restarts() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "mcp__fx__crash", json!({"text": "crashed"})),
+            call("c2", "mcp__fx__echo", json!({"text": "restarted"})),
+            answer("done"),
+        ],
+        &fixture_server(&env, &py, ""),
+    );
+    let agent = text_agent(&env, "mcp__fx__crash, mcp__fx__echo", "");
+    let run = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    run.expect(7);
+    let session = session_json(&env);
+    let id = session["id"].as_str().unwrap().to_string();
+    let run_id = session["firstRunId"].as_str().unwrap().to_string();
+    let show = env.run("kxen-agent", &["run", "show", &id, &run_id]);
+    let shown = show.jsonl().remove(0);
+    let op = &shown["operations"][0];
+    assert_eq!(op["phase"], "outcomeUnknown", "{shown}");
+    env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "resolve",
+            &id,
+            &run_id,
+            op["opId"].as_str().unwrap(),
+            "--output",
+            "it crashed",
+        ],
+    )
+    .expect(0);
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &id,
+            "--allow-mcp",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    assert_eq!(
+        tool_outputs(&run),
+        [
+            ("mcp__fx__crash".into(), "it crashed".into(), false),
+            ("mcp__fx__echo".into(), "restarted".into(), false)
+        ]
+    );
+    assert_eq!(calls(&env), ["crashed"]);
+}
+
+#[test]
+fn a_changed_schema_or_server_entry_is_mcp_drift() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let server = fixture_server(&env, &py, "");
+    let cfg = config(&env, &[answer("one"), answer("two")], &server);
+    let agent = text_agent(&env, "mcp__fx__echo", "");
+    run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]).expect(0);
+    let id = session_json(&env)["id"].as_str().unwrap().to_string();
+    let resume = [
+        "--resume",
+        &id,
+        "--task",
+        "again",
+        "--allow-mcp",
+        "--config",
+        cfg.to_str().unwrap(),
+    ];
+    std::fs::write(env.path().join("schema-v2"), "").unwrap();
+    let run = env.run("kxen-agent", &resume);
+    run.expect(6);
+    assert!(
+        run.stderr.contains("MCP drift")
+            && run.stderr.contains("mcp__fx__echo input schema changed")
+            && run.stderr.contains("+")
+            && run.stderr.contains("loud"),
+        "{}",
+        run.stderr
+    );
+    std::fs::remove_file(env.path().join("schema-v2")).unwrap();
+    let changed = config(
+        &env,
+        &[answer("one"), answer("two")],
+        &server.replace("timeout_ms = 30000", "timeout_ms = 20000"),
+    );
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &id,
+            "--task",
+            "again",
+            "--allow-mcp",
+            "--config",
+            changed.to_str().unwrap(),
+        ],
+    );
+    run.expect(6);
+    assert!(
+        run.stderr.contains("[mcp.servers.fx] changed"),
+        "{}",
+        run.stderr
+    );
+    let cfg = config(&env, &[answer("one"), answer("two")], &server);
+    env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &id,
+            "--task",
+            "again",
+            "--allow-mcp",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+    )
+    .expect(0);
+}
+
+#[test]
+fn a_cancel_during_a_call_notifies_the_server_then_kills_it_and_is_unknown() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        &env,
+        &[
+            call(
+                "c1",
+                "mcp__fx__slow",
+                json!({"text": "once", "seconds": 30}),
+            ),
+            answer("done"),
+        ],
+        &fixture_server(&env, &py, ""),
+    );
+    let agent = text_agent(&env, "mcp__fx__slow", "");
+    let child = spawn_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    wait_for_calls(&env, 1);
+    let started = std::time::Instant::now();
+    interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the cleanup window is short"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let session = session_json(&env);
+    let show = env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "show",
+            session["id"].as_str().unwrap(),
+            session["firstRunId"].as_str().unwrap(),
+        ],
+    );
+    let op = &show.jsonl()[0]["operations"][0];
+    assert_eq!(op["phase"], "outcomeUnknown", "{op}");
+    assert_eq!(calls(&env), ["once"]);
+}
