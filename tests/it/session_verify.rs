@@ -387,3 +387,63 @@ fn a_finished_run_with_a_short_journal_or_an_edited_status_is_corrupt() {
         run.stderr
     );
 }
+
+/// `session verify` while a run writes: it reads a consistent snapshot of the files (each
+/// between two writes of the runner), so a healthy Session never reports damage however the
+/// reads interleave with the appends (issue 12 item 12).
+#[test]
+fn verify_during_an_active_run_never_reports_damage_that_is_not_there() {
+    use crate::run_support::{call, fixer, script_config, spawn_new};
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    let mut turns: Vec<serde_json::Value> = (0..300)
+        .map(|i| call(&format!("c{i}"), "read", json!({"path": "README"})))
+        .collect();
+    turns.push(crate::run_support::answer("done"));
+    let config = script_config(&env, &turns);
+    let agent_yaml = std::fs::read_to_string(&agent)
+        .unwrap()
+        .replace("maxTurns: 16", "maxTurns: 400");
+    std::fs::write(&agent, agent_yaml).unwrap();
+    let mut child = spawn_new(&env, &repo, "Read", &agent, &config, &[]);
+    // Its events are not read here: drain them, or a full pipe would stop the run.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            if let Some(mut pipe) = pipe {
+                let _ = std::io::copy(&mut pipe, &mut std::io::sink());
+            }
+        })
+    };
+    drain(child.stdout.take().map(|p| Box::new(p) as _));
+    drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let sessions = env.state_dir().join("sessions");
+    let session = loop {
+        let found = std::fs::read_dir(&sessions).ok().and_then(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .find(|n| n.starts_with("ses_"))
+        });
+        if let Some(id) = found {
+            break id;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let mut verified = 0;
+    while child.try_wait().unwrap().is_none() {
+        let run = env.run("kxen-agent", &["session", "verify", &session]);
+        assert_eq!(
+            run.code, 0,
+            "verify {verified} during the run\n{}\n{}",
+            run.stdout, run.stderr
+        );
+        verified += 1;
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(
+        verified > 3,
+        "only {verified} verifications overlapped the run"
+    );
+    env.run("kxen-agent", &["session", "verify", &session])
+        .expect(0);
+}

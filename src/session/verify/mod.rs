@@ -12,8 +12,9 @@
 //! journal. The cross-file checks live in [`consistency`], shared with the writers
 //! ([`check_writer`], [`check_consistency`]).
 //!
-//! Reading only: nothing is written and no lock is taken, so it works while a run is active (a
-//! torn last line being written is ignored, unless `strict` asks for complete files).
+//! Reading only: nothing is written and no lock is taken, so it works while a run is active: it
+//! reads one consistent instant of the files ([`snapshot`]), and a torn last line being written
+//! is ignored, unless `strict` asks for complete files.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -32,6 +33,7 @@ use crate::state::SessionPaths;
 
 mod consistency;
 mod prefetch;
+mod snapshot;
 
 use consistency::{
     BlobCheck, RunFiles, RunSeen, check_messages, check_run_journal, check_run_record, corrupt,
@@ -156,8 +158,18 @@ fn verify_checked(
     // The message log and the run journals are read (chain, parse, journal fold) at the same
     // time on two threads; the results are then checked in the order documented above, so the
     // first broken record reported is the same as reading them one after the other.
+    // What is read is one consistent instant of the files (a run may be writing them).
+    let snap = snapshot::stable(paths)?;
     let messages_path = paths.messages();
-    let listed = run_ids(paths);
+    let listed = match &snap.runs {
+        Some(runs) => Ok(runs.iter().map(|r| r.id.clone()).collect::<Vec<_>>()),
+        None => run_ids(paths),
+    };
+    let extent = |run_id: &str| {
+        snap.runs
+            .as_ref()
+            .and_then(|runs| runs.iter().find(|r| r.id == run_id))
+    };
     let no_runs = Vec::new();
     let early_messages = match early.remove(&messages_path) {
         Some(Early::Messages(done)) => Some(done),
@@ -175,7 +187,9 @@ fn verify_checked(
         let messages = match early_messages {
             Some(done) => Err(Some(done)),
             None => std::thread::Builder::new()
-                .spawn_scoped(s, || read_messages(&messages_path, mode))
+                .spawn_scoped(s, || {
+                    read_messages_upto(&messages_path, mode, snap.messages)
+                })
                 .map_err(|_| None),
         };
         let journals: Vec<Result<JournalRead>> = checked_runs
@@ -184,7 +198,7 @@ fn verify_checked(
                 let path = paths.run(run_id).journal();
                 match early.remove(&path) {
                     Some(Early::Journal(done)) => done,
-                    _ => read_journal(&path, mode),
+                    _ => read_journal_upto(&path, mode, extent(run_id).and_then(|r| r.journal)),
                 }
             })
             .collect();
@@ -193,7 +207,7 @@ fn verify_checked(
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
             Err(Some(done)) => done,
-            Err(None) => read_messages(&messages_path, mode),
+            Err(None) => read_messages_upto(&messages_path, mode, snap.messages),
         };
         (messages, journals)
     });
@@ -218,7 +232,10 @@ fn verify_checked(
     for (run_id, journal) in checked_runs.iter().zip(journals) {
         let run_paths = paths.run(run_id);
         let run_json = run_paths.run_json();
-        let run: RunState = read_json(&run_json)?;
+        let run: RunState = match extent(run_id).and_then(|r| r.run_json.as_deref()) {
+            Some(bytes) => parse_json(&run_json, bytes)?,
+            None => return Err(Error::corrupt(format!("{} is missing", run_json.display()))),
+        };
         if run.id != *run_id || run.session_id != session_id {
             return Err(corrupt(
                 &run_json,
@@ -293,6 +310,37 @@ struct JournalRead {
     chain: ChainEnd,
     table: Result<OpTable>,
     refs: JournalIndex,
+}
+
+/// The first `len` bytes of `path`, as captured in a [`snapshot`] (`None`: the file was absent,
+/// so nothing, even if it exists now).
+fn prefix(path: &Path, len: Option<u64>) -> Result<Box<dyn std::io::BufRead + Send>> {
+    use std::io::Read;
+    let Some(len) = len else {
+        return Ok(Box::new(std::io::empty()));
+    };
+    match std::fs::File::open(path) {
+        Ok(file) => Ok(Box::new(std::io::BufReader::with_capacity(
+            1 << 16,
+            file.take(len),
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Box::new(std::io::empty())),
+        Err(e) => Err(Error::io("read", path, e)),
+    }
+}
+
+/// [`read_messages`] of the snapshot's extent of the log.
+fn read_messages_upto(
+    path: &Path,
+    mode: Mode,
+    len: Option<u64>,
+) -> Result<(MessageIndex, ChainEnd)> {
+    read_messages_from(path, prefix(path, len)?, mode)
+}
+
+/// [`read_journal`] of the snapshot's extent of the journal.
+fn read_journal_upto(path: &Path, mode: Mode, len: Option<u64>) -> Result<JournalRead> {
+    read_journal_from(path, prefix(path, len)?, mode)
 }
 
 fn read_messages(path: &Path, mode: Mode) -> Result<(MessageIndex, ChainEnd)> {
@@ -436,7 +484,11 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
             Error::io("read", path, e)
         }
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| corrupt(path, format!("does not parse: {e}")))
+    parse_json(path, &bytes)
+}
+
+fn parse_json<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| corrupt(path, format!("does not parse: {e}")))
 }
 
 /// The run directories, sorted; anything else under `runs/` (but dot files) is damage. A run
