@@ -337,3 +337,24 @@ fn a_planted_modules_symlink_creates_nothing_outside() {
     let _ = exec(&fx, "true");
     assert!(!victim.join("m/hooks").exists() && !victim.join("m/info").exists());
 }
+
+/// A command (fenced or `off`) leads its own session: it has no controlling terminal, so it
+/// cannot push keystrokes (TIOCSTI) into the terminal the runner was started from.
+#[test]
+fn a_command_has_no_controlling_terminal() {
+    let script = "exec python3 -c 'import os, errno\n\
+                  print(\"leader\", os.getsid(0) == os.getpid() == os.getpgid(0))\n\
+                  try:\n    os.open(\"/dev/tty\", os.O_RDWR)\n    print(\"tty opened\")\n\
+                  except OSError as e:\n    print(\"tty\", errno.errorcode[e.errno])'";
+    for fence in [FencePolicy::default(), FencePolicy::OFF] {
+        let mut fx = Fixture::new();
+        fx.fence = fence;
+        let out = exec(&fx, script);
+        assert!(
+            out.text.contains("leader True\ntty ENXIO"),
+            "{:?}: {}",
+            fence,
+            out.text
+        );
+    }
+}
