@@ -47,6 +47,24 @@ pub(crate) fn signal_group(pid: u32, signal: i32) {
     }
 }
 
+/// Starts the child in a new session (`setsid`): it leads its own process group (pgid = pid,
+/// which [`signal_group`] relies on) and has no controlling terminal, so it cannot open
+/// `/dev/tty` or push keystrokes (`TIOCSTI`) into the terminal the runner was started from.
+/// Replaces `Command::process_group(0)`, which would make the later `setsid` fail (a group
+/// leader cannot start a session).
+pub(crate) fn new_session(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid is async-signal-safe and touches no memory.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Makes the child die (SIGKILL) when the thread that spawns it dies, on Linux.
 ///
 /// Why: if kxen-agent itself is SIGKILLed (an OOM kill, a CI runner torn down) while a tool runs,

@@ -25,11 +25,20 @@ pub(super) struct Protected {
     pub pinned: Vec<PathBuf>,
     /// Files and directories bound read-only.
     pub read_only: Vec<PathBuf>,
-    /// Git directories outside the workspace a commit must write (a linked worktree's).
+    /// Git directories outside the workspace a commit must write: a linked worktree's, and only
+    /// when git's records outside the workspace confirm it (see [`discover`]).
     pub writable_outside: Vec<PathBuf>,
 }
 
 /// Finds the git directories of `workspace` (nothing if it is not a git working tree).
+///
+/// Fail-closed: every pointer (`.git` file or symlink, `commondir`) lives where the previous
+/// command could write it, so none of them widens the fence by itself. A git directory inside
+/// the workspace is used as is (its `commondir` is ignored: only a linked worktree has one). A
+/// git directory outside the workspace is trusted only when it is a linked worktree's entry
+/// `C/worktrees/NAME` whose `gitdir` file (outside the workspace, written by git) points back at
+/// this workspace's `.git` and whose `commondir` names `C`; anything else is ignored (the
+/// command runs fenced to the workspace, and git then fails inside the fence, not outside).
 pub(super) fn discover(workspace: &Path) -> Protected {
     let mut out = Protected::default();
     let Ok(workspace) = workspace.canonicalize() else {
@@ -38,17 +47,40 @@ pub(super) fn discover(workspace: &Path) -> Protected {
     let Some(git_dir) = working_tree_git_dir(&workspace, &mut out) else {
         return out;
     };
-    let common = common_dir(&git_dir).unwrap_or_else(|| git_dir.clone());
-    for dir in [&common, &git_dir] {
-        if !dir.starts_with(&workspace) && !out.writable_outside.contains(dir) {
-            out.writable_outside.push(dir.clone());
+    let common = if git_dir.starts_with(&workspace) {
+        git_dir.clone()
+    } else {
+        let Some(common) = linked_worktree_common_dir(&workspace, &git_dir) else {
+            return out;
+        };
+        for dir in [&common, &git_dir] {
+            push_unique(&mut out.writable_outside, dir.clone());
         }
-    }
-    protect_repository(&common, &mut out, 0);
+        common
+    };
+    protect_repository(&common, &common, &mut out, 0);
     if git_dir != common {
         protect_git_dir(&git_dir, &mut out);
     }
     out
+}
+
+/// The common directory of the linked worktree whose git directory is `git_dir` (outside
+/// `workspace`), when git's own records outside the workspace confirm it; `None` otherwise.
+fn linked_worktree_common_dir(workspace: &Path, git_dir: &Path) -> Option<PathBuf> {
+    let worktrees = git_dir.parent()?;
+    if worktrees.file_name()? != "worktrees" {
+        return None;
+    }
+    let common = worktrees.parent()?.to_path_buf();
+    let back = read_small(&git_dir.join("gitdir"))?;
+    let back = PathBuf::from(back.trim_end_matches(['\n', '\r']))
+        .canonicalize()
+        .ok()?;
+    if back != workspace.join(".git") || common_dir(git_dir)? != common {
+        return None;
+    }
+    common.join("HEAD").is_file().then_some(common)
 }
 
 /// The git directory of the working tree at `root`: `root/.git` itself, or where the `.git`
@@ -92,13 +124,16 @@ fn common_dir(git_dir: &Path) -> Option<PathBuf> {
         .ok()
 }
 
-/// A repository's common git directory with its worktrees and submodules.
-fn protect_repository(common: &Path, out: &mut Protected, depth: usize) {
+/// A repository's common git directory with its worktrees and submodules. `common` is trusted
+/// (see [`discover`]): only there are `hooks/` and `info/` created.
+fn protect_repository(trusted: &Path, common: &Path, out: &mut Protected, depth: usize) {
     // A missing hooks/ or info/ could be created and filled by the command: make them exist
-    // (empty, as `git init` leaves them) so that they can be bound read-only.
+    // (empty, as `git init` leaves them) so that they can be bound read-only. Never through a
+    // symlink out of the trusted directory (`modules` may be one the command planted).
+    let inside = common.canonicalize().is_ok_and(|c| c.starts_with(trusted));
     for sub in ["hooks", "info"] {
         let dir = common.join(sub);
-        if std::fs::symlink_metadata(&dir).is_err() {
+        if inside && std::fs::symlink_metadata(&dir).is_err() {
             let _ = std::fs::create_dir(&dir);
         }
     }
@@ -123,19 +158,19 @@ fn protect_repository(common: &Path, out: &mut Protected, depth: usize) {
     }
     let modules = common.join("modules");
     if modules.is_dir() {
-        protect_modules(&modules, out, depth + 1);
+        protect_modules(trusted, &modules, out, depth + 1);
     }
 }
 
 /// `modules/` holds submodule git directories, named by submodule name (which may contain `/`).
-fn protect_modules(dir: &Path, out: &mut Protected, depth: usize) {
+fn protect_modules(trusted: &Path, dir: &Path, out: &mut Protected, depth: usize) {
     if depth > MAX_DEPTH {
         return;
     }
     push_unique(&mut out.pinned, dir.to_path_buf());
     for entry in subdirs(dir) {
         if entry.join("HEAD").is_file() {
-            protect_repository(&entry, out, depth);
+            protect_repository(trusted, &entry, out, depth);
             // The submodule's working tree `.git` file (core.worktree, relative to the git dir).
             if let Some(worktree) = core_worktree(&entry)
                 && let Ok(dot_git) = entry.join(worktree).join(".git").canonicalize()
@@ -144,7 +179,7 @@ fn protect_modules(dir: &Path, out: &mut Protected, depth: usize) {
                 push_unique(&mut out.read_only, dot_git);
             }
         } else {
-            protect_modules(&entry, out, depth + 1);
+            protect_modules(trusted, &entry, out, depth + 1);
         }
     }
 }

@@ -82,8 +82,9 @@ pub(super) fn build(writable: &[PathBuf]) -> Result<OwnedFd, String> {
         } else {
             AccessFs::from_file(TESTED_ABI)
         };
-        // No ioctls on the controlling terminal: TIOCSTI could type into the runner's shell.
-        if *device == "/dev/tty" {
+        // No ioctls on terminals: TIOCSTI could type into the runner's shell (the command has
+        // no controlling terminal, but a root runner's CAP_SYS_ADMIN allows TIOCSTI on any).
+        if *device == "/dev/tty" || *device == "/dev/pts" {
             access &= !AccessFs::IoctlDev;
         }
         ruleset = ruleset

@@ -279,3 +279,82 @@ fn probe_enforces_the_fence_on_this_machine() {
     assert!(abi.unwrap() >= 1);
     assert_eq!(probe(FencePolicy::OFF).unwrap(), None);
 }
+
+/// The fence never widens what is writable from files the fenced command itself can write: a
+/// rewritten `.git/commondir` must not make `/` (or any directory) writable to the next command,
+/// and no `hooks/` or `info/` is created there.
+#[test]
+fn a_rewritten_commondir_does_not_widen_the_next_fence() {
+    let fx = Fixture::new();
+    git(&fx.root, &["init", "-q"]);
+    let victim = fx.tmp.path().join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    let out = exec(&fx, &format!("echo {} > .git/commondir", victim.display()));
+    assert!(!out.is_error, "{}", out.text);
+    let out = exec(
+        &fx,
+        &format!("echo pwned > {}/f && echo wrote", victim.display()),
+    );
+    assert!(!out.text.contains("wrote"), "{}", out.text);
+    assert!(!victim.join("f").exists());
+    assert!(!victim.join("hooks").exists() && !victim.join("info").exists());
+}
+
+/// A workspace below the repository root (`repo/sub`) that gains a `.git` file naming another
+/// directory does not make that directory writable, nor creates `hooks/` or `info/` there.
+#[test]
+fn a_planted_gitdir_file_does_not_widen_the_next_fence() {
+    let mut fx = Fixture::new();
+    git(&fx.root, &["init", "-q"]);
+    let sub = fx.root.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    fx.root = sub;
+    let victim = fx.tmp.path().join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    let out = exec(&fx, &format!("echo 'gitdir: {}' > .git", victim.display()));
+    assert!(!out.is_error, "{}", out.text);
+    let out = exec(
+        &fx,
+        &format!("echo pwned > {}/f && echo wrote", victim.display()),
+    );
+    assert!(!out.text.contains("wrote"), "{}", out.text);
+    assert!(!victim.join("f").exists());
+    assert!(!victim.join("hooks").exists() && !victim.join("info").exists());
+}
+
+/// A `.git/modules` symlink the command planted does not make the next fence create `hooks/`
+/// or `info/` in the directory it points to.
+#[test]
+fn a_planted_modules_symlink_creates_nothing_outside() {
+    let fx = Fixture::new();
+    git(&fx.root, &["init", "-q"]);
+    let victim = fx.tmp.path().join("victim");
+    std::fs::create_dir_all(victim.join("m")).unwrap();
+    std::fs::write(victim.join("m/HEAD"), "ref: refs/heads/main\n").unwrap();
+    let out = exec(&fx, &format!("ln -s {} .git/modules", victim.display()));
+    assert!(!out.is_error, "{}", out.text);
+    let _ = exec(&fx, "true");
+    assert!(!victim.join("m/hooks").exists() && !victim.join("m/info").exists());
+}
+
+/// A command (fenced or `off`) leads its own session: it has no controlling terminal, so it
+/// cannot push keystrokes (TIOCSTI) into the terminal the runner was started from.
+#[test]
+fn a_command_has_no_controlling_terminal() {
+    let script = "exec python3 -c 'import os, errno\n\
+                  print(\"leader\", os.getsid(0) == os.getpid() == os.getpgid(0))\n\
+                  try:\n    os.open(\"/dev/tty\", os.O_RDWR)\n    print(\"tty opened\")\n\
+                  except OSError as e:\n    print(\"tty\", errno.errorcode[e.errno])'";
+    for fence in [FencePolicy::default(), FencePolicy::OFF] {
+        let mut fx = Fixture::new();
+        fx.fence = fence;
+        let out = exec(&fx, script);
+        assert!(
+            out.text.contains("leader True\ntty ENXIO"),
+            "{:?}: {}",
+            fence,
+            out.text
+        );
+    }
+}

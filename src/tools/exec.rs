@@ -21,7 +21,6 @@
 //! SIGKILLed the output says `interrupted: true` and the runtime records the outcome as UNKNOWN.
 
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -127,13 +126,14 @@ fn run_with_env(
         .env("TMPDIR", &tmp.0)
         .stdin(Stdio::null())
         .stdout(writer)
-        .stderr(writer2)
-        .process_group(0);
+        .stderr(writer2);
     // The fence is the first pre_exec step (see `Fence::install`).
     let (fence, report) = match fence.map(|f| f.install(&mut cmd)) {
         Some((record, report)) => (Some(record), Some(report)),
         None => (None, None),
     };
+    // Fenced or not, a tool command never keeps the runner's controlling terminal.
+    process::new_session(&mut cmd);
     process::die_with_parent(&mut cmd);
     let spawned = cmd.spawn();
     // Our copies of the pipe's write end must close, or the reader never sees end-of-file.
