@@ -142,7 +142,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         conv,
         schemas: Arc::new(schemas),
         blobs: BlobStore::new(ex.state.blobs_dir()),
-        tool_home: ex.state.tool_home(),
+        tool_home: ex.state.tool_home(ex.session_id),
         started: Instant::now(),
         attempt_mark: attempt_mark.clone(),
         crashed_marks,

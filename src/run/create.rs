@@ -149,7 +149,7 @@ pub fn grant_mcp(prepared: &mut Prepared, state: &StateDir) -> Result<()> {
     let servers = crate::mcp::Servers::new(
         prepared.mcp_configs.clone(),
         &prepared.merged.pass_env,
-        state.tool_home(),
+        state.tool_home(&prepared.new.meta.id),
         prepared.binding.root.clone(),
     );
     let warnings = crate::mcp::grant(&mut prepared.lock, &servers)?;

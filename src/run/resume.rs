@@ -110,7 +110,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
         let servers = crate::mcp::Servers::new(
             config.mcp_servers().clone(),
             &merged.pass_env,
-            state.tool_home(),
+            state.tool_home(&meta.id),
             meta.workspace.root.clone(),
         );
         crate::mcp::check_drift(&meta.lock, &servers)?;

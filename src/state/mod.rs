@@ -157,9 +157,12 @@ impl StateDir {
         self.root.join("blobs")
     }
 
-    /// `tool-home/`: the HOME tool subprocesses see (never the user's real HOME).
-    pub fn tool_home(&self) -> PathBuf {
-        self.root.join("tool-home")
+    /// `tool-home/<ses>/`: the HOME the tool subprocesses of one Session see (never the user's
+    /// real HOME). One per Session: a fenced command may write its HOME, so a shared one would let
+    /// a `.gitconfig` or shell start-up file planted by one Session's agent run in another
+    /// Session's commands (perhaps one with `sandbox: "off"`).
+    pub fn tool_home(&self, session_id: &str) -> PathBuf {
+        self.root.join("tool-home").join(session_id)
     }
 }
 

@@ -314,3 +314,48 @@ fn a_loopback_listener_is_reachable_only_with_allow_network() {
         assert!(outputs[0].1.starts_with(expected), "{flags:?}: {outputs:?}");
     }
 }
+
+/// A fenced command may write its HOME, so a HOME shared by the Sessions of a state dir would let
+/// one Session's agent plant a `.gitconfig` (say, an fsmonitor) that runs in another Session's
+/// commands. Each Session gets a HOME of its own.
+#[test]
+fn each_session_has_a_tool_home_of_its_own() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let plant = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "echo planted > \"$HOME/.gitconfig\" && echo ok"}),
+            ),
+            answer("planted"),
+        ],
+    );
+    let first = run_new(&env, &repo, "t", &fixer(&env), &plant, &["--allow-shell"]);
+    first.expect(0);
+    assert!(!tool_outputs(&first.jsonl())[0].0, "{:?}", first.jsonl());
+
+    let look = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "cat \"$HOME/.gitconfig\" || echo absent; echo \"$HOME\""}),
+            ),
+            answer("looked"),
+        ],
+    );
+    let second = run_new(&env, &repo, "t", &fixer(&env), &look, &["--allow-shell"]);
+    second.expect(0);
+    let outputs = tool_outputs(&second.jsonl());
+    assert!(outputs[0].1.contains("absent"), "{outputs:?}");
+    assert!(!outputs[0].1.contains("planted"), "{outputs:?}");
+    let second_id = finished(&second.jsonl())["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(outputs[0].1.contains(&second_id), "{outputs:?}");
+}
