@@ -119,13 +119,12 @@ fn read_and_install(ctx: &mut Ctx, file: File) -> Result<Imported> {
     let mut reader = Reader::new(file);
     if let Err(e) = read_bundle(ctx, &mut reader) {
         return Err(match e {
-            ReadError::Syntax { line, col, why } => invalid(
-                ctx.req,
-                format!(
-                    "{}:{line}:{col}: not a valid bundle: {why}",
-                    ctx.req.bundle.display()
-                ),
-            ),
+            ReadError::Syntax { line, col, why } => Error::invalid(format!(
+                "{}:{line}:{col}: not a valid bundle: {why}",
+                ctx.req.bundle.display()
+            ))
+            .with_path(&ctx.req.bundle)
+            .with_hint(DAMAGED_HINT),
             ReadError::Io(e) => Error::io("read", &ctx.req.bundle, e),
             ReadError::Sink(e) => e,
         });
@@ -178,18 +177,15 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Imported> {
     let early = std::mem::replace(&mut ctx.early, verify::Prefetch::none());
     let report = verify::verify_with(&paths, &id, &staging.blobs, Mode::Strict, &hashed, early)
         .map_err(|e| {
-            // Name the file as the bundle knows it, not by its staging path.
-            let prefix = format!("{}/", staging.dir.display());
-            let mut err = Error::new(
+            // Name the file as the bundle knows it, not by its staging path; the check's hints
+            // (restore from a bundle) do not apply to a bundle, re-exporting does.
+            let mut err = Error::wrap(
                 e.kind,
-                format!(
-                    "{}: {}",
-                    ctx.req.bundle.display(),
-                    e.message.replace(&prefix, "")
-                ),
+                ctx.req.bundle.display().to_string(),
+                e.relative_to(&staging.dir),
             );
-            err.hints = vec!["the bundle is damaged; export it again from the original".into()];
-            err
+            err.hints.clear();
+            err.with_hint("the bundle is damaged; export it again from the original")
         })?;
     if let Some(extra) = ctx.blob_names.iter().find(|b| !report.blobs.contains(*b)) {
         return Err(invalid(
@@ -279,15 +275,25 @@ struct Ctx<'a> {
     early: verify::Prefetch,
 }
 
+/// [`invalid`] for a failed check of the bundle's `what` (the check's error is the source).
+fn invalid_because(req: &ImportRequest, what: &str, inner: Error) -> Error {
+    let mut err = Error::wrap(
+        ErrorKind::InvalidInput,
+        format!("{}: {what}", req.bundle.display()),
+        inner,
+    );
+    err.hints.clear();
+    err.with_hint(DAMAGED_HINT)
+}
+
+const DAMAGED_HINT: &str =
+    "the bundle is damaged or not a kxen-agent bundle; export it again from the original";
+
+/// `<bundle>: why`, invalid input, with the re-export hint.
 fn invalid(req: &ImportRequest, why: String) -> Error {
-    let message = if why.starts_with(&req.bundle.display().to_string()) {
-        why
-    } else {
-        format!("{}: {why}", req.bundle.display())
-    };
-    Error::invalid(message).with_hint(
-        "the bundle is damaged or not a kxen-agent bundle; export it again from the original",
-    )
+    Error::invalid(format!("{}: {why}", req.bundle.display()))
+        .with_path(&req.bundle)
+        .with_hint(DAMAGED_HINT)
 }
 
 impl Ctx<'_> {
@@ -362,18 +368,18 @@ impl Ctx<'_> {
         }
         let verified = git::verify(&meta.workspace, &self.req.workspace, true).map_err(|e| {
             if e.kind == ErrorKind::Conflict {
-                let mut err = Error::conflict(format!(
-                    "cannot import session {id} into workspace {}: {}",
-                    self.req.workspace.display(),
-                    e.message
-                ));
-                // The check's own hint (what to fetch, what to restore) comes first.
-                err.hints = e.hints;
-                err.hints.push(
-                    "import into a clone of the Session's repository, on the Session's branch"
-                        .into(),
-                );
-                err
+                // The check's own hints (what to fetch, what to restore) come first.
+                Error::wrap(
+                    ErrorKind::Conflict,
+                    format!(
+                        "cannot import session {id} into workspace {}",
+                        self.req.workspace.display()
+                    ),
+                    e,
+                )
+                .with_hint(
+                    "import into a clone of the Session's repository, on the Session's branch",
+                )
             } else {
                 e
             }
@@ -632,10 +638,7 @@ impl Sink {
                      (session.json is a few KiB)",
                     bundle.display()
                 ))
-                .with_hint(
-                    "the bundle is damaged or not a kxen-agent bundle; export it again from the \
-                     original",
-                ))
+                .with_hint(DAMAGED_HINT))
             }
             None => {
                 self.held.extend_from_slice(bytes);
@@ -770,10 +773,7 @@ fn read_bundle<R: Read>(ctx: &mut Ctx, r: &mut Reader<R>) -> ReadResult<()> {
             "sessionId" => {
                 let id = small_string(r)?;
                 if let Err(e) = ids::validate_kind(&id, IdKind::Session) {
-                    return Err(sink_err(invalid(
-                        ctx.req,
-                        format!("sessionId: {}", e.message),
-                    )));
+                    return Err(sink_err(invalid_because(ctx.req, "sessionId", e)));
                 }
                 ctx.header.session_id = id;
             }

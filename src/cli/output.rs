@@ -10,7 +10,7 @@ use std::io::Write;
 use clap::ValueEnum;
 use serde_json::json;
 
-use crate::error::Error;
+use crate::error::{Error, ExitStatus};
 
 /// Output format of kxen-agent commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -97,22 +97,100 @@ pub fn note(text: &str) {
     let _ = writeln!(std::io::stderr(), "{}", crate::redact::redact(text));
 }
 
-/// Reports an error: `error: …` and `hint: …` lines on stderr, plus one
-/// `{"type":"error","kind","message"}` line on stdout in jsonl mode so log consumers see it.
-/// Returns the exit code to use.
-pub fn report_error(err: &Error, format: Format) -> i32 {
-    note(&format!("error: {}", err.message));
-    for hint in &err.hints {
-        note(&format!("hint: {hint}"));
-    }
-    if format == Format::Jsonl {
-        let mut value = json!({"type": "error", "kind": err.kind.name(), "message": err.message});
-        if !err.hints.is_empty() {
-            value["hints"] = json!(err.hints);
+/// The one renderer of errors, warnings and hints, shared by both binaries: `error: …` /
+/// `warning: …` / `hint: …` lines on stderr, and with JSON-lines output one
+/// `{"type":"error","kind","message"[,"hints"]}` line on stdout so log consumers see why a
+/// command stopped.
+///
+/// `dwp` labels its errors and warnings `ERROR:` and `WARNING:` (dwp-details.md fixes those words
+/// and its goldens pin them), and writes no JSON error line; [`Diagnostics::DWP`] says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Diagnostics {
+    error_label: &'static str,
+    warning_label: &'static str,
+    /// Write the `{"type":"error"}` line on stdout too.
+    json: bool,
+    /// Warnings can carry text from files or a model: show them [`terminal_safe`].
+    safe_warnings: bool,
+}
+
+impl Diagnostics {
+    /// `dwp`: `ERROR:` / `WARNING:` / `hint:` on stderr only.
+    pub const DWP: Diagnostics = Diagnostics {
+        error_label: "ERROR:",
+        warning_label: "WARNING:",
+        json: false,
+        safe_warnings: false,
+    };
+
+    /// `kxen-agent` in output format `format`.
+    pub fn kxen(format: Format) -> Diagnostics {
+        Diagnostics {
+            error_label: "error:",
+            warning_label: "warning:",
+            json: format == Format::Jsonl,
+            safe_warnings: true,
         }
-        json_line(&value);
     }
-    err.exit_code()
+
+    /// Reports `err` (stderr lines, and the JSON line in JSON output); returns the exit status.
+    pub fn error(&self, err: &Error) -> ExitStatus {
+        self.write_lines(err);
+        self.error_json(err)
+    }
+
+    /// Only the JSON line of [`Diagnostics::error`] (when the output is JSON lines): for an error
+    /// whose stderr lines someone else wrote (clap's usage errors).
+    pub fn error_json(&self, err: &Error) -> ExitStatus {
+        if self.json {
+            let mut value =
+                json!({"type": "error", "kind": err.kind.name(), "message": err.message});
+            if !err.hints.is_empty() {
+                value["hints"] = json!(err.hints);
+            }
+            json_line(&value);
+        }
+        err.exit_status()
+    }
+
+    /// Reports `err` on stderr only: the JSON stream already told the outcome (a run's own
+    /// `runFinished` event).
+    pub fn error_lines(&self, err: &Error) -> ExitStatus {
+        self.write_lines(err);
+        err.exit_status()
+    }
+
+    fn write_lines(&self, err: &Error) {
+        note(&format!("{} {}", self.error_label, err.message));
+        for hint in &err.hints {
+            self.hint(hint);
+        }
+    }
+
+    /// One `warning: …` line.
+    pub fn warning(&self, text: &str) {
+        let line = format!("{} {text}", self.warning_label);
+        if self.safe_warnings {
+            note(&terminal_safe(&line));
+        } else {
+            note(&line);
+        }
+    }
+
+    /// Each warning once, in order.
+    pub fn warnings(&self, warnings: &[String]) {
+        let mut seen = std::collections::HashSet::new();
+        for w in warnings {
+            if seen.insert(w.as_str()) {
+                self.warning(w);
+            }
+        }
+    }
+
+    /// One `hint: …` line (a next step that goes with an outcome printed on stdout).
+    pub fn hint(&self, text: &str) {
+        note(&format!("hint: {text}"));
+    }
 }
 
 #[cfg(test)]

@@ -47,10 +47,9 @@ pub fn grant(lock: &mut DcpAgentLock, servers: &Servers) -> Result<Vec<String>> 
             continue;
         }
         if !listings.contains_key(server) {
-            let tools = servers.list_tools(server).map_err(|mut e| {
-                e.message.push_str("; no session was created");
-                e
-            })?;
+            let tools = servers
+                .list_tools(server)
+                .map_err(|e| e.with_consequence("no session was created"))?;
             listings.insert(server.to_string(), tools);
         }
     }

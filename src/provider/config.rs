@@ -35,7 +35,7 @@ use super::Provider;
 use super::command::CommandProvider;
 use super::openai::OpenAiProvider;
 use super::script::ScriptProvider;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// Provider timeout when `timeout_ms` is not given: generous, since local models can be slow.
 pub const DEFAULT_PROVIDER_TIMEOUT_MS: u64 = 300_000;
@@ -173,9 +173,12 @@ impl ModelConfig {
                     ConfigSource::Env => " (named by KXEN_AGENT_CONFIG)",
                     ConfigSource::Default => "",
                 };
-                let mut err = Error::io("read the model config", &path, e);
-                err.message.push_str(from);
-                return Err(err);
+                return Err(Error::io_told(
+                    format!("cannot read the model config {}: {e}{from}", path.display()),
+                    &path,
+                    e,
+                    ErrorKind::Failed,
+                ));
             }
         };
         // Not UTF-8 is a broken file the user wrote (exit 4), not a failure of the system.

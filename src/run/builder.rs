@@ -46,23 +46,22 @@ pub fn build_definition(
         } else {
             ErrorKind::External
         };
-        Error::new(
-            kind,
-            format!(
-                "the Builder's model call (role `planning`) failed: {}",
-                e.message
-            ),
+        let mut err = Error::wrap(kind, "the Builder's model call (role `planning`) failed", e);
+        err.hints.clear();
+        err.with_hint(
+            "pass --agent FILE to use a definition you wrote, or fix the planning provider",
         )
-        .with_hint("pass --agent FILE to use a definition you wrote, or fix the planning provider")
     })?;
     let text = response.text.trim();
     let body = strip_fence(text).unwrap_or(text);
     let definition = agent::parse_definition(body.as_bytes(), SOURCE).map_err(|e| {
-        Error::invalid(format!(
-            "the Builder returned an invalid definition: {}",
-            e.message
-        ))
-        .with_hint(
+        let mut err = Error::wrap(
+            ErrorKind::InvalidInput,
+            "the Builder returned an invalid definition",
+            e,
+        );
+        err.hints.clear();
+        err.with_hint(
             "pass --agent FILE to use a definition you wrote (`kxen-agent agent init` writes one)",
         )
     })?;

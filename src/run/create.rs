@@ -72,10 +72,8 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
             )
         }
     };
-    let lock = DcpAgentLock::build(&definition, &merged).map_err(|mut e| {
-        e.message.push_str("; no session was created");
-        e
-    })?;
+    let lock = DcpAgentLock::build(&definition, &merged)
+        .map_err(|e| e.with_consequence("no session was created"))?;
     if lock.capabilities.is_empty() {
         // Legal (a pure question-answering agent), but usually an optional `exec` or the like
         // that the policy did not permit: say so before the model works blind.

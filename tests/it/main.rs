@@ -13,6 +13,7 @@ mod dwp_resources;
 #[allow(dead_code)] // helpers used by some test modules only
 mod env;
 mod fence;
+mod help_exit_codes;
 mod init;
 mod lineage;
 mod mcp;

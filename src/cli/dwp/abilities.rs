@@ -4,7 +4,7 @@ use clap::Args;
 
 use super::{RepoArgs, print_document, print_warnings};
 use crate::dwp::abilities;
-use crate::error::Result;
+use crate::error::{ExitStatus, Result};
 
 #[derive(Debug, Args)]
 pub struct AbilitiesArgs {
@@ -18,10 +18,10 @@ pub struct AbilitiesArgs {
     host_only: bool,
 }
 
-pub fn run(args: AbilitiesArgs) -> Result<i32> {
+pub fn run(args: AbilitiesArgs) -> Result<ExitStatus> {
     let root = args.repo.root()?;
     let eff = abilities::effective(root.as_deref(), args.caps.as_deref(), args.host_only)?;
     print_warnings(&eff.warnings);
     print_document(&eff.to_json());
-    Ok(0)
+    Ok(ExitStatus::Success)
 }

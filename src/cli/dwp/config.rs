@@ -7,7 +7,7 @@ use crate::cli::output;
 use crate::dwp::config::{self, Config};
 use crate::dwp::pyfmt::inline_json;
 use crate::dwp::{addons, repo};
-use crate::error::Result;
+use crate::error::{ErrorKind, ExitStatus, Result};
 
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
@@ -62,7 +62,7 @@ pub struct EnableArgs {
     repo: RepoArgs,
 }
 
-pub fn run(cmd: ConfigCommand) -> Result<i32> {
+pub fn run(cmd: ConfigCommand) -> Result<ExitStatus> {
     match cmd {
         ConfigCommand::Show(args) => {
             let cfg = load(&args)?;
@@ -108,10 +108,10 @@ pub fn run(cmd: ConfigCommand) -> Result<i32> {
         ConfigCommand::Descriptors => return Ok(descriptors()),
         ConfigCommand::Backfill { write, repo } => backfill(&repo.root_for_writing()?, write)?,
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
-fn descriptors() -> i32 {
+fn descriptors() -> ExitStatus {
     let mut failed = false;
     for key in addons::KEYS {
         match addons::load(key) {
@@ -122,7 +122,11 @@ fn descriptors() -> i32 {
             }
         }
     }
-    i32::from(failed)
+    if failed {
+        ExitStatus::Failure(ErrorKind::Failed)
+    } else {
+        ExitStatus::Success
+    }
 }
 
 fn backfill(root: &std::path::Path, write: bool) -> Result<()> {

@@ -13,24 +13,50 @@ mod onboard;
 mod plan;
 mod resources;
 
-use super::output;
-use crate::error::{Error, Result};
+use super::output::{self, Diagnostics};
+use crate::error::{Error, ErrorKind, ExitStatus, Result};
 
-const AFTER_HELP: &str = "Exit codes:
-   0  success
-   1  failed (a descriptor audit found a FAIL, a stale summary, a resource hold, or an internal
-      error)
-   2  usage error, or a refused config write (the file is left unchanged); a --sections list
-      without a mandatory section or naming an unknown section
-   3  not found (plan folder, contract, task, an undeclared limit, an unknown reservation key)
-   4  invalid input (unknown ability in --caps, bad JSON, an invalid contract or journal event)
-   5  conflict (another writer holds the plan's lock; a reservation already settled otherwise)
-  10  corrupt (a journal damaged mid-file)";
+/// What each exit code means for `dwp` (the codes are [`ErrorKind`]'s); `None`: never used.
+fn exit_meaning(kind: ErrorKind) -> Option<&'static str> {
+    Some(match kind {
+        ErrorKind::Failed => {
+            "failed (a descriptor audit found a FAIL, a stale summary, a resource hold, or an \
+             internal\n      error)"
+        }
+        ErrorKind::Usage => {
+            "usage error, or a refused config write (the file is left unchanged); a --sections \
+             list\n      without a mandatory section or naming an unknown section"
+        }
+        ErrorKind::NotFound => {
+            "not found (plan folder, contract, task, an undeclared limit, an unknown reservation \
+             key)"
+        }
+        ErrorKind::InvalidInput => {
+            "invalid input (unknown ability in --caps, bad JSON, an invalid contract or journal \
+             event)"
+        }
+        ErrorKind::Conflict => {
+            "conflict (another writer holds the plan's lock; a reservation already settled \
+             otherwise)"
+        }
+        ErrorKind::Corrupt => "corrupt (a journal damaged mid-file)",
+        ErrorKind::Policy
+        | ErrorKind::InputRequired
+        | ErrorKind::Budget
+        | ErrorKind::External
+        | ErrorKind::Canceled => return None,
+    })
+}
+
+/// The `dwp --help` exit-code table.
+pub fn exit_code_table() -> String {
+    crate::error::exit_code_table("success", exit_meaning)
+}
 
 /// Deep Work Plan 7: the committed addon registry, effective abilities, plan manifests,
 /// accounting and the resource frame.
 #[derive(Debug, Parser)]
-#[command(name = "dwp", version, after_help = AFTER_HELP)]
+#[command(name = "dwp", version, after_help = exit_code_table())]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -92,12 +118,13 @@ impl RepoArgs {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     match dispatch(cli) {
-        Ok(code) => code,
-        Err(err) => report_error(&err),
+        Ok(status) => status,
+        Err(err) => Diagnostics::DWP.error(&err),
     }
+    .code()
 }
 
-fn dispatch(cli: Cli) -> Result<i32> {
+fn dispatch(cli: Cli) -> Result<ExitStatus> {
     match cli.command {
         Command::Config(cmd) => config::run(cmd),
         Command::Onboard(args) => onboard::run(args),
@@ -111,25 +138,12 @@ fn dispatch(cli: Cli) -> Result<i32> {
 
 /// Prints each warning once, in order, as `WARNING: <text>` on stderr.
 pub fn print_warnings(warnings: &[String]) {
-    let mut seen = std::collections::HashSet::new();
-    for w in warnings {
-        if seen.insert(w.as_str()) {
-            output::note(&format!("WARNING: {w}"));
-        }
-    }
+    Diagnostics::DWP.warnings(warnings);
 }
 
 /// Prints a JSON document as sorted-key, two-space JSON with one trailing newline.
 pub fn print_document(value: &serde_json::Value) {
     output::line(&crate::canonical::to_pretty(value));
-}
-
-fn report_error(err: &Error) -> i32 {
-    output::note(&format!("ERROR: {}", err.message));
-    for hint in &err.hints {
-        output::note(&format!("hint: {hint}"));
-    }
-    err.exit_code()
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use clap::Args;
 use crate::cli::output;
 use crate::dwp::onboard::{self, Tracked};
 use crate::dwp::pyfmt::inline_json;
-use crate::error::Result;
+use crate::error::{ExitStatus, Result};
 
 #[derive(Debug, Args)]
 pub struct OnboardArgs {
@@ -20,7 +20,7 @@ pub struct OnboardArgs {
     enable: Vec<String>,
 }
 
-pub fn run(args: OnboardArgs) -> Result<i32> {
+pub fn run(args: OnboardArgs) -> Result<ExitStatus> {
     let enables = args
         .enable
         .iter()
@@ -69,5 +69,5 @@ pub fn run(args: OnboardArgs) -> Result<i32> {
             root.display()
         )),
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }

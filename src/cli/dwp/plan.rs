@@ -10,7 +10,7 @@ use super::print_document;
 use crate::cli::output;
 use crate::dwp::manifest::{self, Records};
 use crate::dwp::pyfmt::truthy;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, ExitStatus, Result};
 
 #[derive(Debug, Args)]
 pub struct ManifestArgs {
@@ -55,7 +55,7 @@ pub struct AccountingArgs {
     bundle: Vec<String>,
 }
 
-pub fn manifest(args: ManifestArgs) -> Result<i32> {
+pub fn manifest(args: ManifestArgs) -> Result<ExitStatus> {
     let sections = manifest::parse_sections(args.sections.as_deref())?;
     let records = Records::load(&args.plan)?;
     let doc = manifest::derive(&records, &args.task, sections.as_deref())?;
@@ -73,10 +73,10 @@ pub fn manifest(args: ManifestArgs) -> Result<i32> {
     output::raw(&body);
     // The records of a long journal take longer to free than to use; the process ends here.
     std::mem::forget(records);
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
-pub fn freshness(args: FreshnessArgs) -> Result<i32> {
+pub fn freshness(args: FreshnessArgs) -> Result<ExitStatus> {
     let records = Records::load(&args.plan)?;
     let doc = manifest::derive(&records, &args.task, None)?;
     let current = doc["freshness"]["inputs_fingerprint"].clone();
@@ -115,13 +115,17 @@ pub fn freshness(args: FreshnessArgs) -> Result<i32> {
         "stored": stored,
         "verdict": verdict,
     }));
-    Ok(if verdict == "fresh" { 0 } else { 1 })
+    Ok(if verdict == "fresh" {
+        ExitStatus::Success
+    } else {
+        ExitStatus::Failure(ErrorKind::Failed)
+    })
 }
 
-pub fn accounting(args: AccountingArgs) -> Result<i32> {
+pub fn accounting(args: AccountingArgs) -> Result<ExitStatus> {
     let records = Records::load(&args.plan)?;
     let doc = crate::dwp::accounting::account(&records, &args.bundle)?;
     print_document(&doc);
     std::mem::forget(records);
-    Ok(0)
+    Ok(ExitStatus::Success)
 }

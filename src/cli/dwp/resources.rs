@@ -10,13 +10,14 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 
+use super::output::Diagnostics;
 use super::{print_document, print_warnings};
 use crate::cli::output;
 use crate::dwp::abilities;
 use crate::dwp::plan::writer;
 use crate::dwp::plan::{Contract, Journal, Plan, journal};
 use crate::dwp::resources::{self, Abilities, limits, reservations, routing};
-use crate::error::Result;
+use crate::error::{ErrorKind, ExitStatus, Result};
 
 #[derive(Debug, Subcommand)]
 pub enum ResourcesCommand {
@@ -98,12 +99,12 @@ impl Disposition {
     }
 }
 
-pub fn run(cmd: ResourcesCommand) -> Result<i32> {
+pub fn run(cmd: ResourcesCommand) -> Result<ExitStatus> {
     match cmd {
         ResourcesCommand::Capabilities { caps } => {
             let declared = abilities::declared(&abilities::parse_caps(&caps)?);
             print_document(&serde_json::json!(declared));
-            Ok(0)
+            Ok(ExitStatus::Success)
         }
         ResourcesCommand::Report(args) => report(&args),
         ResourcesCommand::Routing(args) => route(&args),
@@ -139,23 +140,23 @@ fn read_journal(o: &Opened) -> Result<Journal> {
     journal::read(&o.plan.dir, &o.contract)
 }
 
-fn report(args: &PlanArgs) -> Result<i32> {
+fn report(args: &PlanArgs) -> Result<ExitStatus> {
     let o = open(args)?;
     let journal = read_journal(&o)?;
     let report = resources::report::build(&o.contract, &journal.events, &o.abilities);
     print_document(&report.to_json());
     // The events of a long journal take longer to free than to use; the process ends here.
     std::mem::forget(journal);
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
-fn route(args: &PlanArgs) -> Result<i32> {
+fn route(args: &PlanArgs) -> Result<ExitStatus> {
     let o = open(args)?;
     print_document(&routing::to_json(&o.contract, &o.abilities));
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
-fn hold(args: &PlanArgs) -> Result<i32> {
+fn hold(args: &PlanArgs) -> Result<ExitStatus> {
     let o = open(args)?;
     let journal = read_journal(&o)?;
     match limits::hold(&o.contract, &journal.events) {
@@ -165,22 +166,22 @@ fn hold(args: &PlanArgs) -> Result<i32> {
                 "HOLD: limit {} (via seq {}){detail}",
                 h.limit, h.seq
             ));
-            output::note(&format!(
-                "hint: dispatch stays held until `dwp resources recover --plan {} --limit {}` \
+            Diagnostics::DWP.hint(&format!(
+                "dispatch stays held until `dwp resources recover --plan {} --limit {}` \
                  records the recovery",
                 args.plan.display(),
                 h.limit
             ));
-            Ok(1)
+            Ok(ExitStatus::Failure(ErrorKind::Failed))
         }
         None => {
             output::line("OK: no resource hold");
-            Ok(0)
+            Ok(ExitStatus::Success)
         }
     }
 }
 
-fn mark(args: &LimitArgs, exhausted: bool) -> Result<i32> {
+fn mark(args: &LimitArgs, exhausted: bool) -> Result<ExitStatus> {
     let o = open(&args.plan)?;
     // Refused before the lock is taken, so an undeclared limit never touches the plan folder.
     limits::require_declared(&o.contract, &args.limit)?;
@@ -195,10 +196,10 @@ fn mark(args: &LimitArgs, exhausted: bool) -> Result<i32> {
     })?;
     let what = if exhausted { "exhaustion" } else { "recovery" };
     output::line(&recorded(what, event.seq, written));
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
-fn settle(args: &SettleArgs) -> Result<i32> {
+fn settle(args: &SettleArgs) -> Result<ExitStatus> {
     let o = open(&args.plan)?;
     let disposition = args.disposition.as_str();
     // The same decision runs first without the lock, so a refused settlement (unknown key,
@@ -222,7 +223,7 @@ fn settle(args: &SettleArgs) -> Result<i32> {
         )
     })?;
     output::line(&recorded("settlement", event.seq, written));
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
 fn recorded(what: &str, seq: u64, written: bool) -> String {

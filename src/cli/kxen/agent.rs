@@ -6,11 +6,11 @@ use serde_json::json;
 
 use crate::agent::{self, AgentDefinition, DcpAgentLock};
 use crate::cli::output::{self, Format};
-use crate::error::Result;
+use crate::error::{ExitStatus, Result};
 use crate::policy::{self, PolicyFlags};
 
 /// Validates `file`; prints `agentValid` (jsonl) or a short summary (text). Writes nothing.
-pub fn validate(file: &Path, format: Format) -> Result<i32> {
+pub fn validate(file: &Path, format: Format) -> Result<ExitStatus> {
     let definition = agent::load_definition(file)?;
     let hash = definition.definition_hash();
     match format {
@@ -21,7 +21,7 @@ pub fn validate(file: &Path, format: Format) -> Result<i32> {
         })),
         Format::Text => output::raw(&summary(file, &definition, &hash)),
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
 fn summary(file: &Path, d: &AgentDefinition, hash: &str) -> String {
@@ -79,7 +79,11 @@ fn first_line(text: &str) -> String {
 
 /// `policy check`: the merged policy, its hash, the permitted catalog and, with an agent, the
 /// effective capabilities (or the exit-6 refusal a Session creation would meet).
-pub fn policy_check(flags: &PolicyFlags, agent: Option<&Path>, format: Format) -> Result<i32> {
+pub fn policy_check(
+    flags: &PolicyFlags,
+    agent: Option<&Path>,
+    format: Format,
+) -> Result<ExitStatus> {
     let merged = policy::merge(flags)?;
     let permitted = policy::permitted_catalog(&merged);
     let lock = match agent {
@@ -147,5 +151,5 @@ pub fn policy_check(flags: &PolicyFlags, agent: Option<&Path>, format: Format) -
             output::raw(&text);
         }
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }

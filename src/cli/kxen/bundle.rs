@@ -6,11 +6,11 @@ use serde_json::json;
 
 use crate::bundle::{self, ImportRequest};
 use crate::cli::output::{self, Format};
-use crate::error::Result;
+use crate::error::{ExitStatus, Result};
 use crate::session::{store, verify};
 use crate::state::StateDir;
 
-pub fn verify(state: &StateDir, session_id: &str, format: Format) -> Result<i32> {
+pub fn verify(state: &StateDir, session_id: &str, format: Format) -> Result<ExitStatus> {
     let paths = store::session_paths(state, session_id)?;
     let report = verify::verify(
         &paths,
@@ -43,10 +43,15 @@ pub fn verify(state: &StateDir, session_id: &str, format: Format) -> Result<i32>
             }
         }
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
-pub fn export(state: &StateDir, session_id: &str, output: &Path, format: Format) -> Result<i32> {
+pub fn export(
+    state: &StateDir,
+    session_id: &str,
+    output: &Path,
+    format: Format,
+) -> Result<ExitStatus> {
     let done = bundle::export(state, session_id, output)?;
     match format {
         Format::Jsonl => output::json_line(&tagged("sessionExported", &done)),
@@ -58,10 +63,15 @@ pub fn export(state: &StateDir, session_id: &str, output: &Path, format: Format)
             done.blobs
         )),
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
-pub fn import(state: &StateDir, file: PathBuf, workspace: PathBuf, format: Format) -> Result<i32> {
+pub fn import(
+    state: &StateDir,
+    file: PathBuf,
+    workspace: PathBuf,
+    format: Format,
+) -> Result<ExitStatus> {
     let done = bundle::import(
         state,
         &ImportRequest {
@@ -81,7 +91,7 @@ pub fn import(state: &StateDir, file: PathBuf, workspace: PathBuf, format: Forma
             done.workspace.display()
         )),
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
 fn tagged<T: serde::Serialize>(kind: &str, value: &T) -> serde_json::Value {

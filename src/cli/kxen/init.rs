@@ -5,11 +5,11 @@ use std::path::Path;
 use serde_json::json;
 
 use crate::cli::output::{self, Format};
-use crate::error::Result;
+use crate::error::{ExitStatus, Result};
 use crate::fsx;
 
 /// Writes `content` to `path` (refusing to overwrite) and reports it.
-pub fn write_starter(path: &Path, content: &str, what: &str, format: Format) -> Result<i32> {
+pub fn write_starter(path: &Path, content: &str, what: &str, format: Format) -> Result<ExitStatus> {
     fsx::create_new(path, content.as_bytes(), 0o644)?;
     match format {
         Format::Jsonl => output::json_line(&json!({
@@ -17,5 +17,5 @@ pub fn write_starter(path: &Path, content: &str, what: &str, format: Format) -> 
         })),
         Format::Text => output::line(&format!("wrote {what} to {}", path.display())),
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }

@@ -3,17 +3,17 @@
 use serde_json::json;
 
 use crate::cli::output::{self, Format};
-use crate::error::Result;
+use crate::error::{ExitStatus, Result};
 use crate::session::diff;
 use crate::session::fork::{self, ForkRequest};
 use crate::state::StateDir;
 
-pub fn session_fork(state: &StateDir, request: &ForkRequest, format: Format) -> Result<i32> {
+pub fn session_fork(state: &StateDir, request: &ForkRequest, format: Format) -> Result<ExitStatus> {
     let forked = fork::fork(state, request)?;
     for warning in &forked.warnings {
         match format {
             Format::Jsonl => output::json_line(&json!({"type": "warning", "message": warning})),
-            Format::Text => output::note(&format!("warning: {warning}")),
+            Format::Text => output::Diagnostics::kxen(format).warning(warning),
         }
     }
     let meta = &forked.meta;
@@ -50,7 +50,7 @@ pub fn session_fork(state: &StateDir, request: &ForkRequest, format: Format) -> 
             ));
         }
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
 pub fn session_diff(
@@ -59,11 +59,11 @@ pub fn session_diff(
     state_b: &StateDir,
     b: &str,
     format: Format,
-) -> Result<i32> {
+) -> Result<ExitStatus> {
     let d = diff::diff_across(state_a, a, state_b, b)?;
     match format {
         Format::Jsonl => output::json_line(&d.to_json()),
         Format::Text => output::raw(&d.to_text()),
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }

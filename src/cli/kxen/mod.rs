@@ -16,22 +16,8 @@ mod signals;
 pub use run::RunArgs;
 
 use super::output::{self, Format};
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, ExitStatus, Result};
 use crate::state::{StateDir, StateEnv};
-
-const AFTER_HELP: &str = "Exit codes:
-   0  success (run completed)
-   1  run failed (or an internal error)
-   2  usage error
-   3  not found (session, run, operation, message, file)
-   4  invalid input (YAML, policy, config, bundle, plan)
-   5  conflict (lease held, workspace mismatch, already exists)
-   6  refused by policy (drift, denied capability)
-   7  input required (UNKNOWN tool outcomes)
-   8  budget exhausted
-   9  external failure (model provider, git, a program)
-  10  corrupt state
- 130  canceled";
 
 /// Run coding agents durably next to git: every side effect is journaled, so a crash, a kill or
 /// a second process never repeats or loses work.
@@ -39,7 +25,7 @@ const AFTER_HELP: &str = "Exit codes:
 #[command(
     name = "kxen-agent",
     version,
-    after_help = AFTER_HELP,
+    after_help = crate::error::kxen_exit_code_table(),
     arg_required_else_help = true
 )]
 pub struct Cli {
@@ -270,30 +256,32 @@ impl PolicyArgs {
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(err) => return usage_error(err),
+        Err(err) => return usage_error(err).code(),
     };
-    let format = cli.format;
+    let diagnostics = output::Diagnostics::kxen(cli.format);
     // Before anything reads a credential or starts a thread or a child (see `own_env`).
-    if let Err(err) = crate::own_env::init() {
-        return output::report_error(&err, format);
-    }
-    match dispatch(cli) {
-        Ok(code) => code,
-        Err(err) => output::report_error(&err, format),
-    }
+    let status = match crate::own_env::init().and_then(|()| dispatch(cli)) {
+        Ok(status) => status,
+        Err(err) => diagnostics.error(&err),
+    };
+    status.code()
 }
 
 /// Reports a command line clap refused. `--help` and `--version` print as usual (exit 0); a
 /// real usage error also gets its `{"type":"error","kind":"usage"}` line on stdout in jsonl mode,
 /// like every other error, so log consumers see why nothing ran.
-fn usage_error(err: clap::Error) -> i32 {
+fn usage_error(err: clap::Error) -> ExitStatus {
     use clap::error::ErrorKind as Clap;
     if matches!(
         err.kind(),
         Clap::DisplayHelp | Clap::DisplayVersion | Clap::DisplayHelpOnMissingArgumentOrSubcommand
     ) {
         let _ = err.print();
-        return if err.use_stderr() { 2 } else { 0 };
+        return if err.use_stderr() {
+            ExitStatus::Failure(ErrorKind::Usage)
+        } else {
+            ExitStatus::Success
+        };
     }
     let _ = err.print();
     // The format flag could not be parsed with the rest; look for it by hand.
@@ -302,23 +290,20 @@ fn usage_error(err: clap::Error) -> i32 {
         .windows(2)
         .any(|w| w[0] == "--format" && w[1] == "text")
         || args.iter().any(|a| a == "--format=text");
-    if !text {
-        let message = err
-            .render()
-            .to_string()
-            .lines()
-            .next()
-            .unwrap_or("invalid command line")
-            .trim_start_matches("error: ")
-            .to_string();
-        output::json_line(
-            &serde_json::json!({"type": "error", "kind": "usage", "message": message}),
-        );
-    }
-    2
+    let format = if text { Format::Text } else { Format::Jsonl };
+    // clap wrote the stderr lines (with the usage); the JSON line is ours.
+    let message = err
+        .render()
+        .to_string()
+        .lines()
+        .next()
+        .unwrap_or("invalid command line")
+        .trim_start_matches("error: ")
+        .to_string();
+    output::Diagnostics::kxen(format).error_json(&Error::usage(message))
 }
 
-fn dispatch(cli: Cli) -> Result<i32> {
+fn dispatch(cli: Cli) -> Result<ExitStatus> {
     let format = cli.format;
     let state = || StateDir::resolve(cli.state_dir.as_deref(), &StateEnv::from_process());
     let Some(command) = cli.command else {
@@ -331,7 +316,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         _ => false,
     };
     if !cli.run.is_empty() || run_flags_with_subcommand {
-        return Err(crate::error::Error::usage(
+        return Err(Error::usage(
             "run options (--task, --workspace, --agent, --resume, …) cannot be combined with a subcommand",
         )
         .with_hint("start a run with `kxen-agent run --task …` (or `kxen-agent --task …`)"));
@@ -424,8 +409,9 @@ mod tests {
 
     #[test]
     fn help_documents_every_exit_code() {
+        let help = Cli::command().render_long_help().to_string();
         for kind in crate::error::ErrorKind::ALL {
-            assert!(AFTER_HELP.contains(kind.meaning()), "{:?}", kind);
+            assert!(help.contains(kind.meaning()), "{:?}", kind);
         }
     }
 }

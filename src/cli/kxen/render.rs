@@ -46,9 +46,7 @@ impl Renderer {
             Event::OperationResolved { op_id, run_id, .. } => say(&format!(
                 "operation {op_id} of run {run_id} resolved; continue with --resume"
             )),
-            Event::Warning { message } => {
-                output::note(&output::terminal_safe(&format!("warning: {message}")))
-            }
+            Event::Warning { message } => output::Diagnostics::kxen(Format::Text).warning(&message),
             Event::RunStarted { run_id, .. } => say(&format!("run {run_id} started")),
             Event::ModelText { text, .. } => say(text.trim_end()),
             Event::ToolStarted {

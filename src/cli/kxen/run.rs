@@ -9,8 +9,8 @@ use clap::Args;
 use super::PolicyArgs;
 use super::render::Renderer;
 use super::signals;
-use crate::cli::output::{self, Format};
-use crate::error::{Error, ErrorKind, Result};
+use crate::cli::output::{Diagnostics, Format};
+use crate::error::{Error, ErrorKind, ExitStatus, Result};
 use crate::run::agent_loop::{self, Ending, Execution};
 use crate::run::create::{self, NewRunRequest};
 use crate::run::events::{Event, EventSink};
@@ -60,7 +60,7 @@ impl RunArgs {
 }
 
 /// Runs a new Session's first run; the exit code follows the run's status.
-pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i32> {
+pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<ExitStatus> {
     if args.resume.is_some() {
         return resume(state_flag, args, format);
     }
@@ -128,11 +128,11 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i
     let ending = agent_loop::execute(&execution, &run_id, &mut renderer)?;
     drop(lease);
     let hints = Hints::new(state_flag.map(|_| state.root()), resume_flags);
-    Ok(exit_code(&session_id, &run_id, &ending, &hints))
+    Ok(exit_status(&session_id, &run_id, &ending, &hints))
 }
 
 /// `--resume SES [--task …]`: continue the Session under its lease.
-fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i32> {
+fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<ExitStatus> {
     if args.agent.is_some() {
         return Err(Error::usage(
             "--agent cannot be used with --resume: a Session keeps the agent it was created with",
@@ -192,9 +192,9 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<i3
     };
     let ending = agent_loop::execute(&execution, &resumed.run_id, &mut renderer)?;
     let hints = Hints::new(state_flag.map(|_| state.root()), resume_flags);
-    let code = exit_code(&resumed.meta.id, &resumed.run_id, &ending, &hints);
+    let status = exit_status(&resumed.meta.id, &resumed.run_id, &ending, &hints);
     drop(resumed);
-    Ok(code)
+    Ok(status)
 }
 
 /// The options a later `--resume` of this Session must repeat, as they were given here: the
@@ -268,34 +268,42 @@ impl Hints {
     }
 }
 
-/// The exit code of a run's ending (0 only for `completed`), with the error line on stderr; the
-/// hints name commands that work when pasted (see [`Hints`]).
-pub fn exit_code(session_id: &str, run_id: &str, ending: &Ending, hints: &Hints) -> i32 {
+/// The exit status of a run's ending (success only for `completed`), with the error line on
+/// stderr; the hints name commands that work when pasted (see [`Hints`]).
+pub fn exit_status(session_id: &str, run_id: &str, ending: &Ending, hints: &Hints) -> ExitStatus {
     let Hints { bin, resume_flags } = hints;
     let inspect = format!("{bin} run show {session_id} {run_id}");
-    match ending {
+    let err = match ending {
         Ending::InputRequired(ops) => {
-            output::note(&format!(
-                "error: run {run_id} needs input: the outcome of {} is unknown (the tool may have had its effect)",
-                ops.join(", ")
-            ));
             // With one unknown operation the command names it; with several, OP stands for each.
             let op = match ops.as_slice() {
                 [one] => one.as_str(),
                 _ => "OP",
             };
-            output::note(&format!(
-                "hint: inspect with `{inspect}`, then record what happened with `{bin} run resolve {session_id} {run_id} {op} --output TEXT` and continue with `{bin} --resume {session_id}{resume_flags}`"
-            ));
-            ErrorKind::InputRequired.exit_code()
+            Error::input_required(format!(
+                "run {run_id} needs input: the outcome of {} is unknown (the tool may have had its effect)",
+                ops.join(", ")
+            ))
+            .with_id(run_id)
+            .with_hint(format!(
+                "inspect with `{inspect}`, then record what happened with `{bin} run resolve {session_id} {run_id} {op} --output TEXT` and continue with `{bin} --resume {session_id}{resume_flags}`"
+            ))
         }
-        Ending::Finished(result) => finished_code(result, &inspect),
-    }
+        Ending::Finished(result) => match finished_error(result) {
+            None => return ExitStatus::Success,
+            Some(err) => err
+                .with_id(run_id)
+                .with_hint(format!("inspect the run with `{inspect}`")),
+        },
+    };
+    // The run's own events already told a JSON reader how it ended: stderr only.
+    Diagnostics::kxen(Format::Text).error_lines(&err)
 }
 
-fn finished_code(result: &RunResult, inspect: &str) -> i32 {
+/// Why a finished run is not a success, as the error of its exit status (`None`: completed).
+fn finished_error(result: &RunResult) -> Option<Error> {
     let kind = match (result.status, result.reason) {
-        (RunStatus::Completed, _) => return 0,
+        (RunStatus::Completed, _) => return None,
         (RunStatus::Canceled, _) => ErrorKind::Canceled,
         (_, Some(FailReason::BudgetExhausted)) => ErrorKind::Budget,
         (_, Some(FailReason::ProviderFailed)) => ErrorKind::External,
@@ -306,9 +314,10 @@ fn finished_code(result: &RunResult, inspect: &str) -> i32 {
         .as_ref()
         .map(|e| e.message.as_str())
         .unwrap_or("no reason recorded");
-    output::note(&format!("error: run {}: {why}", result.status.name()));
-    output::note(&format!("hint: inspect the run with `{inspect}`"));
-    kind.exit_code()
+    Some(Error::new(
+        kind,
+        format!("run {}: {why}", result.status.name()),
+    ))
 }
 
 /// The task from the one given source of `--task`, `--task-file`, `--stdin` (`None` if none).
@@ -317,12 +326,9 @@ fn read_task(args: &RunArgs) -> Result<Option<String>> {
         task.clone()
     } else if let Some(path) = &args.task_file {
         std::fs::read_to_string(path).map_err(|e| {
-            let err = Error::io("read the task file", path, e);
-            if err.kind == ErrorKind::NotFound {
-                err
-            } else {
-                Error::invalid(err.message)
-            }
+            // A task file that exists but cannot be read (a directory, not UTF-8) is the
+            // user's mistake (exit 4), a missing one is not found (exit 3).
+            Error::io_or("read the task file", path, e, ErrorKind::InvalidInput)
         })?
     } else if args.stdin {
         let mut text = String::new();

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::render::Renderer;
 use crate::cli::output::{self, Format};
-use crate::error::{Error, Result};
+use crate::error::{Error, ExitStatus, Result};
 use crate::run::events::{Event, EventSink};
 use crate::session::view;
 use crate::state::StateDir;
@@ -20,7 +20,7 @@ pub fn session_list(
     workspace: Option<&Path>,
     strict: bool,
     format: Format,
-) -> Result<i32> {
+) -> Result<ExitStatus> {
     let listing = view::list(state, workspace)?;
     let sessions = &listing.entries;
     match format {
@@ -50,10 +50,10 @@ pub fn session_list(
         }
     }
     for (id, error) in &listing.damaged {
-        output::note(&output::terminal_safe(&format!(
-            "warning: session {id} cannot be read and is listed as damaged: {}",
+        output::Diagnostics::kxen(format).warning(&format!(
+            "session {id} cannot be read and is listed as damaged: {}",
             error.message
-        )));
+        ));
     }
     if let Some((id, _)) = listing.damaged.first()
         && strict
@@ -68,25 +68,30 @@ pub fn session_list(
              bundle or remove its directory"
         )));
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
-pub fn session_show(state: &StateDir, session_id: &str, format: Format) -> Result<i32> {
+pub fn session_show(state: &StateDir, session_id: &str, format: Format) -> Result<ExitStatus> {
     let shown = view::show_session(state, session_id)?;
     match format {
         Format::Jsonl => print(&shown),
         Format::Text => output::raw(&session_text(&to_value(&shown))),
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
-pub fn run_show(state: &StateDir, session_id: &str, run_id: &str, format: Format) -> Result<i32> {
+pub fn run_show(
+    state: &StateDir,
+    session_id: &str,
+    run_id: &str,
+    format: Format,
+) -> Result<ExitStatus> {
     let shown = view::show_run(state, session_id, run_id)?;
     match format {
         Format::Jsonl => output::serialize_line(&shown),
         Format::Text => output::raw(&run_text(&shown)),
     }
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
 fn to_value<T: serde::Serialize>(value: &T) -> Value {
@@ -256,7 +261,7 @@ pub fn run_resolve(
     output: String,
     is_error: bool,
     format: Format,
-) -> Result<i32> {
+) -> Result<ExitStatus> {
     crate::run::resolve::resolve(state, session_id, run_id, op_id, output, is_error)?;
     let event = Event::OperationResolved {
         session_id: session_id.to_string(),
@@ -265,7 +270,7 @@ pub fn run_resolve(
         is_error,
     };
     Renderer::new(format).emit(event);
-    Ok(0)
+    Ok(ExitStatus::Success)
 }
 
 fn print<T: serde::Serialize>(value: &T) {

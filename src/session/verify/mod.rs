@@ -22,7 +22,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fsx;
 use crate::fsx::ChainEnd;
 use crate::ids::{self, IdKind};
@@ -422,9 +422,8 @@ fn note_chain(path: &Path, chain: &ChainEnd, out: &mut Verified) {
 /// [`DcpAgentLock::verify`](crate::agent::lock::DcpAgentLock::verify).
 fn check_lock(session_json: &Path, lock: &crate::agent::lock::DcpAgentLock) -> Result<()> {
     lock.verify().map_err(|e| {
-        let mut err = Error::corrupt(format!("{}: {}", session_json.display(), e.message));
-        err.hints = e.hints;
-        err
+        Error::wrap(ErrorKind::Corrupt, session_json.display().to_string(), e)
+            .with_path(session_json)
     })
 }
 
