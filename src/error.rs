@@ -11,7 +11,8 @@ use std::sync::Arc;
 /// What went wrong, as far as a caller (and the exit code) is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
-    /// A run ended `failed`, or an unexpected internal failure (exit 1).
+    /// A run ended `failed` (reason `loopDetected`, `outputContract`, or none), or an unexpected
+    /// internal failure (exit 1).
     Failed,
     /// The command line is wrong (exit 2).
     Usage,
@@ -88,7 +89,7 @@ impl ErrorKind {
     /// One line for the exit-code table in README and `--help`.
     pub fn meaning(self) -> &'static str {
         match self {
-            ErrorKind::Failed => "run failed (or an internal error)",
+            ErrorKind::Failed => "run failed (loopDetected, outputContract) or an internal error",
             ErrorKind::Usage => "usage error",
             ErrorKind::NotFound => "not found (session, run, operation, message, file)",
             ErrorKind::InvalidInput => "invalid input (YAML, policy, config, bundle, plan)",

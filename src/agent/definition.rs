@@ -96,6 +96,15 @@ pub struct Execution {
         deserialize_with = "rules::max_pure_retries"
     )]
     pub max_pure_retries: u32,
+    /// **(beyond the spec)** How often the same tool call may be repeated with nothing changed
+    /// in between before the run ends `loopDetected` ([`crate::run::repeat`]); absent: 3, `0`:
+    /// off. Omitted from the canonical JSON when absent, so existing definitions hash as before.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "rules::max_repeated_calls"
+    )]
+    pub max_repeated_calls: Option<u32>,
 }
 
 impl Default for Execution {
@@ -105,6 +114,7 @@ impl Default for Execution {
             max_turns: DEFAULT_MAX_TURNS,
             max_wall_clock_ms: None,
             max_pure_retries: DEFAULT_MAX_PURE_RETRIES,
+            max_repeated_calls: None,
         }
     }
 }

@@ -184,6 +184,19 @@ fn rule_max_pure_retries(v: u64) -> Result<(), String> {
     }
 }
 
+/// Largest `maxRepeatedCalls` (a loop detector that waits longer is not one).
+const MAX_REPEATED_CALLS: u64 = 100;
+
+fn rule_max_repeated_calls(v: u64) -> Result<(), String> {
+    if v <= MAX_REPEATED_CALLS {
+        Ok(())
+    } else {
+        Err(format!(
+            "must be between 0 (off) and {MAX_REPEATED_CALLS}, found {v}"
+        ))
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // `deserialize_with` entry points.
 
@@ -245,6 +258,11 @@ pub fn max_turns<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 /// `maxWallClockMs: ~` (YAML null) is the same as no wall-clock limit.
 pub fn max_wall_clock_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     d.deserialize_option(Nullable(Int(rule_max_wall_clock_ms)))
+}
+/// `maxRepeatedCalls: ~` is the same as leaving it out (the default, 3).
+pub fn max_repeated_calls<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    d.deserialize_option(Nullable(Int(rule_max_repeated_calls)))
+        .map(|v| v.map(|v| v as u32))
 }
 pub fn max_pure_retries<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     d.deserialize_u64(Int(rule_max_pure_retries))

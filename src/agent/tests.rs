@@ -453,3 +453,31 @@ proptest! {
         prop_assert_eq!(again, def);
     }
 }
+
+#[test]
+fn max_repeated_calls_is_optional_and_left_out_of_the_hash_when_absent() {
+    let plain = parse_definition(MINIMAL.as_bytes(), "a.yaml").unwrap();
+    assert_eq!(plain.spec.execution.max_repeated_calls, None);
+    assert!(!plain.canonical_json().contains("maxRepeatedCalls"));
+    assert_eq!(plain.definition_hash(), MINIMAL_HASH);
+    let yaml = format!("{MINIMAL}  execution:\n    maxRepeatedCalls: 0\n");
+    let off = parse_definition(yaml.as_bytes(), "a.yaml").unwrap();
+    assert_eq!(off.spec.execution.max_repeated_calls, Some(0));
+    assert!(
+        off.canonical_json()
+            .ends_with("\"maxPureRetries\":1,\"maxRepeatedCalls\":0},\"output\":{\"format\":\"text\",\"requiredFields\":[]}}}"),
+        "{}",
+        off.canonical_json()
+    );
+    assert_ne!(off.definition_hash(), MINIMAL_HASH);
+    let yaml = format!("{MINIMAL}  execution:\n    maxRepeatedCalls: ~\n");
+    let null = parse_definition(yaml.as_bytes(), "a.yaml").unwrap();
+    assert_eq!(null.definition_hash(), MINIMAL_HASH);
+    let err = invalid(&format!(
+        "{MINIMAL}  execution:\n    maxRepeatedCalls: 101\n"
+    ));
+    assert!(
+        err.contains("maxRepeatedCalls") && err.contains("between 0 (off) and 100"),
+        "{err}"
+    );
+}

@@ -31,6 +31,7 @@ use crate::process::orphans;
 use crate::provider::{ModelRequest, ModelResponse, Provider, ToolCall};
 use crate::run::conversation::Conversation;
 use crate::run::events::{Event, EventSink, preview};
+use crate::run::repeat::RepeatGuard;
 use crate::run::settle;
 use crate::run::state::{Attempt, FailReason, RunError, RunResult, RunState, RunStatus};
 use crate::run::{contract, prompt};
@@ -132,6 +133,11 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
     let crashed_marks = close_crashed_attempts(&mut run, &conv);
     let attempt_mark = orphans::new_attempt_mark();
     let schemas = tools::REGISTRY.schemas(ex.capabilities, ex.mcp_tools);
+    let repeats = RepeatGuard::from_history(
+        ex.definition.spec.execution.max_repeated_calls,
+        &conv,
+        journal.table(),
+    );
     let mut lp = Loop {
         ex,
         run_paths,
@@ -146,6 +152,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         started: Instant::now(),
         attempt_mark: attempt_mark.clone(),
         crashed_marks,
+        repeats,
     };
     run.status = RunStatus::Running;
     run.unknown_ops.clear();
@@ -186,6 +193,8 @@ struct Loop<'a, 'b> {
     /// The marks of earlier attempts found crashed at this start: their leftovers are stopped
     /// in recovery.
     crashed_marks: Vec<String>,
+    /// Repeated-call detection, rebuilt from the run's history at every start.
+    repeats: RepeatGuard,
     /// Model responses of this run so far (all attempts).
     turns: u64,
     usage: UsageRecord,
@@ -218,6 +227,10 @@ impl Loop<'_, '_> {
         loop {
             if self.canceled() {
                 return self.cancel(run, sink);
+            }
+            if let Some(why) = self.repeats.loop_detected() {
+                let why = why.to_string();
+                return self.fail(run, FailReason::LoopDetected, why, sink);
             }
             if self.turns >= max_turns {
                 let why = format!("the run reached its turn budget (maxTurns {max_turns})");
@@ -490,6 +503,10 @@ impl Loop<'_, '_> {
                     return Ok(None);
                 }
             };
+        if let Some(answer) = self.repeats.check(call) {
+            self.answer_unrun(run, message_id, index, call, &answer, sink)?;
+            return Ok(None);
+        }
         let op_id = ids::new_id(IdKind::Operation);
         self.journal.record(JournalRecord::Started {
             op_id: op_id.clone(),
@@ -549,10 +566,13 @@ impl Loop<'_, '_> {
         if let Some(why) = stopped_why {
             output.text.push_str(&format!("\n[stopped: {why}]"));
         }
+        let output = outcome(&output);
+        self.repeats
+            .made(&call.name, &call.arguments, Some(&output));
         self.journal.record(JournalRecord::OutcomeKnown {
             op_id: op_id.clone(),
             at: crate::clock::now_rfc3339(),
-            output: outcome(&output),
+            output,
         })?;
         failpoint::hit("tool.after-outcome-known");
         self.settle_op(run, &op_id, false, sink)?;
@@ -760,6 +780,7 @@ impl Loop<'_, '_> {
             FailReason::BudgetExhausted => "budget",
             FailReason::OutputContract => "outputContract",
             FailReason::ProviderFailed => "external",
+            FailReason::LoopDetected => "loopDetected",
         };
         let result = RunResult {
             status: RunStatus::Failed,

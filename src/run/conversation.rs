@@ -121,6 +121,16 @@ impl Conversation {
         self.op_results.get(op_id).map(String::as_str)
     }
 
+    /// This run's tool calls in log order: `(assistant message id, call index, the call,
+    /// whether a result message answers it)`.
+    pub fn calls(&self) -> impl Iterator<Item = (&str, usize, &ToolCall, bool)> {
+        self.calls.iter().filter_map(|(id, i, at)| {
+            let call = self.history.get(*at)?.tool_calls.get(*i)?;
+            let answered = self.answered.contains(&(id.clone(), *i));
+            Some((id.as_str(), *i, call, answered))
+        })
+    }
+
     /// This run's tool calls that have no result message yet, in log order:
     /// `(assistant message id, call index, the call)`.
     pub fn unanswered_calls(&self) -> Vec<(String, usize, ToolCall)> {

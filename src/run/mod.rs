@@ -10,6 +10,7 @@ pub mod conversation;
 pub mod create;
 pub mod events;
 pub mod prompt;
+pub mod repeat;
 pub mod resolve;
 pub mod resume;
 pub mod settle;

@@ -57,6 +57,9 @@ pub enum FailReason {
     OutputContract,
     /// The model provider kept failing past `maxPureRetries` (exit 9).
     ProviderFailed,
+    /// The model repeated the same call `maxRepeatedCalls` times with nothing changed in
+    /// between ([`crate::run::repeat`]; exit 1).
+    LoopDetected,
 }
 
 /// One process's work on a run; budgets count the total over all attempts.

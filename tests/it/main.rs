@@ -23,6 +23,7 @@ mod run_canary;
 mod run_leftovers;
 mod run_loop;
 mod run_recovery;
+mod run_repeat;
 mod run_secrets;
 mod run_show;
 mod run_sigkill;
