@@ -126,7 +126,7 @@ fn run_agent(root: &Path, repo: &Path, calls: usize, policy: Option<&Path>, roun
         &agent,
         "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: bench}\nspec:\n  \
          objective: Run a command many times.\n  instructions: [Run.]\n  successCriteria: []\n  \
-         capabilities: {required: [exec], optional: []}\n  execution: {maxTurns: 1024}\n  \
+         capabilities: {required: [exec], optional: []}\n  execution: {maxTurns: 1024, maxRepeatedCalls: 0}\n  \
          output: {format: text, requiredFields: []}\n",
     )
     .unwrap();

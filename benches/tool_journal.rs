@@ -70,7 +70,7 @@ fn run_agent(root: &Path, calls: usize) -> (f64, usize, usize) {
         &agent,
         "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: bench}\nspec:\n  \
          objective: Read a file many times.\n  instructions: [Read.]\n  successCriteria: []\n  \
-         capabilities: {required: [read], optional: []}\n  execution: {maxTurns: 1024}\n  \
+         capabilities: {required: [read], optional: []}\n  execution: {maxTurns: 1024, maxRepeatedCalls: 0}\n  \
          output: {format: text, requiredFields: []}\n",
     )
     .unwrap();

@@ -341,8 +341,15 @@ fn budgets_and_provider_failures_end_the_run() {
     let env = TestEnv::new();
     let repo = repo(&env);
     let agent = fixer(&env);
+    // Distinct arguments: identical calls would end the run `loopDetected` first.
     let turns: Vec<Value> = (0..20)
-        .map(|i| call(&format!("c{i}"), "read", json!({"path": "greeting.txt"})))
+        .map(|i| {
+            call(
+                &format!("c{i}"),
+                "read",
+                json!({"path": "greeting.txt", "limit": i + 1}),
+            )
+        })
         .collect();
     let config = script_config(&env, &turns);
     let run = run_new(&env, &repo, "Loop", &agent, &config, &[]);

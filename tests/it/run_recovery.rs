@@ -501,8 +501,15 @@ fn budgets_count_every_attempt() {
          instructions: [i]\n  capabilities: {required: [read], optional: [exec]}\n  execution: {maxTurns: 3}\n",
     )
     .unwrap();
+    // Distinct arguments: identical calls would end the run `loopDetected` first.
     let turns: Vec<Value> = (0..10)
-        .map(|i| call(&format!("c{i}"), "read", json!({"path": "a"})))
+        .map(|i| {
+            call(
+                &format!("c{i}"),
+                "read",
+                json!({"path": "a", "limit": i + 1}),
+            )
+        })
         .collect();
     let config = script_config(&env, &turns);
     // The first attempt dies right after its first model turn is recorded.

@@ -397,8 +397,15 @@ fn verify_during_an_active_run_never_reports_damage_that_is_not_there() {
     let env = TestEnv::new();
     let repo = env.git_repo("repo", &[("README", "x\n")]);
     let agent = fixer(&env);
+    // Distinct arguments: identical calls would end the run `loopDetected` first.
     let mut turns: Vec<serde_json::Value> = (0..300)
-        .map(|i| call(&format!("c{i}"), "read", json!({"path": "README"})))
+        .map(|i| {
+            call(
+                &format!("c{i}"),
+                "read",
+                json!({"path": "README", "limit": i + 1}),
+            )
+        })
         .collect();
     turns.push(crate::run_support::answer("done"));
     let config = script_config(&env, &turns);
