@@ -42,6 +42,13 @@ pub struct Spawn<'a> {
     pub cwd: &'a std::path::Path,
     pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
     pub timeout: Duration,
+    /// The fence the server runs in ([`crate::sandbox::spawn`]): writable, under
+    /// `workspaceWrite`, are `workspace`, `home` and `tmp`.
+    pub fence: crate::sandbox::FencePolicy,
+    pub workspace: &'a std::path::Path,
+    pub home: &'a std::path::Path,
+    /// The server's own `TMPDIR` (in `env`), removed when the server is gone.
+    pub tmp: tempfile::TempDir,
 }
 
 /// Why a request got no result. Whether the request may have acted is the caller's question:
@@ -91,6 +98,8 @@ pub struct Client {
     pub server_info: Value,
     /// Set once the server broke: every later request fails fast.
     dead: Option<String>,
+    /// The server's `TMPDIR`; dropped (removed) after the server is killed.
+    _tmp: tempfile::TempDir,
 }
 
 impl Client {
@@ -105,10 +114,28 @@ impl Client {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        process::die_with_parent(&mut cmd);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start `{}`: {e}", spec.argv[0]))?;
+        let fence = crate::sandbox::FenceSpec {
+            policy: spec.fence,
+            workspace: spec.workspace,
+            home: spec.home,
+            tmp: spec.tmp.path(),
+        };
+        let mut child = match crate::sandbox::spawn(&fence, cmd) {
+            Ok(spawned) => spawned.child,
+            Err(crate::sandbox::SpawnError::Refused(refusal)) => {
+                return Err(refusal.message_for(
+                    &format!("MCP server `{}`", spec.server),
+                    spec.fence,
+                    &format!(
+                        "sandbox = \"off\" in its [mcp.servers.{}] entry",
+                        spec.server
+                    ),
+                ));
+            }
+            Err(crate::sandbox::SpawnError::Io(e)) => {
+                return Err(format!("cannot start `{}`: {e}", spec.argv[0]));
+            }
+        };
         let stdout = child.stdout.take().expect("piped");
         let stderr_pipe = child.stderr.take().expect("piped");
         let stdin = child.stdin.take();
@@ -128,6 +155,7 @@ impl Client {
             protocol_version: String::new(),
             server_info: Value::Null,
             dead: None,
+            _tmp: spec.tmp,
         };
         let init = client
             .request(

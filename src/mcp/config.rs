@@ -9,6 +9,8 @@
 //! env = { NOTES_DIR = "/srv/notes" }         # optional literal, non-secret values
 //! passEnv = ["NOTES_TOKEN"]                  # sensitive names it may get, if the policy passes them
 //! timeout_ms = 60000                         # per request, default 120000
+//! sandbox = "workspaceWrite"                 # the fence: workspaceWrite (default) | readOnly | off
+//! allow_network = false                      # default false: an empty network namespace
 //! ```
 
 use std::collections::BTreeMap;
@@ -17,6 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::policy::is_valid_env_name;
+use crate::sandbox::{FencePolicy, SandboxMode};
 
 /// Per-request timeout when `timeout_ms` is not given (the `exec` default).
 pub const DEFAULT_MCP_TIMEOUT_MS: u64 = 120_000;
@@ -54,6 +57,13 @@ pub struct ServerConfig {
     pub pass_env: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// The fence the server runs in, as `exec`'s (see [`crate::sandbox`]). Left out of the
+    /// entry's JSON when default, so entries written before the field keep their hash.
+    #[serde(default, skip_serializing_if = "SandboxMode::is_default")]
+    pub sandbox: SandboxMode,
+    /// Whether the server keeps the runner's network (default: an empty network namespace).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_network: bool,
 }
 
 impl ServerConfig {
@@ -61,6 +71,17 @@ impl ServerConfig {
     pub fn entry_hash(&self) -> String {
         let json = serde_json::to_string(self).expect("a server entry always serializes");
         crate::hash::sha256_prefixed(json.as_bytes())
+    }
+
+    /// The fence policy of the server process.
+    pub fn fence(&self) -> FencePolicy {
+        if self.sandbox == SandboxMode::Off {
+            return FencePolicy::OFF;
+        }
+        FencePolicy {
+            mode: self.sandbox,
+            allow_network: self.allow_network,
+        }
     }
 
     pub fn timeout_ms(&self) -> u64 {
@@ -182,6 +203,19 @@ mod tests {
         assert!(check("s", &a).is_ok());
         let url = parse("url = \"http://localhost:1\"");
         assert!(check("s", &url).unwrap_err().contains("not supported yet"));
+        // The fence fields are part of the entry: changing them is MCP drift.
+        let off = parse("command = [\"srv\"]\nsandbox = \"off\"");
+        let net = parse("command = [\"srv\"]\nallow_network = true");
+        let ro = parse("command = [\"srv\"]\nsandbox = \"readOnly\"");
+        let explicit = parse("command = [\"srv\"]\nsandbox = \"workspaceWrite\"");
+        for changed in [&off, &net, &ro] {
+            assert_ne!(a.entry_hash(), changed.entry_hash(), "{changed:?}");
+        }
+        assert_eq!(a.entry_hash(), explicit.entry_hash());
+        assert_eq!(off.fence(), FencePolicy::OFF);
+        assert_eq!(a.fence(), FencePolicy::default());
+        assert!(net.fence().allow_network && ro.fence().mode == SandboxMode::ReadOnly);
+        assert!(toml::from_str::<ServerConfig>("command = [\"s\"]\nsandbox = \"none\"").is_err());
         let secret = parse("command = [\"s\"]\nenv = { GH_TOKEN = \"ghp_x\" }");
         assert!(check("s", &secret).unwrap_err().contains("credential"));
     }

@@ -143,12 +143,26 @@ impl Servers {
             .cwd
             .clone()
             .unwrap_or_else(|| self.workspace_root.clone());
+        // The server's own TMPDIR, in the system temp dir: a server may start while the Session
+        // is being created (to list its tools), before anything of the Session is written. Its
+        // HOME (the tool home) is writable to it only if it already exists then (see
+        // `sandbox::FenceSpec::home`).
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("kxen-mcp-{server}-"))
+            .tempdir()
+            .map_err(|e| format!("cannot create its TMPDIR: {e}"))?;
+        env.retain(|(name, _)| name != "TMPDIR");
+        env.push(("TMPDIR".into(), tmp.path().into()));
         Client::start(Spawn {
             server,
             argv,
             cwd: &cwd,
             env,
             timeout: Duration::from_millis(config.timeout_ms()),
+            fence: config.fence(),
+            workspace: &self.workspace_root,
+            home: &self.tool_home,
+            tmp,
         })
     }
 }

@@ -104,7 +104,9 @@ pub struct FenceSpec<'a> {
     /// The workspace (a git checkout): writable under `workspaceWrite`; its git directories'
     /// programs are bound read-only.
     pub workspace: &'a Path,
-    /// The command's HOME: writable under `workspaceWrite`.
+    /// The command's HOME: writable under `workspaceWrite` if it exists when the fence is built
+    /// (`exec` creates it first; an MCP server started while its Session is being created
+    /// finds none).
     pub home: &'a Path,
     /// The per-operation temp dir (`TMPDIR`): always writable.
     pub tmp: &'a Path,
@@ -152,13 +154,30 @@ impl Refusal {
              unfenced on this machine, the caller can start a new Session whose policy sets \
              \"sandbox\": \"off\".",
             policy.mode.as_str(),
-            if policy.allow_network {
-                ", network allowed"
-            } else {
-                ", no network"
-            },
+            network_words(policy),
             self.missing
         )
+    }
+
+    /// The refusal for another program than `exec` (an MCP server, say): `what` names it,
+    /// `escape` says where its `off` switch is.
+    pub fn message_for(&self, what: &str, policy: FencePolicy, escape: &str) -> String {
+        format!(
+            "{what} was not started: its fence (sandbox \"{}\"{}) cannot be built because {}. \
+             A fence that cannot be built is never skipped; to run it unfenced on this machine, \
+             set {escape}.",
+            policy.mode.as_str(),
+            network_words(policy),
+            self.missing
+        )
+    }
+}
+
+fn network_words(policy: FencePolicy) -> &'static str {
+    if policy.allow_network {
+        ", network allowed"
+    } else {
+        ", no network"
     }
 }
 
@@ -217,7 +236,9 @@ impl Fence {
         let mut git = git_dirs::Protected::default();
         if spec.policy.mode == SandboxMode::WorkspaceWrite {
             writable.push(spec.workspace.to_path_buf());
-            writable.push(spec.home.to_path_buf());
+            if spec.home.is_dir() {
+                writable.push(spec.home.to_path_buf());
+            }
             git = git_dirs::discover(spec.workspace);
             writable.extend(git.writable_outside.iter().cloned());
         }
@@ -263,14 +284,56 @@ impl Fence {
         &self.record
     }
 
-    /// Registers the fence as `cmd`'s first `pre_exec` step. Call before any other `pre_exec`
-    /// (the parent-death signal must be set after the namespaces change the credentials).
+    /// Registers the fence as a `pre_exec` step of `cmd`. Register the parent-death signal
+    /// after it (entering the namespaces changes the credentials, which clears that signal);
+    /// [`spawn`] does all of this.
     pub fn install(self, cmd: &mut Command) -> (FenceRecord, SpawnReport) {
         #[cfg(target_os = "linux")]
         self.plan.install(cmd);
         #[cfg(not(target_os = "linux"))]
         let _ = cmd;
         (self.record, self.report)
+    }
+}
+
+/// A program started by [`spawn`].
+pub struct Spawned {
+    pub child: std::process::Child,
+    /// What the fence enforces (`None`: the policy is `off`).
+    pub fence: Option<FenceRecord>,
+}
+
+/// Why [`spawn`] started nothing.
+#[derive(Debug)]
+pub enum SpawnError {
+    /// The fence could not be built or entered: nothing ran.
+    Refused(Refusal),
+    /// The program itself could not be started (not found, not executable, …).
+    Io(std::io::Error),
+}
+
+/// Starts `cmd` inside the fence of `spec`: the one launcher for every program the runtime
+/// starts on the agent's behalf (`exec` commands, MCP servers, later LSP servers).
+///
+/// `pre_exec` steps the caller registered run before the fence is entered (a `setsid`, say);
+/// the launcher adds the parent-death signal after the fence (entering namespaces changes the
+/// credentials, which clears it). `cmd` is dropped once the child is started, so the parent's
+/// copies of the child's pipe ends close and a reader sees end-of-file when the child exits.
+pub fn spawn(spec: &FenceSpec, mut cmd: Command) -> Result<Spawned, SpawnError> {
+    let fence = Fence::build(spec).map_err(SpawnError::Refused)?;
+    let (fence, report) = match fence.map(|f| f.install(&mut cmd)) {
+        Some((record, report)) => (Some(record), Some(report)),
+        None => (None, None),
+    };
+    crate::process::die_with_parent(&mut cmd);
+    let spawned = cmd.spawn();
+    drop(cmd);
+    match spawned {
+        Ok(child) => Ok(Spawned { child, fence }),
+        Err(e) => Err(match report.and_then(SpawnReport::explain) {
+            Some(refusal) => SpawnError::Refused(refusal),
+            None => SpawnError::Io(e),
+        }),
     }
 }
 
@@ -320,22 +383,19 @@ pub fn probe(policy: FencePolicy) -> Result<Option<u32>, Refusal> {
         home: dir,
         tmp: dir,
     };
-    let fence = Fence::build(&spec)?.expect("a fenced policy builds a fence");
     let mut cmd = Command::new("/bin/true");
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let (record, report) = fence.install(&mut cmd);
-    let spawned = cmd.spawn();
-    drop(cmd);
-    match spawned {
-        Ok(mut child) => {
-            let _ = child.wait();
-            Ok(Some(record.landlock_abi))
+    match spawn(&spec, cmd) {
+        Ok(mut spawned) => {
+            let _ = spawned.child.wait();
+            Ok(spawned.fence.map(|f| f.landlock_abi))
         }
-        Err(e) => Err(report.explain().unwrap_or(Refusal {
+        Err(SpawnError::Refused(refusal)) => Err(refusal),
+        Err(SpawnError::Io(e)) => Err(Refusal {
             missing: format!("starting a fenced process failed ({e})"),
-        })),
+        }),
     }
 }
 

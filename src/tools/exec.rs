@@ -95,16 +95,6 @@ fn run_with_env(
         Ok(t) => t,
         Err(e) => return ToolOutput::error(format!("cannot prepare the temp dir: {e}")),
     };
-    let fence = sandbox::Fence::build(&sandbox::FenceSpec {
-        policy: ctx.fence,
-        workspace: ws.root(),
-        home: ctx.tool_home,
-        tmp: &tmp.0,
-    });
-    let fence = match fence {
-        Ok(f) => f,
-        Err(refusal) => return ToolOutput::error(refusal.message(ctx.fence)),
-    };
     let (reader, writer) = match std::io::pipe() {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(format!("cannot create a pipe: {e}")),
@@ -127,24 +117,21 @@ fn run_with_env(
         .stdin(Stdio::null())
         .stdout(writer)
         .stderr(writer2);
-    // The fence is the first pre_exec step (see `Fence::install`).
-    let (fence, report) = match fence.map(|f| f.install(&mut cmd)) {
-        Some((record, report)) => (Some(record), Some(report)),
-        None => (None, None),
-    };
     // Fenced or not, a tool command never keeps the runner's controlling terminal.
     process::new_session(&mut cmd);
-    process::die_with_parent(&mut cmd);
-    let spawned = cmd.spawn();
-    // Our copies of the pipe's write end must close, or the reader never sees end-of-file.
-    drop(cmd);
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            return match report.and_then(|r| r.explain()) {
-                Some(refusal) => ToolOutput::error(refusal.message(ctx.fence)),
-                None => ToolOutput::error(format!("cannot start /bin/sh: {e}")),
-            };
+    let spec = sandbox::FenceSpec {
+        policy: ctx.fence,
+        workspace: ws.root(),
+        home: ctx.tool_home,
+        tmp: &tmp.0,
+    };
+    let (mut child, fence) = match sandbox::spawn(&spec, cmd) {
+        Ok(s) => (s.child, s.fence),
+        Err(sandbox::SpawnError::Refused(refusal)) => {
+            return ToolOutput::error(refusal.message(ctx.fence));
+        }
+        Err(sandbox::SpawnError::Io(e)) => {
+            return ToolOutput::error(format!("cannot start /bin/sh: {e}"));
         }
     };
     let capture = Capture::start(reader, MAX_CAPTURE);

@@ -17,6 +17,7 @@ mod help_exit_codes;
 mod init;
 mod lineage;
 mod mcp;
+mod mcp_fence;
 mod policy_check;
 mod run_bad_input;
 mod run_canary;

@@ -12,7 +12,7 @@ use crate::run_support::*;
 
 /// The Python interpreter that has the MCP SDK (absolute: the server's HOME is the tool home,
 /// where a pyenv shim would not find its versions).
-fn python() -> Option<String> {
+pub(crate) fn python() -> Option<String> {
     let out = std::process::Command::new("python3")
         .args([
             "-c",
@@ -38,7 +38,7 @@ fn server_script() -> PathBuf {
 }
 
 /// A `[mcp.servers.fx]` entry running the fixture server.
-fn fixture_server(env: &TestEnv, python: &str, extra: &str) -> String {
+pub(crate) fn fixture_server(env: &TestEnv, python: &str, extra: &str) -> String {
     format!(
         "[mcp.servers.fx]\ncommand = [{:?}, {:?}]\ntimeout_ms = 30000\n{extra}env = {{ KXEN_MCP_COUNT_FILE = {:?}, KXEN_MCP_SCHEMA_FILE = {:?} }}\n",
         python,
@@ -47,6 +47,10 @@ fn fixture_server(env: &TestEnv, python: &str, extra: &str) -> String {
         env.path().join("schema-v2").to_str().unwrap(),
     )
 }
+
+/// `extra` of a server whose tools write the count file: it lives outside the workspace, where
+/// the default fence lets no server write (tests/it/mcp_fence.rs tests that fence).
+const COUNTING: &str = "sandbox = \"off\"\n";
 
 fn count_file(env: &TestEnv) -> PathBuf {
     env.path().join("calls.txt")
@@ -61,7 +65,7 @@ fn calls(env: &TestEnv) -> Vec<String> {
 }
 
 /// A script config replaying `turns`, with the MCP server table(s) `servers` appended.
-fn config(env: &TestEnv, turns: &[Value], servers: &str) -> PathBuf {
+pub(crate) fn config(env: &TestEnv, turns: &[Value], servers: &str) -> PathBuf {
     let path = script_config(env, turns);
     let mut text = std::fs::read_to_string(&path).unwrap();
     text.push('\n');
@@ -70,7 +74,7 @@ fn config(env: &TestEnv, turns: &[Value], servers: &str) -> PathBuf {
     path
 }
 
-fn text_agent(env: &TestEnv, required: &str, optional: &str) -> PathBuf {
+pub(crate) fn text_agent(env: &TestEnv, required: &str, optional: &str) -> PathBuf {
     agent(
         env,
         "mcp-user",
@@ -91,7 +95,7 @@ fn session_json(env: &TestEnv) -> Value {
     serde_json::from_slice(&std::fs::read(dir.join("session.json")).unwrap()).unwrap()
 }
 
-fn tool_outputs(run: &crate::env::Run) -> Vec<(String, String, bool)> {
+pub(crate) fn tool_outputs(run: &crate::env::Run) -> Vec<(String, String, bool)> {
     run.jsonl()
         .into_iter()
         .filter(|e| e["type"] == "toolFinished")
@@ -398,7 +402,7 @@ fn sigkill_during_a_slow_call_is_unknown_resolved_and_never_repeated() {
             call("c2", "mcp__fx__echo", json!({"text": "after"})),
             answer("done"),
         ],
-        &fixture_server(&env, &py, ""),
+        &fixture_server(&env, &py, COUNTING),
     );
     let agent = text_agent(&env, "mcp__fx__slow, mcp__fx__echo", "");
     let mut child = spawn_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
@@ -466,7 +470,7 @@ fn a_server_crash_mid_call_is_unknown_and_the_server_restarts() {
             call("c2", "mcp__fx__echo", json!({"text": "restarted"})),
             answer("done"),
         ],
-        &fixture_server(&env, &py, ""),
+        &fixture_server(&env, &py, COUNTING),
     );
     let agent = text_agent(&env, "mcp__fx__crash, mcp__fx__echo", "");
     let run = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
@@ -597,7 +601,7 @@ fn a_cancel_during_a_call_notifies_the_server_then_kills_it_and_is_unknown() {
             ),
             answer("done"),
         ],
-        &fixture_server(&env, &py, ""),
+        &fixture_server(&env, &py, COUNTING),
     );
     let agent = text_agent(&env, "mcp__fx__slow", "");
     let child = spawn_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
