@@ -171,6 +171,7 @@ fn run_agent(root: &Path, repo: &Path, calls: usize, policy: Option<&Path>, roun
         mcp_tools: &[],
         mcp: None,
         pass_env: &prepared.merged.pass_env,
+        tool_rules: &prepared.merged.mcp_tools,
         fence: prepared.merged.fence(),
         workspace_root: &prepared.binding.root,
         provider: std::sync::Arc::clone(&prepared.provider),

@@ -225,6 +225,7 @@ fn child_resume(root: &Path) -> f64 {
         mcp_tools: &[],
         mcp: None,
         pass_env: &resumed.merged.pass_env,
+        tool_rules: &resumed.merged.mcp_tools,
         fence: resumed.merged.fence(),
         workspace_root: &resumed.meta.workspace.root,
         provider: first.clone(),

@@ -112,6 +112,7 @@ fn run_agent(root: &Path, calls: usize) -> (f64, usize, usize) {
         mcp_tools: &[],
         mcp: None,
         pass_env: &prepared.merged.pass_env,
+        tool_rules: &prepared.merged.mcp_tools,
         fence: prepared.merged.fence(),
         workspace_root: &prepared.binding.root,
         provider: std::sync::Arc::clone(&prepared.provider),

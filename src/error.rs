@@ -95,7 +95,9 @@ impl ErrorKind {
             ErrorKind::InvalidInput => "invalid input (YAML, policy, config, bundle, plan)",
             ErrorKind::Conflict => "conflict (lease held, workspace mismatch, already exists)",
             ErrorKind::Policy => "refused by policy (drift, denied capability)",
-            ErrorKind::InputRequired => "input required (UNKNOWN tool outcomes)",
+            ErrorKind::InputRequired => {
+                "input required (UNKNOWN tool outcomes, calls awaiting approval)"
+            }
             ErrorKind::Budget => "budget exhausted",
             ErrorKind::External => "external failure (model provider, git, a program)",
             ErrorKind::Corrupt => "corrupt state",

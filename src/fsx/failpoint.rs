@@ -19,6 +19,10 @@ pub const ALL: &[&str] = &[
     "tool.after-outcome-known",
     "tool.after-turn-append",
     "tool.after-settled",
+    // Approvals (run::approval): a call whose rule is `ask` is journaled awaiting approval
+    // (nothing ran); an operator's decision is journaled by `run approve` / `run deny`.
+    "approval.after-awaiting",
+    "approval.after-decision",
     // Two-phase final settlement.
     "settle.after-result",
     "settle.after-final-message",

@@ -3,7 +3,7 @@
 //! A run's journal can hold hundreds of thousands of operations, and `run show` and every
 //! resume fold all of them ([`super::OpTable`]). A parsed [`Value`] costs about ten times the
 //! bytes of its JSON text (an ordered map per object, a node per value), and a `Vec` per
-//! operation for a list of at most four phases costs an allocation each; these types keep the
+//! operation for a list of at most six phases costs an allocation each; these types keep the
 //! same information, serialize to the same bytes, and cost a fraction of the memory.
 
 use std::fmt;
@@ -54,27 +54,28 @@ impl Serialize for JsonText {
 }
 
 /// Every phase an operation went through, in order, inline. The state machine allows at most
-/// four (`Started → OutcomeUnknown → Resolved → Settled`), and only ever appends. Serializes as
+/// six (`AwaitingApproval → Approved → Started → OutcomeUnknown → Resolved → Settled`), and only
+/// ever appends. Serializes as
 /// the list of phases.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Phases {
     /// Slots past `len` stay `Started`, so equal histories compare equal.
-    list: [OpPhase; 4],
+    list: [OpPhase; 6],
     len: u8,
 }
 
 impl Phases {
     /// A history that starts with `first`.
     pub fn new(first: OpPhase) -> Phases {
-        let mut list = [OpPhase::Started; 4];
+        let mut list = [OpPhase::Started; 6];
         list[0] = first;
         Phases { list, len: 1 }
     }
 
-    /// Appends `next`. The state machine never takes a fifth phase ([`OpPhase::allows`]); one
+    /// Appends `next`. The state machine never takes a seventh phase ([`OpPhase::allows`]); one
     /// past that would be a bug, and is not recorded rather than panicking.
     pub fn push(&mut self, next: OpPhase) {
-        debug_assert!(usize::from(self.len) < self.list.len(), "a fifth phase");
+        debug_assert!(usize::from(self.len) < self.list.len(), "a seventh phase");
         if let Some(slot) = self.list.get_mut(usize::from(self.len)) {
             *slot = next;
             self.len += 1;

@@ -1,7 +1,8 @@
 //! The durable tool journal of one run (kxen-agent.md §8).
 //!
 //! Every tool call is an *operation* that moves `Started → OutcomeKnown → Settled`, or
-//! `Started → OutcomeUnknown → Resolved → Settled`. Each transition is one appended line; the
+//! `Started → OutcomeUnknown → Resolved → Settled`; a call whose policy rule is `ask` starts
+//! with `AwaitingApproval`, then `Approved → Started → …` or `Denied → Settled`. Each transition is one appended line; the
 //! file is never rewritten. The live state of an operation is the fold of its lines, so reading
 //! the file back always gives exactly the state the writer had ([`fold`]). Readers fold each
 //! record as its line is read ([`read`], [`Journal::open`]): a long journal costs its folded
@@ -49,6 +50,24 @@ pub struct OpState {
     pub turn_message_id: Option<String>,
     /// Every phase the operation went through, in order.
     pub history: Phases,
+    /// A call whose rule is `ask`: the rule, what the decision is bound to, and the decision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+}
+
+/// The approval part of an operation whose policy rule is `ask`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Approval {
+    /// The `mcpTools` pattern whose rule is `ask`.
+    pub rule: String,
+    /// The hash of the arguments the approval or denial is bound to.
+    pub arguments_hash: String,
+    /// `approved` or `denied`, once decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<OpPhase>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<String>,
 }
 
 /// Operations in the order they were started, with an index by id.
@@ -64,36 +83,73 @@ impl OpTable {
     pub fn apply(&mut self, record: JournalRecord) -> std::result::Result<(), String> {
         let next = record.phase();
         let op_id = record.op_id().to_string();
-        if let JournalRecord::Started {
-            op_id,
-            at,
-            tool,
-            arguments,
-            message_id,
-            tool_call_id,
-            call_index,
-        } = record
-        {
-            if self.index.contains_key(&op_id) {
-                return Err(format!("operation {op_id} started twice"));
-            }
-            self.index.insert(op_id.clone(), self.ops.len());
-            self.ops.push(OpState {
+        let record = match record {
+            JournalRecord::AwaitingApproval {
                 op_id,
-                phase: OpPhase::Started,
+                at,
                 tool,
-                arguments: JsonText::new(&arguments),
+                arguments,
                 message_id,
                 tool_call_id,
                 call_index,
-                started_at: at,
-                output: None,
-                unknown_reason: None,
-                turn_message_id: None,
-                history: Phases::new(OpPhase::Started),
-            });
-            return Ok(());
-        }
+                rule,
+                arguments_hash,
+            } => {
+                if self.index.contains_key(&op_id) {
+                    return Err(format!("operation {op_id} recorded twice"));
+                }
+                self.index.insert(op_id.clone(), self.ops.len());
+                self.ops.push(OpState {
+                    op_id,
+                    phase: OpPhase::AwaitingApproval,
+                    tool,
+                    arguments: JsonText::new(&arguments),
+                    message_id,
+                    tool_call_id,
+                    call_index,
+                    started_at: at,
+                    output: None,
+                    unknown_reason: None,
+                    turn_message_id: None,
+                    history: Phases::new(OpPhase::AwaitingApproval),
+                    approval: Some(Approval {
+                        rule,
+                        arguments_hash,
+                        decision: None,
+                        decided_at: None,
+                    }),
+                });
+                return Ok(());
+            }
+            JournalRecord::Started {
+                op_id,
+                at,
+                tool,
+                arguments,
+                message_id,
+                tool_call_id,
+                call_index,
+            } if !self.index.contains_key(&op_id) => {
+                self.index.insert(op_id.clone(), self.ops.len());
+                self.ops.push(OpState {
+                    op_id,
+                    phase: OpPhase::Started,
+                    tool,
+                    arguments: JsonText::new(&arguments),
+                    message_id,
+                    tool_call_id,
+                    call_index,
+                    started_at: at,
+                    output: None,
+                    unknown_reason: None,
+                    turn_message_id: None,
+                    history: Phases::new(OpPhase::Started),
+                    approval: None,
+                });
+                return Ok(());
+            }
+            other => other,
+        };
         let Some(&i) = self.index.get(&op_id) else {
             return Err(format!(
                 "{} record for unknown operation {op_id}",
@@ -116,7 +172,51 @@ impl OpTable {
             JournalRecord::Settled {
                 turn_message_id, ..
             } => op.turn_message_id = Some(turn_message_id),
-            JournalRecord::Started { .. } => unreachable!("handled above"),
+            JournalRecord::Started {
+                tool,
+                arguments,
+                message_id,
+                tool_call_id,
+                call_index,
+                ..
+            } => {
+                // An approved call starts as exactly the call that was approved.
+                let same = op.tool == tool
+                    && op.message_id == message_id
+                    && op.tool_call_id == tool_call_id
+                    && op.call_index == call_index
+                    && op.arguments == JsonText::new(&arguments);
+                if !same {
+                    return Err(format!(
+                        "operation {op_id} started another call than the one approved"
+                    ));
+                }
+            }
+            JournalRecord::Approved { arguments_hash, .. }
+            | JournalRecord::Denied { arguments_hash, .. }
+                if op
+                    .approval
+                    .as_ref()
+                    .is_none_or(|a| a.arguments_hash != arguments_hash) =>
+            {
+                return Err(format!(
+                    "operation {op_id}: the decision is bound to other arguments than the call's"
+                ));
+            }
+            JournalRecord::Approved { at, .. } => {
+                if let Some(a) = op.approval.as_mut() {
+                    a.decision = Some(OpPhase::Approved);
+                    a.decided_at = Some(at);
+                }
+            }
+            JournalRecord::Denied { at, output, .. } => {
+                if let Some(a) = op.approval.as_mut() {
+                    a.decision = Some(OpPhase::Denied);
+                    a.decided_at = Some(at);
+                }
+                op.output = Some(output);
+            }
+            JournalRecord::AwaitingApproval { .. } => unreachable!("handled above"),
         }
         op.phase = next;
         op.history.push(next);
@@ -252,7 +352,8 @@ impl Journal {
     fn check(&self, record: &JournalRecord) -> Result<()> {
         let op_id = record.op_id();
         let ok = match (record, self.table.get(op_id)) {
-            (JournalRecord::Started { .. }, existing) => existing.is_none(),
+            (JournalRecord::AwaitingApproval { .. }, existing) => existing.is_none(),
+            (JournalRecord::Started { .. }, None) => true,
             (_, Some(op)) => op.phase.allows(record.phase()),
             (_, None) => false,
         };

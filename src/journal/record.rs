@@ -60,6 +60,37 @@ pub enum JournalRecord {
         at: String,
         output: ToolOutcome,
     },
+    /// A call whose policy rule is `ask`, recorded INSTEAD of running it: nothing has run. The
+    /// first record of its operation (a phase before `Started`); the run stops `inputRequired`
+    /// until a human decides ([`crate::run::approval`]).
+    AwaitingApproval {
+        op_id: String,
+        at: String,
+        tool: String,
+        arguments: Value,
+        message_id: String,
+        tool_call_id: String,
+        call_index: usize,
+        /// The `mcpTools` pattern whose rule is `ask`.
+        rule: String,
+        /// [`crate::run::approval::arguments_hash`] of `arguments`: what a decision is bound to.
+        arguments_hash: String,
+    },
+    /// A human approved the call (`run approve`); it runs next through the normal durable path
+    /// (`Started` with the same call, whose arguments must hash to `arguments_hash`).
+    Approved {
+        op_id: String,
+        at: String,
+        arguments_hash: String,
+    },
+    /// A human denied the call (`run deny`): it never runs; `output` (an error) is what the
+    /// model gets as the tool's result.
+    Denied {
+        op_id: String,
+        at: String,
+        arguments_hash: String,
+        output: ToolOutcome,
+    },
 }
 
 impl JournalRecord {
@@ -69,12 +100,17 @@ impl JournalRecord {
     /// the last step before the file. Idempotent.
     pub fn redact(&mut self) {
         match self {
-            JournalRecord::Started { arguments, .. } => crate::redact::redact_json(arguments),
-            JournalRecord::OutcomeKnown { output, .. } | JournalRecord::Resolved { output, .. } => {
+            JournalRecord::Started { arguments, .. }
+            | JournalRecord::AwaitingApproval { arguments, .. } => {
+                crate::redact::redact_json(arguments)
+            }
+            JournalRecord::OutcomeKnown { output, .. }
+            | JournalRecord::Resolved { output, .. }
+            | JournalRecord::Denied { output, .. } => {
                 crate::redact::redact_in_place(&mut output.text)
             }
             JournalRecord::OutcomeUnknown { reason, .. } => crate::redact::redact_in_place(reason),
-            JournalRecord::Settled { .. } => {}
+            JournalRecord::Settled { .. } | JournalRecord::Approved { .. } => {}
         }
     }
 
@@ -85,7 +121,10 @@ impl JournalRecord {
             | JournalRecord::OutcomeKnown { op_id, .. }
             | JournalRecord::Settled { op_id, .. }
             | JournalRecord::OutcomeUnknown { op_id, .. }
-            | JournalRecord::Resolved { op_id, .. } => op_id,
+            | JournalRecord::Resolved { op_id, .. }
+            | JournalRecord::AwaitingApproval { op_id, .. }
+            | JournalRecord::Approved { op_id, .. }
+            | JournalRecord::Denied { op_id, .. } => op_id,
         }
     }
 
@@ -97,6 +136,9 @@ impl JournalRecord {
             JournalRecord::Settled { .. } => OpPhase::Settled,
             JournalRecord::OutcomeUnknown { .. } => OpPhase::OutcomeUnknown,
             JournalRecord::Resolved { .. } => OpPhase::Resolved,
+            JournalRecord::AwaitingApproval { .. } => OpPhase::AwaitingApproval,
+            JournalRecord::Approved { .. } => OpPhase::Approved,
+            JournalRecord::Denied { .. } => OpPhase::Denied,
         }
     }
 }
@@ -129,6 +171,10 @@ struct Flat {
     turn_message_id: Option<String>,
     #[serde(default, deserialize_with = "present")]
     reason: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    rule: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    arguments_hash: Option<String>,
 }
 
 /// A key that is present: its value decoded as `T` (so `null` is refused unless `T` takes it).
@@ -154,11 +200,27 @@ impl Flat {
         const OUTCOME: &[&str] = &["opId", "at", "output"];
         const SETTLED: &[&str] = &["opId", "at", "turnMessageId"];
         const UNKNOWN: &[&str] = &["opId", "at", "reason"];
+        const AWAITING: &[&str] = &[
+            "opId",
+            "at",
+            "tool",
+            "arguments",
+            "messageId",
+            "toolCallId",
+            "callIndex",
+            "rule",
+            "argumentsHash",
+        ];
+        const APPROVED: &[&str] = &["opId", "at", "argumentsHash"];
+        const DENIED: &[&str] = &["opId", "at", "argumentsHash", "output"];
         let allowed = match self.phase {
             P::Started => STARTED,
             P::OutcomeKnown | P::Resolved => OUTCOME,
             P::Settled => SETTLED,
             P::OutcomeUnknown => UNKNOWN,
+            P::AwaitingApproval => AWAITING,
+            P::Approved => APPROVED,
+            P::Denied => DENIED,
         };
         let present = [
             ("tool", self.tool.is_some()),
@@ -169,6 +231,8 @@ impl Flat {
             ("output", self.output.is_some()),
             ("turnMessageId", self.turn_message_id.is_some()),
             ("reason", self.reason.is_some()),
+            ("rule", self.rule.is_some()),
+            ("argumentsHash", self.arguments_hash.is_some()),
         ];
         if let Some((key, _)) = present
             .iter()
@@ -214,6 +278,28 @@ impl Flat {
                 at,
                 reason: need(self.reason, "reason")?,
             },
+            P::AwaitingApproval => JournalRecord::AwaitingApproval {
+                op_id,
+                at,
+                tool: need(self.tool, "tool")?,
+                arguments: need(self.arguments, "arguments")?,
+                message_id: need(self.message_id, "messageId")?,
+                tool_call_id: need(self.tool_call_id, "toolCallId")?,
+                call_index: need(self.call_index, "callIndex")?,
+                rule: need(self.rule, "rule")?,
+                arguments_hash: need(self.arguments_hash, "argumentsHash")?,
+            },
+            P::Approved => JournalRecord::Approved {
+                op_id,
+                at,
+                arguments_hash: need(self.arguments_hash, "argumentsHash")?,
+            },
+            P::Denied => JournalRecord::Denied {
+                op_id,
+                at,
+                arguments_hash: need(self.arguments_hash, "argumentsHash")?,
+                output: need(self.output, "output")?,
+            },
         })
     }
 }
@@ -252,7 +338,8 @@ pub struct BlobPointer {
 }
 
 /// The phase of one operation (`Started → OutcomeKnown → Settled`, or
-/// `Started → OutcomeUnknown → Resolved → Settled`).
+/// `Started → OutcomeUnknown → Resolved → Settled`; a call whose rule is `ask` first goes
+/// `AwaitingApproval → Approved → Started …` or `AwaitingApproval → Denied → Settled`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum OpPhase {
@@ -261,6 +348,9 @@ pub enum OpPhase {
     OutcomeUnknown,
     Resolved,
     Settled,
+    AwaitingApproval,
+    Approved,
+    Denied,
 }
 
 impl OpPhase {
@@ -275,6 +365,13 @@ impl OpPhase {
                 | (OutcomeUnknown, Resolved)
                 | (OutcomeKnown, Settled)
                 | (Resolved, Settled)
+                | (AwaitingApproval, Approved)
+                | (AwaitingApproval, Denied)
+                | (Denied, Settled)
+                | (Approved, Started)
+                // An approved call that could not run any more (a cancel, the wall-clock
+                // budget): its outcome is known — it did not run.
+                | (Approved, OutcomeKnown)
         )
     }
 
@@ -290,6 +387,9 @@ impl OpPhase {
             OpPhase::OutcomeUnknown => "outcomeUnknown",
             OpPhase::Resolved => "resolved",
             OpPhase::Settled => "settled",
+            OpPhase::AwaitingApproval => "awaitingApproval",
+            OpPhase::Approved => "approved",
+            OpPhase::Denied => "denied",
         }
     }
 }
@@ -324,13 +424,71 @@ mod tests {
     #[test]
     fn settled_is_the_only_terminal_phase() {
         use OpPhase::*;
-        for p in [Started, OutcomeKnown, OutcomeUnknown, Resolved, Settled] {
-            for q in [Started, OutcomeKnown, OutcomeUnknown, Resolved, Settled] {
+        let all = [
+            Started,
+            OutcomeKnown,
+            OutcomeUnknown,
+            Resolved,
+            Settled,
+            AwaitingApproval,
+            Approved,
+            Denied,
+        ];
+        for p in all {
+            for q in all {
                 if p.is_terminal() {
                     assert!(!p.allows(q));
                 }
-                assert!(!q.allows(Started), "nothing precedes Started");
+                assert!(
+                    !q.allows(AwaitingApproval),
+                    "nothing precedes AwaitingApproval"
+                );
+                if q != Approved {
+                    assert!(!q.allows(Started), "only an approval precedes Started");
+                }
             }
         }
+    }
+
+    #[test]
+    fn approval_records_round_trip() {
+        let rec = JournalRecord::AwaitingApproval {
+            op_id: "op_1".into(),
+            at: "t".into(),
+            tool: "exec".into(),
+            arguments: json!({"command": "git push"}),
+            message_id: "msg_1".into(),
+            tool_call_id: "c1".into(),
+            call_index: 0,
+            rule: "exec".into(),
+            arguments_hash: "sha256:ab".into(),
+        };
+        let line = serde_json::to_string(&rec).unwrap();
+        assert!(
+            line.starts_with(r#"{"phase":"awaitingApproval","opId":"op_1""#),
+            "{line}"
+        );
+        assert_eq!(serde_json::from_str::<JournalRecord>(&line).unwrap(), rec);
+        let denied = JournalRecord::Denied {
+            op_id: "op_1".into(),
+            at: "t".into(),
+            arguments_hash: "sha256:ab".into(),
+            output: ToolOutcome {
+                text: "no".into(),
+                is_error: true,
+                blob: None,
+                interrupted: false,
+                fence: None,
+            },
+        };
+        let line = serde_json::to_string(&denied).unwrap();
+        assert_eq!(
+            serde_json::from_str::<JournalRecord>(&line).unwrap(),
+            denied
+        );
+        let bad = r#"{"phase":"approved","opId":"op_1","at":"t","argumentsHash":"h","rule":"x"}"#;
+        assert!(serde_json::from_str::<JournalRecord>(bad).is_err());
+        let missing = r#"{"phase":"approved","opId":"op_1","at":"t"}"#;
+        assert!(serde_json::from_str::<JournalRecord>(missing).is_err());
     }
 }

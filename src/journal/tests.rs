@@ -48,6 +48,29 @@ fn make(op: usize, phase: OpPhase) -> JournalRecord {
             at,
             turn_message_id: "msg_t".into(),
         },
+        // The same call as `Started`, so an approved operation starts as exactly that call.
+        OpPhase::AwaitingApproval => JournalRecord::AwaitingApproval {
+            op_id,
+            at,
+            tool: "exec".into(),
+            arguments: json!({"command": format!("echo {op}")}),
+            message_id: format!("msg_{op}"),
+            tool_call_id: format!("call_{op}"),
+            call_index: 0,
+            rule: "exec".into(),
+            arguments_hash: "sha256:h".into(),
+        },
+        OpPhase::Approved => JournalRecord::Approved {
+            op_id,
+            at,
+            arguments_hash: "sha256:h".into(),
+        },
+        OpPhase::Denied => JournalRecord::Denied {
+            op_id,
+            at,
+            arguments_hash: "sha256:h".into(),
+            output: outcome("denied"),
+        },
     }
 }
 
@@ -68,6 +91,72 @@ fn happy_path_and_refusals() {
     // Refused records were never written.
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(text.lines().count(), 3);
+    assert_eq!(read(&path).unwrap(), *j.table());
+}
+
+#[test]
+fn approvals_bind_the_call_and_its_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    let mut j = Journal::open(&path).unwrap();
+    j.record(make(1, OpPhase::AwaitingApproval)).unwrap();
+    assert!(
+        j.record(make(1, OpPhase::Started)).is_err(),
+        "not approved yet"
+    );
+    let wrong = JournalRecord::Approved {
+        op_id: "op_1".into(),
+        at: "t".into(),
+        arguments_hash: "sha256:other".into(),
+    };
+    assert!(
+        j.record(wrong).is_err(),
+        "a decision bound to other arguments"
+    );
+    j.record(make(1, OpPhase::Approved)).unwrap();
+    let other_call = JournalRecord::Started {
+        op_id: "op_1".into(),
+        at: "t".into(),
+        tool: "exec".into(),
+        arguments: json!({"command": "rm -rf /"}),
+        message_id: "msg_1".into(),
+        tool_call_id: "call_1".into(),
+        call_index: 0,
+    };
+    assert!(
+        j.record(other_call).is_err(),
+        "only the approved call starts"
+    );
+    j.record(make(1, OpPhase::Started)).unwrap();
+    j.record(make(1, OpPhase::OutcomeKnown)).unwrap();
+    j.record(make(1, OpPhase::Settled)).unwrap();
+    let op = j.table().get("op_1").unwrap();
+    let history: Vec<&str> = op.history.as_slice().iter().map(|p| p.name()).collect();
+    assert_eq!(
+        history,
+        [
+            "awaitingApproval",
+            "approved",
+            "started",
+            "outcomeKnown",
+            "settled"
+        ]
+    );
+    assert_eq!(
+        op.approval.as_ref().unwrap().decision,
+        Some(OpPhase::Approved)
+    );
+    j.record(make(2, OpPhase::AwaitingApproval)).unwrap();
+    j.record(make(2, OpPhase::Denied)).unwrap();
+    assert!(
+        j.record(make(2, OpPhase::Approved)).is_err(),
+        "decided once"
+    );
+    j.record(make(2, OpPhase::Settled)).unwrap();
+    assert_eq!(
+        j.table().get("op_2").unwrap().output.as_ref().unwrap().text,
+        "denied"
+    );
     assert_eq!(read(&path).unwrap(), *j.table());
 }
 
@@ -94,10 +183,12 @@ fn an_illegal_sequence_on_disk_is_corrupt_with_its_line() {
 fn model_allows(current: Option<OpPhase>, next: OpPhase) -> bool {
     use OpPhase::*;
     let allowed: &[OpPhase] = match current {
-        None => &[Started],
+        None => &[Started, AwaitingApproval],
         Some(Started) => &[OutcomeKnown, OutcomeUnknown],
         Some(OutcomeUnknown) => &[Resolved],
-        Some(OutcomeKnown) | Some(Resolved) => &[Settled],
+        Some(OutcomeKnown) | Some(Resolved) | Some(Denied) => &[Settled],
+        Some(AwaitingApproval) => &[Approved, Denied],
+        Some(Approved) => &[Started, OutcomeKnown],
         Some(Settled) => &[],
     };
     allowed.contains(&next)
@@ -110,6 +201,9 @@ fn phase_strategy() -> impl Strategy<Value = OpPhase> {
         Just(OpPhase::OutcomeUnknown),
         Just(OpPhase::Resolved),
         Just(OpPhase::Settled),
+        Just(OpPhase::AwaitingApproval),
+        Just(OpPhase::Approved),
+        Just(OpPhase::Denied),
     ]
 }
 

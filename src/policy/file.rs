@@ -42,6 +42,37 @@ pub struct PolicyFile {
     pub sandbox: Option<String>,
     #[serde(default)]
     pub allow_network: bool,
+    /// Capability patterns → `allow` | `ask` | `deny` (see [`super::rules`]).
+    #[serde(default, deserialize_with = "unique_rules")]
+    pub mcp_tools: super::ToolRules,
+}
+
+/// `mcpTools` with a repeated pattern refused (serde_json's map would keep the last silently).
+fn unique_rules<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<super::ToolRules, D::Error> {
+    struct Rules;
+    impl<'de> serde::de::Visitor<'de> for Rules {
+        type Value = super::ToolRules;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object of capability patterns to \"allow\", \"ask\" or \"deny\"")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
+            let mut rules = super::ToolRules::new();
+            while let Some((pattern, rule)) = map.next_entry::<String, super::ToolRule>()? {
+                if rules.insert(pattern.clone(), rule).is_some() {
+                    return Err(serde::de::Error::custom(format!(
+                        "mcpTools: pattern {pattern:?} appears twice"
+                    )));
+                }
+            }
+            Ok(rules)
+        }
+    }
+    d.deserialize_map(Rules)
 }
 
 /// The `sandbox` value of a policy file (absent: `workspaceWrite`).
@@ -124,6 +155,11 @@ fn check(p: &PolicyFile) -> std::result::Result<(), String> {
             if let Some(why) = capability_name_error(name) {
                 return Err(format!("{field}[{i}]: {why}"));
             }
+        }
+    }
+    for pattern in p.mcp_tools.keys() {
+        if let Some(why) = super::rules::pattern_error(pattern) {
+            return Err(format!("mcpTools: {why}"));
         }
     }
     for (i, name) in p.pass_env.iter().enumerate() {

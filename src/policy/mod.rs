@@ -12,6 +12,7 @@
 
 mod env_names;
 mod file;
+mod rules;
 
 use std::path::PathBuf;
 
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use env_names::{is_provider_credential, is_valid_env_name};
 pub use file::{MAX_POLICY_BYTES, PolicyFile, load_policy_file, parse_policy};
+pub use rules::{ToolRule, ToolRules, rule_for};
 
 use crate::error::{Error, Result};
 pub use crate::sandbox::{FencePolicy, SandboxMode};
@@ -63,6 +65,10 @@ pub struct MergedPolicy {
     /// `exec` children may use the network (otherwise they run in an empty network namespace).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_network: bool,
+    /// `mcpTools`: capability patterns → `allow` | `ask` | `deny` ([`rules`]). Written only when
+    /// there are rules, so a policy without them hashes as before they existed.
+    #[serde(default, skip_serializing_if = "ToolRules::is_empty")]
+    pub mcp_tools: ToolRules,
 }
 
 impl MergedPolicy {
@@ -91,6 +97,11 @@ impl MergedPolicy {
         text
     }
 
+    /// The `mcpTools` rule of `capability` and the pattern that decided it (`None`: no rule).
+    pub fn rule(&self, capability: &str) -> (ToolRule, Option<&str>) {
+        rule_for(&self.mcp_tools, capability)
+    }
+
     /// Why `capability` is not in the permitted catalog, or `None` if it is.
     ///
     /// A definition may name capabilities no tool implements (`lsp`, `task`, `mcp__…`); they are
@@ -114,6 +125,11 @@ impl MergedPolicy {
         };
         if listed(&self.denied_capabilities) {
             return Some("the policy's deniedCapabilities lists it".into());
+        }
+        if let (ToolRule::Deny, Some(pattern)) = rule_for(&self.mcp_tools, capability) {
+            return Some(format!(
+                "the policy's mcpTools rule {pattern:?} is \"deny\""
+            ));
         }
         if let Some(allowed) = &self.allowed_capabilities
             && !listed(allowed)
@@ -164,6 +180,7 @@ pub fn merge_with(file: PolicyFile, flags: &PolicyFlags) -> Result<MergedPolicy>
         max_pure_retries: file.max_pure_retries,
         sandbox,
         allow_network: file.allow_network || flags.allow_network,
+        mcp_tools: file.mcp_tools,
     })
 }
 

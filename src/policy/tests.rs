@@ -352,3 +352,42 @@ fn an_unknown_sandbox_mode_names_the_field() {
     assert!(m.contains("sandbox: must be"), "{m}");
     invalid(r#"{"allowNetwork": "yes"}"#);
 }
+
+#[test]
+fn mcp_tools_rules_deny_ask_and_hash() {
+    let p = policy(
+        r#"{"allowMcp": true, "allowShell": true,
+            "mcpTools": {"mcp__gh__*": "ask", "mcp__gh__delete_repo": "deny", "exec": "ask"}}"#,
+    );
+    assert!(
+        p.refusal("mcp__gh__delete_repo")
+            .unwrap()
+            .contains("mcpTools rule \"mcp__gh__delete_repo\"")
+    );
+    assert_eq!(p.refusal("mcp__gh__search"), None);
+    assert_eq!(
+        p.rule("mcp__gh__search"),
+        (ToolRule::Ask, Some("mcp__gh__*"))
+    );
+    assert_eq!(p.rule("exec"), (ToolRule::Ask, Some("exec")));
+    assert_eq!(
+        p.refusal("exec"),
+        None,
+        "ask keeps a capability in the catalog"
+    );
+    // Rules are part of the hash; no rules hash as before they existed.
+    let plain = policy(r#"{"allowMcp": true, "allowShell": true}"#);
+    assert_ne!(p.policy_hash(), plain.policy_hash());
+    assert!(!plain.canonical_json().contains("mcpTools"));
+    assert!(p.canonical_json().ends_with(
+        r#""mcpTools":{"exec":"ask","mcp__gh__*":"ask","mcp__gh__delete_repo":"deny"}}"#
+    ));
+    let deny_exec = policy(r#"{"allowShell": true, "mcpTools": {"exec": "deny"}}"#);
+    assert!(!permitted_catalog(&deny_exec).contains(&"exec".to_string()));
+    assert!(invalid(r#"{"mcpTools": {"exec": "maybe"}}"#).contains("unknown variant `maybe`"));
+    assert!(invalid(r#"{"mcpTools": {"e*": "ask"}}"#).contains("only MCP patterns"));
+    assert!(
+        invalid(r#"{"mcpTools": {"exec": "ask", "exec": "deny"}}"#)
+            .contains("pattern \"exec\" appears twice")
+    );
+}

@@ -34,7 +34,7 @@ use crate::run::events::{Event, EventSink, preview};
 use crate::run::repeat::RepeatGuard;
 use crate::run::settle;
 use crate::run::state::{Attempt, FailReason, RunError, RunResult, RunState, RunStatus};
-use crate::run::{contract, prompt};
+use crate::run::{approval, contract, prompt};
 use crate::session::verify::{self, JournalIndex, MessageIndex};
 use crate::session::{CallRecord, Message, MessageLog, Role, UsageRecord};
 use crate::state::{RunPaths, SessionPaths, StateDir};
@@ -59,6 +59,9 @@ pub struct Execution<'a> {
     pub mcp: Option<&'a crate::mcp::Servers>,
     /// Sensitive environment variables tool subprocesses may see (merged policy).
     pub pass_env: &'a [String],
+    /// The merged policy's `mcpTools` rules: a call whose rule is `ask` waits for a human
+    /// ([`crate::run::approval`]).
+    pub tool_rules: &'a crate::policy::ToolRules,
     /// The fence around `exec` children (merged policy).
     pub fence: crate::sandbox::FencePolicy,
     pub workspace_root: &'a Path,
@@ -76,6 +79,8 @@ pub enum Ending {
     Finished(RunResult),
     /// Tool outcomes are unknown; a human must resolve these operations (`run resolve`).
     InputRequired(Vec<String>),
+    /// Calls whose policy rule is `ask` wait for a human (`run approve` / `run deny`).
+    ApprovalRequired(Vec<String>),
 }
 
 /// Executes (or continues) run `run_id` until it is terminal or needs input.
@@ -156,6 +161,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
     };
     run.status = RunStatus::Running;
     run.unknown_ops.clear();
+    run.approval_ops.clear();
     run.attempts.push(Attempt {
         started_at: crate::clock::now_rfc3339(),
         pid: std::process::id(),
@@ -379,6 +385,10 @@ impl Loop<'_, '_> {
         why: &str,
         sink: &mut dyn EventSink,
     ) -> Result<()> {
+        if let Some(op_id) = approval::close_unrun(&mut self.journal, message_id, index, why)? {
+            // An approved operation: its "did not run" outcome is journaled; settle it.
+            return self.settle_op(run, &op_id, false, sink);
+        }
         let mut reply = Message::new(&run.id, Role::Tool, why.to_string());
         reply.tool_call_id = Some(call.id.clone());
         reply.reply_to = Some(message_id.to_string());
@@ -507,7 +517,17 @@ impl Loop<'_, '_> {
             self.answer_unrun(run, message_id, index, call, &answer, sink)?;
             return Ok(None);
         }
-        let op_id = ids::new_id(IdKind::Operation);
+        let gate = approval::gate(
+            &mut self.journal,
+            self.ex.tool_rules,
+            message_id,
+            index,
+            call,
+        )?;
+        let op_id = match gate {
+            approval::Gate::Run(op_id) => op_id,
+            approval::Gate::Wait(op_id) => return Ok(Some(op_id)),
+        };
         self.journal.record(JournalRecord::Started {
             op_id: op_id.clone(),
             at: crate::clock::now_rfc3339(),
@@ -657,7 +677,12 @@ impl Loop<'_, '_> {
             .table()
             .ops()
             .iter()
-            .filter(|op| matches!(op.phase, OpPhase::OutcomeKnown | OpPhase::Resolved))
+            .filter(|op| {
+                matches!(
+                    op.phase,
+                    OpPhase::OutcomeKnown | OpPhase::Resolved | OpPhase::Denied
+                )
+            })
             .map(|op| op.op_id.clone())
             .collect();
         for op_id in ready {
@@ -667,13 +692,16 @@ impl Loop<'_, '_> {
         let pending = self.conv.unanswered_calls();
         let mut unknown = Vec::new();
         for (message_id, index, call) in pending {
-            let op = self.journal.table().for_call(&message_id, index).cloned();
-            match op.map(|op| (op.phase, op.op_id)) {
+            let op = self.journal.table().for_call(&message_id, index);
+            let op = op.map(|op| (op.phase, op.op_id.clone()));
+            // An approved call has not started: it is treated as a call that never started.
+            let not_started = matches!(op, None | Some((OpPhase::Approved, _)));
+            match op {
                 // After an UNKNOWN call, later calls wait (they may depend on it): they run, in
                 // order, once it is resolved. Started ones still become UNKNOWN below.
-                None if !unknown.is_empty() => {}
+                _ if not_started && !unknown.is_empty() => {}
                 // A cancel is honoured here as in every phase: nothing more starts.
-                None if self.canceled() => {
+                _ if not_started && self.canceled() => {
                     self.answer_unrun(
                         run,
                         &message_id,
@@ -684,7 +712,7 @@ impl Loop<'_, '_> {
                     )?;
                 }
                 // Never started: nothing happened yet, so running it now is its first run.
-                None => {
+                _ if not_started => {
                     if let Some(op) = self.run_call(run, &message_id, index, &call, sink)? {
                         unknown.push(op);
                     }
@@ -697,8 +725,11 @@ impl Loop<'_, '_> {
                     })?;
                     unknown.push(op_id);
                 }
-                Some((OpPhase::OutcomeUnknown, op_id)) => unknown.push(op_id),
-                Some(_) => {}
+                Some((OpPhase::OutcomeUnknown | OpPhase::AwaitingApproval, op_id)) => {
+                    unknown.push(op_id)
+                }
+                // Settled (or settled above): nothing to do.
+                _ => {}
             }
         }
         Ok(if unknown.is_empty() {
@@ -714,16 +745,28 @@ impl Loop<'_, '_> {
         ops: Vec<String>,
         sink: &mut dyn EventSink,
     ) -> Result<Ending> {
+        let (unknown, approvals) = approval::split_waiting(self.journal.table(), ops.clone());
         run.status = RunStatus::InputRequired;
-        run.unknown_ops = ops.clone();
+        run.unknown_ops = unknown;
+        run.approval_ops = approvals.clone();
         settle::close_attempt(run, crate::clock::duration_millis(self.started.elapsed()));
         run.save(&self.run_paths)?;
+        for op in approvals
+            .iter()
+            .filter_map(|op| self.journal.table().get(op))
+        {
+            sink.emit(approval::required_event(self.ex.session_id, &run.id, op));
+        }
         sink.emit(Event::RunInputRequired {
             session_id: self.ex.session_id.to_string(),
             run_id: run.id.clone(),
             op_ids: ops.clone(),
         });
-        Ok(Ending::InputRequired(ops))
+        Ok(if approvals.is_empty() {
+            Ending::InputRequired(ops)
+        } else {
+            Ending::ApprovalRequired(approvals)
+        })
     }
 
     /// The model answered without tool calls: check the output contract and settle.

@@ -38,6 +38,29 @@ pub enum Event {
         op_id: String,
         is_error: bool,
     },
+    /// An operator approved or denied a call that waited for approval (`run approve` /
+    /// `run deny`); `decision` is `approved` or `denied`.
+    OperationDecided {
+        session_id: String,
+        run_id: String,
+        op_id: String,
+        decision: String,
+        arguments_hash: String,
+    },
+    /// A call whose policy rule is `ask` waits for a human; nothing of it has run. The run stops
+    /// `inputRequired` after these events (then `runInputRequired`).
+    RunApprovalRequired {
+        session_id: String,
+        run_id: String,
+        op_id: String,
+        tool: String,
+        /// As the model sent them, redacted like every event.
+        arguments: Value,
+        /// What `run approve` / `run deny` bind the decision to.
+        arguments_hash: String,
+        /// The `mcpTools` pattern whose rule is `ask`.
+        rule: String,
+    },
     /// Something worth knowing that does not stop the run (e.g. a workspace warning).
     Warning { message: String },
     /// A run starts (or continues) executing.

@@ -4,6 +4,7 @@ pub mod state;
 
 pub use state::{FailReason, RunResult, RunState, RunStatus};
 pub mod agent_loop;
+pub mod approval;
 pub mod builder;
 pub mod contract;
 pub mod conversation;

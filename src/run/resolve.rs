@@ -49,6 +49,14 @@ pub fn resolve(
                 super::SAME_FLAGS
             )));
         }
+        OpPhase::AwaitingApproval => {
+            return Err(Error::conflict(format!(
+                "operation {op_id} waits for approval and has not run, so there is no outcome to resolve"
+            ))
+            .with_hint(format!(
+                "approve it with `kxen-agent run approve {session_id} {run_id} {op_id}` or deny it with `kxen-agent run deny {session_id} {run_id} {op_id} --reason TEXT`"
+            )));
+        }
         phase => {
             return Err(Error::conflict(format!(
                 "operation {op_id} is {}, not UNKNOWN: only an operation whose outcome is unknown can be resolved",

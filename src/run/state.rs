@@ -141,6 +141,10 @@ pub struct RunState {
     /// Operations waiting for `run resolve` (status `inputRequired`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unknown_ops: Vec<String>,
+    /// Operations waiting for `run approve` / `run deny` (status `inputRequired`; a policy rule
+    /// `ask` held them before they started).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approval_ops: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<RunResult>,
     /// The final message is in the Session: nothing about this run is pending.
@@ -163,6 +167,7 @@ impl RunState {
             updated_at: now,
             attempts: Vec::new(),
             unknown_ops: Vec::new(),
+            approval_ops: Vec::new(),
             result: None,
             settled: false,
         }

@@ -138,6 +138,21 @@ pub struct RunView {
     pub kind: &'static str,
     pub run: RunState,
     pub operations: Vec<OpState>,
+    /// The calls that wait for `run approve` / `run deny` (their policy rule is `ask`).
+    #[serde(rename = "pendingApprovals")]
+    pub pending_approvals: Vec<PendingApproval>,
+}
+
+/// A call awaiting approval, as `run show` lists it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingApproval {
+    pub op_id: String,
+    pub tool: String,
+    pub arguments: serde_json::Value,
+    pub arguments_hash: String,
+    pub rule: String,
+    pub at: String,
 }
 
 /// A run's state plus every journal operation with its phase.
@@ -147,9 +162,26 @@ pub fn show_run(state: &StateDir, session_id: &str, run_id: &str) -> Result<RunV
     let run_paths = paths.run(run_id);
     let run = RunState::read(&run_paths, run_id)?;
     let table = journal::read(&run_paths.journal())?;
+    let pending_approvals = table
+        .ops()
+        .iter()
+        .filter(|op| op.phase == journal::OpPhase::AwaitingApproval)
+        .filter_map(|op| {
+            let a = op.approval.as_ref()?;
+            Some(PendingApproval {
+                op_id: op.op_id.clone(),
+                tool: op.tool.clone(),
+                arguments: op.arguments.value(),
+                arguments_hash: a.arguments_hash.clone(),
+                rule: a.rule.clone(),
+                at: op.started_at.clone(),
+            })
+        })
+        .collect();
     Ok(RunView {
         kind: "run",
         run,
         operations: table.into_ops(),
+        pending_approvals,
     })
 }

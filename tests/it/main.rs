@@ -2,6 +2,7 @@
 //! [`env::TestEnv`] (temp HOME, state dir, git repositories built with the git CLI).
 
 mod agent_validate;
+mod approval;
 mod bundle_corpus;
 mod cli_hints;
 mod dwp_abilities;

@@ -633,3 +633,90 @@ fn a_cancel_during_a_call_notifies_the_server_then_kills_it_and_is_unknown() {
     assert_eq!(op["phase"], "outcomeUnknown", "{op}");
     assert_eq!(calls(&env), ["once"]);
 }
+
+#[test]
+fn mcp_tools_rules_allow_ask_and_deny() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "mcp__fx__echo", json!({"text": "no question"})),
+            call(
+                "c2",
+                "mcp__fx__slow",
+                json!({"text": "asked", "seconds": 0}),
+            ),
+            answer("done"),
+        ],
+        &fixture_server(&env, &py, ""),
+    );
+    let policy = env.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"allowMcp": true, "mcpTools": {"mcp__fx__*": "ask", "mcp__fx__echo": "allow",
+            "mcp__fx__crash": "deny"}}"#,
+    )
+    .unwrap();
+    let policy_flag = ["--policy", policy.to_str().unwrap()];
+    // A required tool whose rule is deny: no Session.
+    let required = text_agent(&env, "mcp__fx__crash", "");
+    let refused = run_new(&env, &repo, "t", &required, &cfg, &policy_flag);
+    refused.expect(6);
+    assert!(refused.stderr.contains("\"deny\""), "{}", refused.stderr);
+    assert!(!env.state_dir().exists());
+
+    let family = text_agent(&env, "mcp__fx__*", "");
+    let first = run_new(&env, &repo, "t", &family, &cfg, &policy_flag);
+    first.expect(7);
+    let lock = &session_json(&env)["lock"];
+    let tools: Vec<&str> = lock["mcpTools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        !tools.contains(&"mcp__fx__crash"),
+        "a denied tool is not granted: {tools:?}"
+    );
+    assert_eq!(
+        tool_outputs(&first),
+        [("mcp__fx__echo".into(), "no question".into(), false)],
+        "allow beats the family's ask"
+    );
+    let events = first.jsonl();
+    let asked = events
+        .iter()
+        .find(|e| e["type"] == "runApprovalRequired")
+        .expect("the slow call waits");
+    assert_eq!(asked["tool"], "mcp__fx__slow");
+    assert_eq!(asked["rule"], "mcp__fx__*");
+    assert!(calls(&env).is_empty(), "the held call was not sent");
+    let session = session_json(&env);
+    let (id, run_id) = (
+        session["id"].as_str().unwrap().to_string(),
+        session["firstRunId"].as_str().unwrap().to_string(),
+    );
+    env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "approve",
+            &id,
+            &run_id,
+            asked["opId"].as_str().unwrap(),
+        ],
+    )
+    .expect(0);
+    let mut resume = vec!["--resume", id.as_str(), "--config", cfg.to_str().unwrap()];
+    resume.extend_from_slice(&policy_flag);
+    let done = env.run("kxen-agent", &resume);
+    done.expect(0);
+    assert_eq!(
+        tool_outputs(&done),
+        [("mcp__fx__slow".into(), "asked".into(), false)]
+    );
+    assert_eq!(calls(&env), ["asked"], "the approved call ran once");
+}

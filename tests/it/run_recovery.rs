@@ -100,6 +100,9 @@ fn a_crash_at_every_failpoint_loses_nothing_and_repeats_nothing() {
         if point.starts_with("dwp.") {
             continue; // plan journal appends; tests/it/dwp_resources.rs crashes them
         }
+        if point.starts_with("approval.") {
+            continue; // only with an `ask` rule; tests/it/approval.rs crashes there
+        }
         if point.starts_with("export.") {
             continue; // not on a run's path; tests/it/state_damage.rs crashes an export there
         }

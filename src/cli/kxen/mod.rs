@@ -169,7 +169,38 @@ pub enum RunCommand {
         #[arg(long)]
         is_error: bool,
     },
-    /// Print a run's state and every tool-journal operation with its phase (read-only).
+    /// Approve a call that waits for approval (its policy rule is `ask`): the next --resume runs
+    /// it through the durable journal. Bound to the operation and the hash of its arguments;
+    /// recorded once (a second decision is exit 5).
+    Approve {
+        /// The Session id (`ses_…`).
+        session: String,
+        /// The run id (`run_…`).
+        run: String,
+        /// The operation id (`op_…`), from `run show` or the `runApprovalRequired` event.
+        op: String,
+        /// Refuse (exit 5) unless the call's arguments hash to this (`argumentsHash` in `run show`).
+        #[arg(long, value_name = "HASH")]
+        arguments_hash: Option<String>,
+    },
+    /// Deny a call that waits for approval: it never runs, and the next --resume gives the model
+    /// the denial (with the reason) as the tool's error result. Recorded once (exit 5 after).
+    Deny {
+        /// The Session id (`ses_…`).
+        session: String,
+        /// The run id (`run_…`).
+        run: String,
+        /// The operation id (`op_…`).
+        op: String,
+        /// Why (the model reads it).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// Refuse (exit 5) unless the call's arguments hash to this.
+        #[arg(long, value_name = "HASH")]
+        arguments_hash: Option<String>,
+    },
+    /// Print a run's state and every tool-journal operation with its phase, and the calls that
+    /// wait for approval (read-only).
     Show {
         /// The Session id (`ses_…`).
         session: String,
@@ -379,6 +410,35 @@ fn dispatch(cli: Cli) -> Result<ExitStatus> {
                     }),
                 ..
             } => show::run_resolve(&state()?, &session, &run, &op, output, is_error, format),
+            RunCmd {
+                action:
+                    Some(RunCommand::Approve {
+                        session,
+                        run,
+                        op,
+                        arguments_hash,
+                    }),
+                ..
+            } => {
+                let decision = crate::run::approval::Decision::Approve;
+                let ids = [session.as_str(), run.as_str(), op.as_str()];
+                show::run_decide(&state()?, ids, &decision, arguments_hash.as_deref(), format)
+            }
+            RunCmd {
+                action:
+                    Some(RunCommand::Deny {
+                        session,
+                        run,
+                        op,
+                        reason,
+                        arguments_hash,
+                    }),
+                ..
+            } => {
+                let decision = crate::run::approval::Decision::Deny { reason };
+                let ids = [session.as_str(), run.as_str(), op.as_str()];
+                show::run_decide(&state()?, ids, &decision, arguments_hash.as_deref(), format)
+            }
             RunCmd { args, action: None } => run::run(cli.state_dir.as_deref(), args, format),
         },
         Command::Agent(AgentCommand::Init { output }) => init::write_starter(

@@ -46,6 +46,24 @@ impl Renderer {
             Event::OperationResolved { op_id, run_id, .. } => say(&format!(
                 "operation {op_id} of run {run_id} resolved; continue with --resume"
             )),
+            Event::OperationDecided {
+                op_id,
+                run_id,
+                decision,
+                ..
+            } => say(&format!(
+                "operation {op_id} of run {run_id} {decision}; continue with --resume"
+            )),
+            Event::RunApprovalRequired {
+                op_id,
+                tool,
+                arguments,
+                rule,
+                ..
+            } => say(&format!(
+                "  [{tool}] {} -> waits for approval ({op_id}, rule {rule:?}: ask)",
+                preview(&arguments.to_string(), 80)
+            )),
             Event::Warning { message } => output::Diagnostics::kxen(Format::Text).warning(&message),
             Event::RunStarted { run_id, .. } => say(&format!("run {run_id} started")),
             Event::ModelText { text, .. } => say(text.trim_end()),

@@ -119,6 +119,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
         mcp_tools: &prepared.lock.mcp_tools,
         mcp: prepared.mcp.as_ref(),
         pass_env: &prepared.merged.pass_env,
+        tool_rules: &prepared.merged.mcp_tools,
         fence: prepared.merged.fence(),
         workspace_root: &prepared.binding.root,
         provider: Arc::clone(&prepared.provider),
@@ -184,6 +185,7 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<Ex
         mcp_tools: &resumed.meta.lock.mcp_tools,
         mcp: resumed.mcp.as_ref(),
         pass_env: &resumed.merged.pass_env,
+        tool_rules: &resumed.merged.mcp_tools,
         fence: resumed.merged.fence(),
         workspace_root: &resumed.meta.workspace.root,
         provider: Arc::clone(&resumed.provider),
@@ -287,6 +289,22 @@ pub fn exit_status(session_id: &str, run_id: &str, ending: &Ending, hints: &Hint
             .with_id(run_id)
             .with_hint(format!(
                 "inspect with `{inspect}`, then record what happened with `{bin} run resolve {session_id} {run_id} {op} --output TEXT` and continue with `{bin} --resume {session_id}{resume_flags}`"
+            ))
+        }
+        Ending::ApprovalRequired(ops) => {
+            let op = match ops.as_slice() {
+                [one] => one.as_str(),
+                _ => "OP",
+            };
+            Error::input_required(format!(
+                "run {run_id} needs input: {} wait{} for approval (the policy's mcpTools rule is \"ask\"); nothing of {} has run",
+                ops.join(", "),
+                if ops.len() == 1 { "s" } else { "" },
+                if ops.len() == 1 { "it" } else { "them" },
+            ))
+            .with_id(run_id)
+            .with_hint(format!(
+                "inspect the call with `{inspect}`, then `{bin} run approve {session_id} {run_id} {op}` or `{bin} run deny {session_id} {run_id} {op} --reason TEXT`, and continue with `{bin} --resume {session_id}{resume_flags}`"
             ))
         }
         Ending::Finished(result) => match finished_error(result) {

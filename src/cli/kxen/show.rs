@@ -226,6 +226,15 @@ fn run_text(shown: &view::RunView) -> String {
             clip(&op.tool, 40),
             clip(op.arguments.as_str(), 60),
         ));
+        if let Some(approval) = &op.approval {
+            let decided = approval
+                .decision
+                .map_or("waits for approval".to_string(), |d| d.name().to_string());
+            out.push_str(&format!(
+                "    ask (rule {}): {decided}  arguments {}\n",
+                approval.rule, approval.arguments_hash
+            ));
+        }
         // What an operator needs before `run resolve`: why the outcome is unknown.
         if let Some(reason) = &op.unknown_reason {
             out.push_str(&format!("    unknown: {}\n", clip(reason, 400)));
@@ -237,6 +246,20 @@ fn run_text(shown: &view::RunView) -> String {
                 out.push_str(&format!("    fence: {}\n", fence.summary()));
             }
         }
+    }
+    for op in &shown.pending_approvals {
+        out.push_str(&format!(
+            "needs approval: {} {} {}\n  approve with `kxen-agent run approve {} {} {}` or deny with `kxen-agent run deny {} {} {} --reason TEXT`\n",
+            op.op_id,
+            clip(&op.tool, 40),
+            clip(&op.arguments.to_string(), 200),
+            str_of(run, "sessionId"),
+            str_of(run, "id"),
+            op.op_id,
+            str_of(run, "sessionId"),
+            str_of(run, "id"),
+            op.op_id,
+        ));
     }
     if !shown.run.unknown_ops.is_empty() {
         let op = match shown.run.unknown_ops.as_slice() {
@@ -270,6 +293,30 @@ pub fn run_resolve(
         is_error,
     };
     Renderer::new(format).emit(event);
+    Ok(ExitStatus::Success)
+}
+
+/// `run approve` / `run deny`: not read-only; takes the Session's lease.
+pub fn run_decide(
+    state: &StateDir,
+    [session_id, run_id, op_id]: [&str; 3],
+    decision: &crate::run::approval::Decision,
+    expected_hash: Option<&str>,
+    format: Format,
+) -> Result<ExitStatus> {
+    let arguments_hash =
+        crate::run::approval::decide(state, session_id, run_id, op_id, decision, expected_hash)?;
+    let decision = match decision {
+        crate::run::approval::Decision::Approve => "approved",
+        crate::run::approval::Decision::Deny { .. } => "denied",
+    };
+    Renderer::new(format).emit(Event::OperationDecided {
+        session_id: session_id.to_string(),
+        run_id: run_id.to_string(),
+        op_id: op_id.to_string(),
+        decision: decision.to_string(),
+        arguments_hash,
+    });
     Ok(ExitStatus::Success)
 }
 

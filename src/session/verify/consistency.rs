@@ -134,7 +134,17 @@ impl JournalIndex {
     pub fn push(&mut self, record: &JournalRecord) {
         self.line += 1;
         let kept = match record {
+            // An approval's first record names its call as `started` does (and the `started`
+            // of an approved call names the same call again).
             JournalRecord::Started {
+                op_id,
+                message_id,
+                tool_call_id,
+                call_index,
+                arguments,
+                ..
+            }
+            | JournalRecord::AwaitingApproval {
                 op_id,
                 message_id,
                 tool_call_id,
@@ -162,7 +172,9 @@ impl JournalIndex {
                     bytes: b.bytes,
                 })
             }
-            JournalRecord::OutcomeUnknown { .. } => None,
+            JournalRecord::OutcomeUnknown { .. }
+            | JournalRecord::Approved { .. }
+            | JournalRecord::Denied { .. } => None,
         };
         if let Some(kept) = kept {
             self.records.push((self.line, kept));
@@ -400,10 +412,10 @@ fn check_status(run_json: &Path, journal: &Path, run: &RunState, table: &OpTable
                 ),
             ));
         }
-        if !run.unknown_ops.is_empty() {
+        if !run.unknown_ops.is_empty() || !run.approval_ops.is_empty() {
             return Err(corrupt(
                 run_json,
-                format!("the run is {status} but unknownOps is not empty"),
+                format!("the run is {status} but unknownOps or approvalOps is not empty"),
             ));
         }
         return Ok(());
@@ -422,11 +434,27 @@ fn check_status(run_json: &Path, journal: &Path, run: &RunState, table: &OpTable
         ));
     }
     if run.status == RunStatus::InputRequired {
-        if run.unknown_ops.is_empty() {
+        if run.unknown_ops.is_empty() && run.approval_ops.is_empty() {
             return Err(corrupt(
                 run_json,
-                "the run is inputRequired but unknownOps is empty".into(),
+                "the run is inputRequired but unknownOps and approvalOps are empty".into(),
             ));
+        }
+        for op in &run.approval_ops {
+            let phase = table.get(op).map(|s| s.phase);
+            let waits = matches!(
+                phase,
+                Some(OpPhase::AwaitingApproval | OpPhase::Approved | OpPhase::Denied)
+            );
+            if !waits {
+                return Err(corrupt(
+                    run_json,
+                    format!(
+                        "approvalOps names {op}, which {} does not hold as awaitingApproval",
+                        journal.display()
+                    ),
+                ));
+            }
         }
         for op in &run.unknown_ops {
             let phase = table.get(op).map(|s| s.phase);
@@ -440,10 +468,10 @@ fn check_status(run_json: &Path, journal: &Path, run: &RunState, table: &OpTable
                 ));
             }
         }
-    } else if !run.unknown_ops.is_empty() {
+    } else if !run.unknown_ops.is_empty() || !run.approval_ops.is_empty() {
         return Err(corrupt(
             run_json,
-            format!("the run is {status} but unknownOps is not empty"),
+            format!("the run is {status} but unknownOps or approvalOps is not empty"),
         ));
     }
     Ok(())
