@@ -156,6 +156,12 @@ impl OpTable {
                 next.name()
             ));
         };
+        if next == OpPhase::Started && self.ops[i].phase != OpPhase::Approved {
+            return Err(format!("operation {op_id} started twice"));
+        }
+        if let Some(why) = self.binding_refusal(&record) {
+            return Err(why);
+        }
         let op = &mut self.ops[i];
         if !op.phase.allows(next) {
             return Err(format!(
@@ -172,37 +178,8 @@ impl OpTable {
             JournalRecord::Settled {
                 turn_message_id, ..
             } => op.turn_message_id = Some(turn_message_id),
-            JournalRecord::Started {
-                tool,
-                arguments,
-                message_id,
-                tool_call_id,
-                call_index,
-                ..
-            } => {
-                // An approved call starts as exactly the call that was approved.
-                let same = op.tool == tool
-                    && op.message_id == message_id
-                    && op.tool_call_id == tool_call_id
-                    && op.call_index == call_index
-                    && op.arguments == JsonText::new(&arguments);
-                if !same {
-                    return Err(format!(
-                        "operation {op_id} started another call than the one approved"
-                    ));
-                }
-            }
-            JournalRecord::Approved { arguments_hash, .. }
-            | JournalRecord::Denied { arguments_hash, .. }
-                if op
-                    .approval
-                    .as_ref()
-                    .is_none_or(|a| a.arguments_hash != arguments_hash) =>
-            {
-                return Err(format!(
-                    "operation {op_id}: the decision is bound to other arguments than the call's"
-                ));
-            }
+            // An approved call starts as exactly that call ([`OpTable::binding_refusal`]).
+            JournalRecord::Started { .. } => {}
             JournalRecord::Approved { at, .. } => {
                 if let Some(a) = op.approval.as_mut() {
                     a.decision = Some(OpPhase::Approved);
@@ -221,6 +198,47 @@ impl OpTable {
         op.phase = next;
         op.history.push(next);
         Ok(())
+    }
+
+    /// Why `record` does not belong to the approval it follows, or `None`: the `started` of an
+    /// approved operation must be exactly the call that was held, and a decision must be bound
+    /// to the held call's arguments hash. Checked before a record is written and when one is read.
+    pub fn binding_refusal(&self, record: &JournalRecord) -> Option<String> {
+        let op = self.get(record.op_id())?;
+        let approval = op.approval.as_ref();
+        match record {
+            JournalRecord::Started {
+                op_id,
+                tool,
+                arguments,
+                message_id,
+                tool_call_id,
+                call_index,
+                ..
+            } if op.phase == OpPhase::Approved => {
+                let same = op.tool == *tool
+                    && op.message_id == *message_id
+                    && op.tool_call_id == *tool_call_id
+                    && op.call_index == *call_index
+                    && op.arguments == JsonText::new(arguments);
+                (!same).then(|| {
+                    format!("operation {op_id} started another call than the one approved")
+                })
+            }
+            JournalRecord::Approved {
+                op_id,
+                arguments_hash,
+                ..
+            }
+            | JournalRecord::Denied {
+                op_id,
+                arguments_hash,
+                ..
+            } if approval.is_none_or(|a| a.arguments_hash != *arguments_hash) => Some(format!(
+                "operation {op_id}: the decision is bound to other arguments than the call's"
+            )),
+            _ => None,
+        }
     }
 
     pub fn get(&self, op_id: &str) -> Option<&OpState> {
@@ -358,7 +376,10 @@ impl Journal {
             (_, None) => false,
         };
         if ok {
-            Ok(())
+            match self.table.binding_refusal(record) {
+                None => Ok(()),
+                Some(why) => Err(Error::conflict(why)),
+            }
         } else {
             let from = self
                 .table
