@@ -650,7 +650,7 @@ fn mcp_tools_rules_allow_ask_and_deny() {
             ),
             answer("done"),
         ],
-        &fixture_server(&env, &py, ""),
+        &fixture_server(&env, &py, COUNTING),
     );
     let policy = env.path().join("policy.json");
     std::fs::write(
