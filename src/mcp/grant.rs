@@ -199,3 +199,70 @@ pub fn check_drift(lock: &DcpAgentLock, servers: &Servers) -> Result<()> {
     .with_hint("restore the server and its [mcp.servers.…] entry as they were; a session's tools never change")
     .with_hint("to use the changed tools, start a new session"))
 }
+
+/// What `policy check --config` shows of one configured server: its tools and what the policy
+/// does with each, or why it could not be listed.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerView {
+    pub name: String,
+    pub tools: Vec<ToolView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One tool of a [`ServerView`].
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolView {
+    /// `mcp__<server>__<tool>`.
+    pub capability: String,
+    /// `allow`, `ask` or `deny` (its `mcpTools` rule), or `refused`.
+    pub rule: String,
+    /// The `mcpTools` pattern that decided the rule (absent: none covers it, so `allow`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// Why the policy does not permit the tool at all (`allowMcp` off, `deniedCapabilities`, a
+    /// `deny` rule), when it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// Starts every server of `servers`, lists its tools and says what `policy` does with each. A
+/// server that fails is reported in its entry (with the exit-9 message), not skipped.
+pub fn catalog(servers: &Servers, policy: &crate::policy::MergedPolicy) -> Vec<ServerView> {
+    servers
+        .configs()
+        .keys()
+        .map(|name| match servers.list_tools(name) {
+            Err(e) => ServerView {
+                name: name.clone(),
+                tools: Vec::new(),
+                error: Some(e.message),
+            },
+            Ok(listing) => ServerView {
+                name: name.clone(),
+                tools: listing
+                    .iter()
+                    .filter_map(|t| t["name"].as_str())
+                    .map(|tool| {
+                        let full = capability(name, tool);
+                        let refused = policy.refusal(&full);
+                        let (rule, pattern) = policy.rule(&full);
+                        ToolView {
+                            rule: if refused.is_some() && rule != crate::policy::ToolRule::Deny {
+                                "refused".to_string()
+                            } else {
+                                rule.name().to_string()
+                            },
+                            pattern: pattern.map(str::to_string),
+                            refused,
+                            capability: full,
+                        }
+                    })
+                    .collect(),
+                error: None,
+            },
+        })
+        .collect()
+}

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use config::{McpSection, ServerConfig};
-pub use grant::{check_drift, grant};
+pub use grant::{ServerView, ToolView, catalog, check_drift, grant};
 pub use servers::Servers;
 
 /// The prefix of every MCP capability.

@@ -19,6 +19,7 @@ mod init;
 mod lineage;
 mod mcp;
 mod mcp_fence;
+mod mcp_npm;
 mod policy_check;
 mod run_bad_input;
 mod run_canary;

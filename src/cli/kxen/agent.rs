@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::agent::{self, AgentDefinition, DcpAgentLock};
 use crate::cli::output::{self, Format};
-use crate::error::{ExitStatus, Result};
+use crate::error::{Error, ExitStatus, Result};
 use crate::policy::{self, PolicyFlags};
 
 /// Validates `file`; prints `agentValid` (jsonl) or a short summary (text). Writes nothing.
@@ -82,9 +82,14 @@ fn first_line(text: &str) -> String {
 pub fn policy_check(
     flags: &PolicyFlags,
     agent: Option<&Path>,
+    config: Option<&Path>,
     format: Format,
 ) -> Result<ExitStatus> {
     let merged = policy::merge(flags)?;
+    let mcp = match config {
+        Some(path) => Some(mcp_catalog(path, &merged)?),
+        None => None,
+    };
     let permitted = policy::permitted_catalog(&merged);
     let lock = match agent {
         Some(file) => Some(DcpAgentLock::build(
@@ -120,6 +125,9 @@ pub fn policy_check(
                 value["definitionHash"] = json!(lock.definition_hash);
                 value["execution"] = json!(lock.definition.spec.execution);
             }
+            if let Some(servers) = &mcp {
+                value["mcpServers"] = json!(servers);
+            }
             output::json_line(&value);
         }
         Format::Text => {
@@ -148,8 +156,52 @@ pub fn policy_check(
                     lock.definition_hash
                 ));
             }
-            output::raw(&text);
+            for server in mcp.iter().flatten() {
+                text.push_str(&format!("MCP server {}:", server.name));
+                match &server.error {
+                    Some(error) => text.push_str(&format!(" ERROR: {error}\n")),
+                    None if server.tools.is_empty() => text.push_str(" no tools\n"),
+                    None => text.push('\n'),
+                }
+                for tool in &server.tools {
+                    let why = match (&tool.refused, &tool.pattern) {
+                        (Some(why), _) => format!(" ({why})"),
+                        (None, Some(pattern)) => format!(" (mcpTools {pattern:?})"),
+                        (None, None) => " (no rule)".to_string(),
+                    };
+                    text.push_str(&format!("  {:<7} {}{why}\n", tool.rule, tool.capability));
+                }
+            }
+            output::raw(&output::terminal_safe(&text));
         }
     }
+    if let Some(failed) = mcp.iter().flatten().find(|s| s.error.is_some()) {
+        return Err(Error::external(format!(
+            "MCP server `{}` could not be listed: {}",
+            failed.name,
+            failed.error.as_deref().unwrap_or_default()
+        ))
+        .with_hint(format!(
+            "check [mcp.servers.{}] in the config: run its command by hand",
+            failed.name
+        )));
+    }
     Ok(ExitStatus::Success)
+}
+
+/// Every server of the config at `path`, started in the current directory with a throwaway
+/// HOME (nothing is written to the state dir), and what `policy` does with each tool.
+fn mcp_catalog(path: &Path, merged: &policy::MergedPolicy) -> Result<Vec<crate::mcp::ServerView>> {
+    let config = crate::provider::ModelConfig::load(Some(path))?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| Error::io("read the current directory", Path::new("."), e))?;
+    let home = tempfile::tempdir()
+        .map_err(|e| Error::io("create a temporary HOME", &std::env::temp_dir(), e))?;
+    let servers = crate::mcp::Servers::new(
+        config.mcp_servers().clone(),
+        &merged.pass_env,
+        home.path().to_path_buf(),
+        cwd,
+    );
+    Ok(crate::mcp::catalog(&servers, merged))
 }

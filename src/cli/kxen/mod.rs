@@ -244,6 +244,11 @@ pub enum PolicyCommand {
         /// A DCPAgent definition to intersect with the permitted catalog.
         #[arg(long, value_name = "FILE")]
         agent: Option<PathBuf>,
+        /// A model config: start each of its `[mcp.servers.NAME]` (in the current directory),
+        /// list their tools and show the rule each gets (allow, ask, deny, or refused and why). A
+        /// server that cannot start or answer is shown with its error, and the exit is 9.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
 }
 
@@ -451,9 +456,11 @@ fn dispatch(cli: Cli) -> Result<ExitStatus> {
         Command::Policy(PolicyCommand::Init { output }) => {
             init::write_starter(&output, crate::templates::POLICY_JSON, "policy", format)
         }
-        Command::Policy(PolicyCommand::Check { policy, agent }) => {
-            agent::policy_check(&policy.flags(), agent.as_deref(), format)
-        }
+        Command::Policy(PolicyCommand::Check {
+            policy,
+            agent,
+            config,
+        }) => agent::policy_check(&policy.flags(), agent.as_deref(), config.as_deref(), format),
     }
 }
 

@@ -152,6 +152,15 @@ fn session_text(s: &Value) -> String {
                 .join(", "))
             .unwrap_or_default(),
     ));
+    for tool in lock["mcpTools"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "mcp tool {}  (server {}, tool {}, schema {})\n",
+            str_of(tool, "name"),
+            str_of(tool, "server"),
+            str_of(tool, "tool"),
+            str_of(tool, "schemaHash"),
+        ));
+    }
     if let Some(parent) = s["parentId"].as_str() {
         out.push_str(&format!(
             "fork of {parent} ({}) at {}\n",
