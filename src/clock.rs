@@ -1,4 +1,7 @@
-//! Time stamps: RFC 3339 in UTC, formatted and parsed without a date library.
+//! Time stamps: RFC 3339 in UTC. The calendar arithmetic is `jiff`'s; the parser's grammar is
+//! ours, because it is stricter than jiff's Temporal (RFC 9557) parser: exactly
+//! `YYYY-MM-DD(T|t| )HH:MM:SS[.fff…](Z|z|±HH:MM)`, no annotations, no `±HHMM`, a leap second `:60` read as
+//! the next second. State written by older versions must read back to the same instant.
 //!
 //! Every wall-clock reading of the crate (stamps and the time part of ids) goes through
 //! [`now_millis`], so a test can run a process whose clock is skewed: with the `failpoints`
@@ -37,18 +40,25 @@ pub fn now_rfc3339() -> String {
     format_millis(now_millis())
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for milliseconds since the epoch.
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for milliseconds since the epoch (clamped to jiff's range,
+/// years -9999..=9999).
 pub fn format_millis(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let millis = ms.rem_euclid(1000);
-    let (date, time) = split(secs);
-    format!("{date}T{time}.{millis:03}Z")
+    let t = jiff::Timestamp::from_millisecond(ms).unwrap_or(if ms < 0 {
+        jiff::Timestamp::MIN
+    } else {
+        jiff::Timestamp::MAX
+    });
+    t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` (DWP journal stamps) for seconds since the epoch.
 pub fn format_seconds(secs: i64) -> String {
-    let (date, time) = split(secs);
-    format!("{date}T{time}Z")
+    let t = jiff::Timestamp::from_second(secs).unwrap_or(if secs < 0 {
+        jiff::Timestamp::MIN
+    } else {
+        jiff::Timestamp::MAX
+    });
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fff…](Z|±HH:MM)` into milliseconds since the epoch.
@@ -71,12 +81,11 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     };
     let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
-        return None;
-    }
     if hour > 23 || minute > 59 || second > 60 {
         return None;
     }
+    // jiff checks the day against the month (and leap years).
+    let date = jiff::civil::Date::new(i16::try_from(year).ok()?, month as i8, day as i8).ok()?;
     let mut rest = &s[19..];
     let mut millis = 0i64;
     if let Some(frac) = rest.strip_prefix('.') {
@@ -101,7 +110,7 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
             sign * (h * 3600 + m * 60)
         }
     };
-    let days = days_from_civil(year, month, day);
+    let days = i64::from(date.since(jiff::civil::date(1970, 1, 1)).ok()?.get_days());
     let secs = days * 86_400 + hour * 3600 + minute * 60 + second - offset_secs;
     Some(secs * 1000 + millis)
 }
@@ -109,53 +118,6 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
 /// A `Duration` as whole milliseconds, saturating.
 pub fn duration_millis(d: Duration) -> u64 {
     d.as_millis().min(u128::from(u64::MAX)) as u64
-}
-
-fn split(secs: i64) -> (String, String) {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    (
-        format!("{y:04}-{m:02}-{d:02}"),
-        format!("{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60),
-    )
-}
-
-fn is_leap(y: i64) -> bool {
-    (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
-}
-
-fn days_in_month(y: i64, m: i64) -> i64 {
-    match m {
-        2 if is_leap(y) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-// Howard Hinnant's civil-date algorithms.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 #[cfg(test)]
@@ -176,6 +138,16 @@ mod tests {
             Some(1_796_062_599_500)
         );
         assert_eq!(parse_rfc3339("2026-02-30T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("1900-02-29T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("2000-02-29T00:00:00Z"), Some(951_782_400_000));
+        // A leap second reads as the next second (as state written before jiff did).
+        assert_eq!(
+            parse_rfc3339("2026-12-31T23:59:60Z"),
+            Some(1_798_761_600_000)
+        );
+        // Forms jiff's Temporal parser takes but RFC 3339 stamps never have.
+        assert_eq!(parse_rfc3339("2026-11-30T18:16:39+0100"), None);
+        assert_eq!(parse_rfc3339("2026-11-30T18:16:39Z[UTC]"), None);
         assert_eq!(parse_rfc3339("garbage"), None);
     }
 

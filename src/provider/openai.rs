@@ -164,20 +164,18 @@ fn parse_response(body: &Value, call_number: usize) -> std::result::Result<Model
     })
 }
 
-/// Whether `url`'s host is this machine (`localhost`, `127.x.x.x`, `[::1]`).
-fn is_loopback(url: &str) -> bool {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split('/').next().unwrap_or("");
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if let Some(v6) = host_port.strip_prefix('[') {
-        v6.split(']').next().unwrap_or("")
-    } else {
-        host_port.split(':').next().unwrap_or("")
+/// Whether `endpoint`'s host is this machine (`localhost`, `127.x.x.x`, `[::1]`); an endpoint
+/// that is not a URL is not.
+fn is_loopback(endpoint: &str) -> bool {
+    let Ok(url) = url::Url::parse(endpoint) else {
+        return false;
     };
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    match url.host() {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
 }
 
 impl Provider for OpenAiProvider {
@@ -570,6 +568,7 @@ mod tests {
             "http://LOCALHOST/v1",
             "http://[::1]:8000/v1",
             "http://user@127.0.0.2:1/x",
+            "http://user:pw@[0:0:0:0:0:0:0:1]/v1",
         ] {
             assert!(is_loopback(yes), "{yes}");
         }
@@ -577,6 +576,9 @@ mod tests {
             "https://api.openai.com/v1",
             "http://10.0.0.1:8000/v1",
             "http://localhost.evil.com/",
+            "http://127.0.0.1.evil.com/",
+            "http://evil.com/?next=http://127.0.0.1/",
+            "not a url",
         ] {
             assert!(!is_loopback(no), "{no}");
         }

@@ -255,3 +255,40 @@ fn export_never_replaces_a_symlink_or_writes_under_a_file() {
     out.expect(2);
     assert!(out.stderr.contains("is not a directory"), "{}", out.stderr);
 }
+
+/// A second Ctrl-C does not wait for the first one's cleanup: it exits at once with 130 (the
+/// journal is consistent at any instant; recovery handles the operation in flight).
+#[test]
+fn a_second_interrupt_exits_at_once_with_130() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    // The command ignores SIGTERM, so the first interrupt's cleanup window lasts its full 2 s.
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "trap '' TERM; touch started; sleep 30"}),
+            ),
+            answer("never reached"),
+        ],
+    );
+    let child = spawn_new(
+        &env,
+        &repo,
+        "Wait",
+        &fixer(&env),
+        &config,
+        &["--allow-shell"],
+    );
+    wait_for(&repo.join("started"));
+    interrupt(&child);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(130), "{stdout}");
+    // It did not end the run the graceful way (that would be runFinished, then exit 7).
+    assert!(!stdout.contains("\"runFinished\""), "{stdout}");
+}

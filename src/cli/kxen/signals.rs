@@ -3,33 +3,23 @@
 //! cleanup window); a second one exits at once with 130. Everything durable is already consistent
 //! at any instant, so exiting mid-way only leaves what recovery handles.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
-static CANCEL: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_signal: libc::c_int) {
-    // Only async-signal-safe work here: an atomic swap and _exit.
-    if CANCEL.swap(true, Ordering::SeqCst) {
-        // SAFETY: _exit is async-signal-safe and ends the process without running destructors.
-        unsafe { libc::_exit(130) };
-    }
-}
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 
 /// Installs the SIGINT/SIGTERM handlers (once) and returns the flag they set.
+///
+/// signal-hook runs registered actions in order: the conditional exit first (it fires only when
+/// the flag is already set, i.e. on the second signal, via `_exit(130)`), then setting the flag.
 pub fn cancel_flag() -> &'static AtomicBool {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        for signal in [libc::SIGINT, libc::SIGTERM] {
-            // SAFETY: a zeroed sigaction with a plain handler and an empty mask is valid; the
-            // handler only touches an atomic and calls _exit.
-            unsafe {
-                let mut action: libc::sigaction = std::mem::zeroed();
-                action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
-                libc::sigemptyset(&mut action.sa_mask);
-                action.sa_flags = libc::SA_RESTART;
-                libc::sigaction(signal, &action, std::ptr::null_mut());
-            }
+    static CANCEL: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    CANCEL.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            // Registering fails only for a forbidden signal (SIGKILL, SIGSTOP…), never these.
+            let _ =
+                signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&flag));
+            let _ = signal_hook::flag::register(signal, Arc::clone(&flag));
         }
-    });
-    &CANCEL
+        flag
+    })
 }
