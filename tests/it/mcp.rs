@@ -262,7 +262,12 @@ fn denied_patterns_win_and_a_missing_required_tool_is_refused() {
         .collect();
     assert_eq!(
         tools,
-        ["mcp__fx__echo", "mcp__fx__fail", "mcp__fx__has_env"]
+        [
+            "mcp__fx__echo",
+            "mcp__fx__fail",
+            "mcp__fx__has_env",
+            "mcp__fx__hold"
+        ]
     );
     assert!(tool_outputs(&run)[0].2, "a denied tool is never called");
     assert!(calls(&env).is_empty());
@@ -719,4 +724,205 @@ fn mcp_tools_rules_allow_ask_and_deny() {
         [("mcp__fx__slow".into(), "asked".into(), false)]
     );
     assert_eq!(calls(&env), ["asked"], "the approved call ran once");
+}
+
+/// Waits until the count file has a line starting with `prefix`; returns it.
+fn wait_for_line(env: &TestEnv, prefix: &str) -> String {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(line) = calls(env).into_iter().find(|l| l.starts_with(prefix)) {
+            return line;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no {prefix:?} line: {:?}",
+            calls(env)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn process_gone(pid: &str) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return true,
+            // A zombie waiting for its reaper is gone too.
+            Ok(stat)
+                if stat
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z')) =>
+            {
+                return true;
+            }
+            Ok(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    false
+}
+
+/// Ctrl-C during a call: the server gets `notifications/cancelled` for it (its tool sees the
+/// cancellation), then, after the cleanup window, its whole process group is killed (a process
+/// the server started is gone too); the call is UNKNOWN, resolved, and never run again.
+#[test]
+fn a_cancel_reaches_the_server_and_its_process_group_is_killed() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "mcp__fx__hold", json!({"text": "pr", "seconds": 60})),
+            call("c2", "mcp__fx__echo", json!({"text": "later"})),
+            answer("done"),
+        ],
+        &fixture_server(&env, &py, COUNTING),
+    );
+    let agent = text_agent(&env, "mcp__fx__hold, mcp__fx__echo", "");
+    let child = spawn_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    let grandchild = wait_for_line(&env, "child:")["child:".len()..].to_string();
+    interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for_line(&env, "cancelled:pr");
+    assert!(
+        process_gone(&grandchild),
+        "the server's process group was not killed: {grandchild} still runs"
+    );
+    let session = session_json(&env);
+    let (id, run_id) = (
+        session["id"].as_str().unwrap().to_string(),
+        session["firstRunId"].as_str().unwrap().to_string(),
+    );
+    let show = env.run("kxen-agent", &["run", "show", &id, &run_id]);
+    let op = show.jsonl()[0]["operations"][0].clone();
+    assert_eq!(op["phase"], "outcomeUnknown", "{op}");
+    env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "resolve",
+            &id,
+            &run_id,
+            op["opId"].as_str().unwrap(),
+            "--output",
+            "no PR",
+        ],
+    )
+    .expect(0);
+    let done = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &id,
+            "--allow-mcp",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+    );
+    done.expect(0);
+    assert_eq!(
+        tool_outputs(&done),
+        [
+            ("mcp__fx__hold".into(), "no PR".into(), false),
+            ("mcp__fx__echo".into(), "later".into(), false)
+        ]
+    );
+    let holds = calls(&env).iter().filter(|l| *l == "pr").count();
+    assert_eq!(
+        holds,
+        1,
+        "the canceled call never ran again: {:?}",
+        calls(&env)
+    );
+}
+
+/// A call longer than the server's `timeout_ms` is stopped (cancel notification, process group
+/// killed), UNKNOWN, and the server is started again for the next call.
+#[test]
+fn a_call_past_timeout_ms_is_unknown_and_the_server_restarts() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let server =
+        fixture_server(&env, &py, COUNTING).replace("timeout_ms = 30000", "timeout_ms = 10000");
+    let cfg = config(
+        &env,
+        &[
+            call(
+                "c1",
+                "mcp__fx__hold",
+                json!({"text": "slow", "seconds": 60}),
+            ),
+            call("c2", "mcp__fx__echo", json!({"text": "after the timeout"})),
+            answer("done"),
+        ],
+        &server,
+    );
+    let agent = text_agent(&env, "mcp__fx__hold, mcp__fx__echo", "");
+    let started = std::time::Instant::now();
+    let first = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    first.expect(7);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the timeout stopped the call"
+    );
+    let grandchild = calls(&env)
+        .into_iter()
+        .find_map(|l| l.strip_prefix("child:").map(str::to_string))
+        .expect("the call ran");
+    assert!(
+        process_gone(&grandchild),
+        "{grandchild} outlived the timeout"
+    );
+    let session = session_json(&env);
+    let (id, run_id) = (
+        session["id"].as_str().unwrap().to_string(),
+        session["firstRunId"].as_str().unwrap().to_string(),
+    );
+    let show = env.run("kxen-agent", &["run", "show", &id, &run_id]);
+    let op = show.jsonl()[0]["operations"][0].clone();
+    assert_eq!(op["phase"], "outcomeUnknown", "{op}");
+    assert!(
+        op["unknownReason"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within 10000 ms"),
+        "{op}"
+    );
+    env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "resolve",
+            &id,
+            &run_id,
+            op["opId"].as_str().unwrap(),
+            "--output",
+            "timed out",
+        ],
+    )
+    .expect(0);
+    let done = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &id,
+            "--allow-mcp",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+    );
+    done.expect(0);
+    assert_eq!(
+        tool_outputs(&done)[1],
+        ("mcp__fx__echo".into(), "after the timeout".into(), false)
+    );
+    assert_eq!(calls(&env).iter().filter(|l| *l == "slow").count(), 1);
 }
