@@ -10,6 +10,9 @@
 //!
 //! Run: `cargo bench --bench bundle` (data under `CARGO_TARGET_TMPDIR`, or `KXEN_BENCH_DIR`).
 
+// Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
+#![allow(clippy::disallowed_methods)]
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;

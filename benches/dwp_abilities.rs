@@ -10,6 +10,9 @@
 //! Run: `cargo bench --bench dwp_abilities` (runs the real `dwp` binary, as a user would;
 //! `DWP_BENCH_RUNS` sets the number of timed runs, default 10).
 
+// Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
+#![allow(clippy::disallowed_methods)]
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -13,6 +13,9 @@
 //! Run: `cargo bench --bench dwp_manifest` (sizes via `DWP_BENCH_SIZES=10000,100000,1000000`;
 //! default 10000,100000).
 
+// Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

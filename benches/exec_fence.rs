@@ -10,6 +10,9 @@
 //! Run: `cargo bench --bench exec_fence` (uses `CARGO_TARGET_TMPDIR`; `KXEN_BENCH_DIR` for
 //! another disk).
 
+// Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::AtomicBool;

@@ -12,6 +12,9 @@
 //! baseline, reported separately). Run: `cargo bench --bench resume`. Each child runs
 //! `KXEN_BENCH_RUNS` times (default 3, interleaved); the best time and the highest peak count.
 
+// Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};

@@ -9,6 +9,9 @@
 //! Run: `cargo bench --bench tool_journal` (uses `CARGO_TARGET_TMPDIR`, i.e. the disk of
 //! `target/`; set `KXEN_BENCH_DIR` to measure another disk).
 
+// Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::AtomicBool;

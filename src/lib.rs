@@ -4,6 +4,12 @@
 //! Plan 7 resources-and-abilities layer (spec: `dwp.md`). Everything but argument parsing and
 //! rendering lives here; only the [`cli`] module prints.
 
+// Unsafe code only where libc is needed, each place with its own narrow, commented `allow`.
+#![deny(unsafe_code)]
+// Test code builds its fixtures with plain std::fs writes; the library itself writes through fsx
+// (clippy.toml).
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
 pub mod agent;
 pub mod blobs;
 pub mod bundle;

@@ -59,6 +59,7 @@ fn must_wipe(name: &OsStr, value: &OsStr) -> bool {
 
 /// Takes the snapshot, wipes credentials from the environment block and makes the process
 /// non-dumpable (module docs). Call first thing in `main`, before any thread starts.
+#[allow(unsafe_code)] // prctl(PR_SET_DUMPABLE): keep /proc/self/environ and core dumps from others
 pub fn init() -> Result<()> {
     SNAPSHOT.get_or_init(|| std::env::vars_os().collect());
     wipe(must_wipe)?;
@@ -92,6 +93,7 @@ fn environ_block() -> Option<(usize, usize)> {
 
 /// Overwrites with NUL bytes the value of every `NAME=value` entry of the environment block
 /// for which `matches` holds, then checks through `/proc/self/environ` that none is left.
+#[allow(unsafe_code)] // wipes credentials from the kernel's environment block in place (no std API)
 fn wipe(matches: impl Fn(&OsStr, &OsStr) -> bool) -> Result<()> {
     let Some((start, end)) = environ_block() else {
         return Ok(());

@@ -36,6 +36,7 @@ pub(crate) enum Waited {
 
 /// Sends `signal` to the process group led by `pid`. Errors (group already gone) are ignored:
 /// every caller only wants the group not to exist any more.
+#[allow(unsafe_code)] // killpg(2): stop a tool's whole process group
 pub(crate) fn signal_group(pid: u32, signal: i32) {
     if let Ok(pgid) = i32::try_from(pid)
         && pgid > 0
@@ -52,6 +53,7 @@ pub(crate) fn signal_group(pid: u32, signal: i32) {
 /// `/dev/tty` or push keystrokes (`TIOCSTI`) into the terminal the runner was started from.
 /// Replaces `Command::process_group(0)`, which would make the later `setsid` fail (a group
 /// leader cannot start a session).
+#[allow(unsafe_code)] // setsid(2) in pre_exec: no controlling terminal for a tool
 pub(crate) fn new_session(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: setsid is async-signal-safe and touches no memory.
@@ -74,6 +76,7 @@ pub(crate) fn new_session(cmd: &mut std::process::Command) {
 /// on the same thread (both `exec` and the command provider do). The programs the shell started
 /// are not covered (the shell itself dies, so the rest of its script never runs); [`orphans`]
 /// stops those at the Session's next start.
+#[allow(unsafe_code)] // prctl(PR_SET_PDEATHSIG) in pre_exec: a tool dies with its runner
 pub(crate) fn die_with_parent(cmd: &mut std::process::Command) {
     #[cfg(target_os = "linux")]
     {

@@ -333,6 +333,7 @@ mod tests {
                 std::thread::yield_now();
             }
             // SAFETY: kill(2) on the pid of our own child, which we have not yet reaped.
+            #[allow(unsafe_code)] // test: SIGKILL our own child mid-write
             let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
             assert_eq!(rc, 0);
             let status = child.wait().unwrap();

@@ -97,6 +97,7 @@ impl StagedFile {
 
     /// Writes out what is buffered and starts (does not wait for) writing the file to disk, so
     /// that the final [`sync_staged`] finds little left to do while the import goes on.
+    #[allow(unsafe_code)] // sync_file_range(2): start writeback of a staged file early
     pub fn finish(mut self) -> Result<()> {
         use std::io::Write;
         use std::os::fd::AsRawFd;
@@ -119,6 +120,7 @@ impl StagedFile {
 
 /// Makes everything written under the staging directory `dir` durable with one `syncfs` of its
 /// filesystem (one journal commit instead of one fsync per file and directory).
+#[allow(unsafe_code)] // syncfs(2): one durable commit for a staged tree
 pub fn sync_staged(dir: &Path) -> Result<()> {
     use std::os::fd::AsRawFd;
     let handle = fs::File::open(dir).map_err(|e| Error::io("open directory", dir, e))?;

@@ -79,6 +79,7 @@ pub fn stop_marked(var: &str, values: &[&str]) -> usize {
 /// SIGKILLs `pid` if it still carries one of `marks`: through a pidfd taken *before* the check,
 /// so a process that exits and whose pid is reused afterwards is never the one signaled.
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)] // pidfd_open/pidfd_send_signal: kill a marked orphan without pid reuse races
 fn kill_if_marked(pid: i32, marks: &[Vec<u8>]) -> bool {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is passed.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };

@@ -359,7 +359,10 @@ mod tests {
     fn tool_call_round_trip_over_real_http() {
         let canary = "sk-canary-0d1e2f3a4b5c";
         // SAFETY: the variable name is unique to this test; no other thread reads it.
-        unsafe { std::env::set_var("KXEN_TEST_OPENAI_KEY_RT", canary) };
+        #[allow(unsafe_code)] // test: set_var is unsafe since Rust 2024
+        unsafe {
+            std::env::set_var("KXEN_TEST_OPENAI_KEY_RT", canary)
+        };
         let first = json!({
             "id": "chatcmpl-1", "object": "chat.completion",
             "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
@@ -474,7 +477,10 @@ mod tests {
     fn a_key_straddling_the_excerpt_cut_is_redacted_whole() {
         let canary = "sk-canary-straddle-5a6b7c8d9e";
         // SAFETY: the variable name is unique to this test; no other thread reads it.
-        unsafe { std::env::set_var("KXEN_TEST_OPENAI_KEY_CUT", canary) };
+        #[allow(unsafe_code)] // test: set_var is unsafe since Rust 2024
+        unsafe {
+            std::env::set_var("KXEN_TEST_OPENAI_KEY_CUT", canary)
+        };
         let body = format!("{{\"error\":\"{}{canary} is not valid\"}}", "x".repeat(280));
         let (url, _seen) = serve(vec![(401, body)]);
         let p = provider(&url, Some("KXEN_TEST_OPENAI_KEY_CUT"));
@@ -496,7 +502,10 @@ mod tests {
     fn http_error_status_is_external_without_the_key() {
         let canary = "sk-canary-errpath-9876";
         // SAFETY: the variable name is unique to this test; no other thread reads it.
-        unsafe { std::env::set_var("KXEN_TEST_OPENAI_KEY_ERR", canary) };
+        #[allow(unsafe_code)] // test: set_var is unsafe since Rust 2024
+        unsafe {
+            std::env::set_var("KXEN_TEST_OPENAI_KEY_ERR", canary)
+        };
         let (url, seen) = serve(vec![
             (
                 401,

@@ -6,6 +6,10 @@
 //! (close-on-exec: it reads end-of-file when the command started) and fails the spawn, so the
 //! parent can say exactly what could not be built.
 
+// The forked child's setup before exec (namespaces, rlimits, Landlock, seccomp) is libc calls
+// from a pre_exec hook: every function here is unsafe by nature, each block says its SAFETY.
+#![allow(unsafe_code)]
+
 use std::ffi::CString;
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};

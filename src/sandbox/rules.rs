@@ -29,6 +29,7 @@ const DEVICES: &[&str] = &[
 ];
 
 /// The kernel's Landlock ABI version (0: none). One syscall, no side effect.
+#[allow(unsafe_code)] // landlock_create_ruleset(2) version query
 pub(super) fn kernel_abi() -> u32 {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
     // SAFETY: with a null attribute, size 0 and the VERSION flag the syscall only returns the

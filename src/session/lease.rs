@@ -62,6 +62,7 @@ fn held(session_id: &str, record_path: &PathBuf) -> Error {
 }
 
 /// This machine's host name (best effort).
+#[allow(unsafe_code)] // gethostname(2) for the lease record
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.

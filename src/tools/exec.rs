@@ -302,7 +302,10 @@ mod tests {
     #[test]
     fn filtered_env_through_the_real_process_environment() {
         // SAFETY: the variable name is unique to this test; no other thread reads it.
-        unsafe { std::env::set_var("KXEN_TEST_EXEC_SECRET", "canary-real-env-42") };
+        #[allow(unsafe_code)] // test: set_var is unsafe since Rust 2024
+        unsafe {
+            std::env::set_var("KXEN_TEST_EXEC_SECRET", "canary-real-env-42")
+        };
         let fx = Fixture::new();
         let out = exec(&fx, json!({"command": "env"}));
         assert!(!out.text.contains("canary-real-env-42"), "{}", out.text);

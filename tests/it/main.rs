@@ -1,6 +1,9 @@
 //! The one integration-test binary: every CLI test runs the real binaries against a hermetic
 //! [`env::TestEnv`] (temp HOME, state dir, git repositories built with the git CLI).
 
+// Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
+#![allow(clippy::disallowed_methods)]
+
 mod agent_validate;
 mod approval;
 mod bundle_corpus;

@@ -192,6 +192,7 @@ enum Event {
 }
 
 /// Runs a detect command line and returns its stdout when it exits 0, else the reason.
+#[allow(unsafe_code)] // kill(2) of a timed-out detect command's process group
 fn run_command(line: &str, env: &DetectEnv) -> Result<String, String> {
     let argv: Vec<&str> = line.split(' ').filter(|s| !s.is_empty()).collect();
     let Some((argv0, args)) = argv.split_first() else {
