@@ -244,6 +244,7 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
             },
             fence,
             mcp: None,
+            task: None,
         };
         let call = kxen::tools::REGISTRY
             .admit("exec", &args, &capabilities)

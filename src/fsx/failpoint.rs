@@ -2,8 +2,11 @@
 //!
 //! Compiled in only with the `failpoints` feature. When the environment variable
 //! `KXEN_FAILPOINT` names a point, the process aborts (no destructors, no flushing — as close to
-//! a power cut as a test can get) the first time execution reaches it. Every point is listed in
-//! [`ALL`] so a crash test can iterate all of them and none is forgotten.
+//! a power cut as a test can get) the first time execution reaches it — or, with
+//! `KXEN_FAILPOINT_SKIP=N`, the (N+1)-th time, so a crash test reaches a point that one process
+//! passes many times (a parent's and each `task` child's steps) at every one of its passes.
+//! Every point is listed in [`ALL`] so a crash test can iterate all of them and none is
+//! forgotten.
 
 /// Every failpoint name in the crate. Add new points here; the crash test iterates this list.
 pub const ALL: &[&str] = &[
@@ -23,6 +26,10 @@ pub const ALL: &[&str] = &[
     // (nothing ran); an operator's decision is journaled by `run approve` / `run deny`.
     "approval.after-awaiting",
     "approval.after-decision",
+    // A `task` call (run::children): the child Session exists (created after the parent's
+    // `started` record), not yet run; the child's run ended, the parent's outcome not recorded.
+    "task.after-child-created",
+    "task.after-child-ended",
     // Two-phase final settlement.
     "settle.after-result",
     "settle.after-final-message",
@@ -50,8 +57,16 @@ pub fn hit(name: &str) {
             ALL.contains(&name),
             "failpoint {name} is not listed in fsx::failpoint::ALL"
         );
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static PASSED: AtomicUsize = AtomicUsize::new(0);
         if std::env::var("KXEN_FAILPOINT").is_ok_and(|v| v == name) {
-            std::process::abort();
+            let skip = std::env::var("KXEN_FAILPOINT_SKIP")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0);
+            if PASSED.fetch_add(1, Ordering::SeqCst) >= skip {
+                std::process::abort();
+            }
         }
     }
     #[cfg(not(feature = "failpoints"))]

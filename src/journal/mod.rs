@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 pub use compact::{JsonText, Phases};
-pub use record::{BlobPointer, JournalRecord, OpPhase, ToolOutcome};
+pub use record::{BlobPointer, ChildRef, JournalRecord, OpPhase, ToolOutcome};
 
 use crate::error::{Error, Result};
 use crate::fsx;
@@ -38,6 +38,9 @@ pub struct OpState {
     pub message_id: String,
     pub tool_call_id: String,
     pub call_index: usize,
+    /// `task`: the child Session the operation runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub child: Option<ChildRef>,
     pub started_at: String,
     /// The outcome: recorded by the tool (`OutcomeKnown`) or by an operator (`Resolved`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -107,6 +110,7 @@ impl OpTable {
                     message_id,
                     tool_call_id,
                     call_index,
+                    child: None,
                     started_at: at,
                     output: None,
                     unknown_reason: None,
@@ -129,7 +133,21 @@ impl OpTable {
                 message_id,
                 tool_call_id,
                 call_index,
+                child,
             } if !self.index.contains_key(&op_id) => {
+                // Paths are built from a child's ids: they must be ids.
+                if let Some(c) = &child {
+                    let bad = crate::ids::validate_kind(&c.session_id, crate::ids::IdKind::Session)
+                        .and_then(|()| {
+                            crate::ids::validate_kind(&c.run_id, crate::ids::IdKind::Run)
+                        });
+                    if let Err(e) = bad {
+                        return Err(format!(
+                            "operation {op_id} names its child badly: {}",
+                            e.message
+                        ));
+                    }
+                }
                 self.index.insert(op_id.clone(), self.ops.len());
                 self.ops.push(OpState {
                     op_id,
@@ -139,6 +157,7 @@ impl OpTable {
                     message_id,
                     tool_call_id,
                     call_index,
+                    child,
                     started_at: at,
                     output: None,
                     unknown_reason: None,
@@ -179,7 +198,7 @@ impl OpTable {
                 turn_message_id, ..
             } => op.turn_message_id = Some(turn_message_id),
             // An approved call starts as exactly that call ([`OpTable::binding_refusal`]).
-            JournalRecord::Started { .. } => {}
+            JournalRecord::Started { child, .. } => op.child = child,
             JournalRecord::Approved { at, .. } => {
                 if let Some(a) = op.approval.as_mut() {
                     a.decision = Some(OpPhase::Approved);

@@ -34,6 +34,11 @@ pub enum JournalRecord {
         tool_call_id: String,
         /// Position of the call in that assistant message.
         call_index: usize,
+        /// `task` calls: the child Session (and its first run) this operation creates, chosen
+        /// before the record is written, so the child's id is durable in the parent's journal
+        /// before the child exists. Absent for every other tool.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        child: Option<ChildRef>,
     },
     /// Durable after the tool returned: what it produced.
     OutcomeKnown {
@@ -166,6 +171,8 @@ struct Flat {
     #[serde(default, deserialize_with = "present")]
     call_index: Option<usize>,
     #[serde(default, deserialize_with = "present")]
+    child: Option<ChildRef>,
+    #[serde(default, deserialize_with = "present")]
     output: Option<ToolOutcome>,
     #[serde(default, deserialize_with = "present")]
     turn_message_id: Option<String>,
@@ -196,6 +203,7 @@ impl Flat {
             "messageId",
             "toolCallId",
             "callIndex",
+            "child",
         ];
         const OUTCOME: &[&str] = &["opId", "at", "output"];
         const SETTLED: &[&str] = &["opId", "at", "turnMessageId"];
@@ -228,6 +236,7 @@ impl Flat {
             ("messageId", self.message_id.is_some()),
             ("toolCallId", self.tool_call_id.is_some()),
             ("callIndex", self.call_index.is_some()),
+            ("child", self.child.is_some()),
             ("output", self.output.is_some()),
             ("turnMessageId", self.turn_message_id.is_some()),
             ("reason", self.reason.is_some()),
@@ -257,6 +266,7 @@ impl Flat {
                 message_id: need(self.message_id, "messageId")?,
                 tool_call_id: need(self.tool_call_id, "toolCallId")?,
                 call_index: need(self.call_index, "callIndex")?,
+                child: self.child,
             },
             P::OutcomeKnown => JournalRecord::OutcomeKnown {
                 op_id,
@@ -327,6 +337,15 @@ pub struct ToolOutcome {
     /// `exec`: the fence the command ran in (sandbox mode, the kernel's Landlock ABI, network).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<crate::sandbox::FenceRecord>,
+}
+
+/// The child Session a `task` operation runs (kxen-agent.md §9, `task`): both ids are chosen
+/// before `Started` is written; the child is created after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChildRef {
+    pub session_id: String,
+    pub run_id: String,
 }
 
 /// A reference to a blob: `blobs/<sha256>`.
@@ -409,6 +428,7 @@ mod tests {
             message_id: "msg_1".into(),
             tool_call_id: "call_1".into(),
             call_index: 0,
+            child: None,
         };
         let line = serde_json::to_string(&rec).unwrap();
         assert!(

@@ -27,6 +27,7 @@ fn make(op: usize, phase: OpPhase) -> JournalRecord {
             message_id: format!("msg_{op}"),
             tool_call_id: format!("call_{op}"),
             call_index: 0,
+            child: None,
         },
         OpPhase::OutcomeKnown => JournalRecord::OutcomeKnown {
             op_id,
@@ -122,6 +123,7 @@ fn approvals_bind_the_call_and_its_arguments() {
         message_id: "msg_1".into(),
         tool_call_id: "call_1".into(),
         call_index: 0,
+        child: None,
     };
     assert!(
         j.record(other_call).is_err(),

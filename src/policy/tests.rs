@@ -161,14 +161,23 @@ fn hash_is_stable_and_order_independent() {
 
 #[test]
 fn permitted_catalog_rules() {
-    // allowShell gates exec; denied wins over allowed and over allowShell.
+    // allowShell gates exec and task; denied wins over allowed and over allowShell.
     let p = policy(r#"{"allowShell": true, "deniedCapabilities": ["exec", "edit"]}"#);
-    assert_eq!(permitted_catalog(&p), ["glob", "grep", "read", "write"]);
+    assert_eq!(
+        permitted_catalog(&p),
+        ["glob", "grep", "read", "task", "write"]
+    );
     assert!(p.refusal("exec").unwrap().contains("deniedCapabilities"));
     let p = policy(r#"{"allowShell": true}"#);
     assert_eq!(
         permitted_catalog(&p),
-        ["edit", "exec", "glob", "grep", "read", "write"]
+        ["edit", "exec", "glob", "grep", "read", "task", "write"]
+    );
+    assert!(
+        policy("{}")
+            .refusal("task")
+            .unwrap()
+            .contains("--allow-shell")
     );
     // allowedCapabilities restricts; unknown and unimplemented names are never permitted.
     let p = policy(

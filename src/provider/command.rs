@@ -2,7 +2,8 @@
 //!
 //! It is started per call from `argv` (no shell), in the config file's directory, with the
 //! runtime's full environment (it is the model client, so it may need a key), in its own process
-//! group. It reads `{"role","messages","tools"}` (camelCase, as [`ChatMessage`] and
+//! group. It reads `{"role","messages","tools"}` (plus `"task"`, the `task` call's description,
+//! when it serves a child Session) (camelCase, as [`ChatMessage`] and
 //! [`ToolSchema`] serialize) on stdin and prints one [`ModelResponse`] JSON object on stdout.
 //! A non-zero exit, a timeout or output that is not such an object is an external failure
 //! (exit 9), which the runtime counts against `maxPureRetries`.
@@ -38,6 +39,8 @@ struct Request<'a> {
     role: &'a str,
     messages: &'a [ChatMessage],
     tools: &'a [ToolSchema],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task: Option<&'a str>,
 }
 
 impl CommandProvider {
@@ -66,6 +69,7 @@ impl Provider for CommandProvider {
             role: request.role,
             messages: request.messages,
             tools: request.tools,
+            task: request.task,
         })
         .map_err(|e| Error::failed(format!("cannot serialize the model request: {e}")))?;
         let timeout = effective_timeout(self.timeout, request.timeout);
@@ -190,6 +194,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             timeout: None,
             attempt_mark: None,
             call_mark: None,
+            task: None,
         };
         let r = p.complete(&req, 0).unwrap();
         assert_eq!(r.text, "thinking");
@@ -216,6 +221,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             timeout: None,
             attempt_mark: None,
             call_mark: None,
+            task: None,
         };
         let (_t, p) = setup("echo 'rate limited' >&2; exit 3", "");
         let e = p.complete(&req, 0).unwrap_err();
@@ -259,6 +265,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             timeout: Some(Duration::from_secs(60)),
             attempt_mark: None,
             call_mark: None,
+            task: None,
         };
         assert_eq!(p.complete(&req, 0).unwrap().text, "hi");
     }

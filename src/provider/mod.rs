@@ -158,6 +158,10 @@ pub struct ModelRequest<'a> {
     /// A random mark of this one call (`KXEN_MODEL_CALL_ID` in a command provider's
     /// environment): when a cancel abandons the call, what the command started is stopped by it.
     pub call_mark: Option<&'a str>,
+    /// The `description` of the `task` call whose child Session this call serves (`None` for a
+    /// top-level Session): the script provider answers a child from the lines tagged with it,
+    /// a command provider gets it as `task` in its input.
+    pub task: Option<&'a str>,
 }
 
 /// A model client. `responses_so_far` is the number of model responses already recorded in the

@@ -390,6 +390,7 @@ mod tests {
                     timeout: None,
                     attempt_mark: None,
                     call_mark: None,
+                    task: None,
                 },
                 0,
             )
@@ -445,6 +446,7 @@ mod tests {
                     timeout: None,
                     attempt_mark: None,
                     call_mark: None,
+                    task: None,
                 },
                 1,
             )
@@ -491,6 +493,7 @@ mod tests {
             timeout: None,
             attempt_mark: None,
             call_mark: None,
+            task: None,
         };
         let e = p.complete(&req, 0).unwrap_err();
         assert!(e.message.contains("HTTP 401"), "{}", e.message);
@@ -522,6 +525,7 @@ mod tests {
             timeout: None,
             attempt_mark: None,
             call_mark: None,
+            task: None,
         };
         let e = p.complete(&req, 0).unwrap_err();
         assert_eq!(e.kind, ErrorKind::External);
@@ -558,6 +562,7 @@ mod tests {
             timeout: Some(Duration::from_secs(5)),
             attempt_mark: None,
             call_mark: None,
+            task: None,
         };
         assert_eq!(p.complete(&req, 0).unwrap_err().kind, ErrorKind::External);
         let p = provider(

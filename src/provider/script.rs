@@ -5,6 +5,11 @@
 //! `toolCalls` and `usage` optional); blank lines are skipped. Call number N+1 of a Session —
 //! N being the model responses already recorded in its history — gets response N+1, so a resumed
 //! run continues from the right line. It is read on every call, so nothing is cached across runs.
+//!
+//! Child Sessions (the `task` tool) are served from the same file: a line with a `"task"` key
+//! (`{"task":"check a","text":"a is fine"}`) belongs to the child Sessions whose `task` call had
+//! that description, and lines without one to top-level Sessions. Each Session counts only its
+//! own lines, so parallel children interleave deterministically.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -42,7 +47,11 @@ impl ScriptProvider {
     /// Reads the script line by line up to the non-blank line number `wanted` (0-based) and
     /// returns it with its 1-based line number, or the count of response lines when the file
     /// ends first. Only that much of the file is read, and never more than the limits.
-    fn response_line(&self, wanted: usize) -> Result<std::result::Result<(usize, String), usize>> {
+    fn response_line(
+        &self,
+        wanted: usize,
+        task: Option<&str>,
+    ) -> Result<std::result::Result<(usize, String), usize>> {
         let file = std::fs::File::open(&self.path)
             .map_err(|e| Error::io("read the model script", &self.path, e))?;
         let mut reader = BufReader::new(file);
@@ -81,7 +90,7 @@ impl ScriptProvider {
                     self.path.display()
                 )));
             };
-            if line.trim().is_empty() {
+            if line.trim().is_empty() || line_task(line).as_deref() != task {
                 continue;
             }
             if responses == wanted {
@@ -100,13 +109,30 @@ impl ScriptProvider {
     }
 }
 
+/// The `task` selector of a script line (see the module doc); `None` for a line without one,
+/// and for a line that is not a JSON object (it is reported when it is answered).
+fn line_task(line: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Selector {
+        #[serde(default)]
+        task: Option<String>,
+    }
+    if !line.contains("\"task\"") {
+        return None; // the common case, without a parse
+    }
+    serde_json::from_str::<Selector>(line).ok()?.task
+}
+
 impl Provider for ScriptProvider {
-    fn complete(&self, _request: &ModelRequest, responses_so_far: usize) -> Result<ModelResponse> {
-        let (line_no, line) = match self.response_line(responses_so_far)? {
+    fn complete(&self, request: &ModelRequest, responses_so_far: usize) -> Result<ModelResponse> {
+        let (line_no, line) = match self.response_line(responses_so_far, request.task)? {
             Ok(found) => found,
             Err(count) => {
+                let whose = request
+                    .task
+                    .map_or(String::new(), |t| format!(" for task `{t}`"));
                 return Err(Error::external(format!(
-                    "script exhausted: {} has {count} response line(s) and response {} was \
+                    "script exhausted: {} has {count} response line(s){whose} and response {} was \
                      requested",
                     self.path.display(),
                     responses_so_far + 1
@@ -116,15 +142,20 @@ impl Provider for ScriptProvider {
                 ));
             }
         };
-        serde_json::from_str(&line).map_err(|e| {
+        let bad = |e: serde_json::Error| {
             Error::invalid(format!(
                 "{}:{line_no}: not a model response: {e}",
                 self.path.display()
             ))
             .with_hint(
-                r#"each line is {"text":"…","toolCalls":[{"id":"…","name":"…","arguments":{…}}],"usage":{"inputTokens":0,"outputTokens":0}}"#,
+                r#"each line is {"text":"…","toolCalls":[{"id":"…","name":"…","arguments":{…}}],"usage":{"inputTokens":0,"outputTokens":0}} (plus "task":"…" for a child Session's line)"#,
             )
-        })
+        };
+        let mut value: serde_json::Value = serde_json::from_str(&line).map_err(bad)?;
+        if let Some(fields) = value.as_object_mut() {
+            fields.remove("task");
+        }
+        serde_json::from_value(value).map_err(bad)
     }
 }
 
@@ -143,6 +174,7 @@ mod tests {
             timeout: None,
             attempt_mark: None,
             call_mark: None,
+            task: None,
         }
     }
 

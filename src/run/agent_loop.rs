@@ -34,10 +34,11 @@ use crate::run::events::{Event, EventSink, preview};
 use crate::run::repeat::RepeatGuard;
 use crate::run::settle;
 use crate::run::state::{Attempt, FailReason, RunError, RunResult, RunState, RunStatus};
-use crate::run::{approval, contract, prompt};
+use crate::run::{approval, children, contract, prompt};
 use crate::session::verify::{self, JournalIndex, MessageIndex};
 use crate::session::{CallRecord, Message, MessageLog, Role, UsageRecord};
 use crate::state::{RunPaths, SessionPaths, StateDir};
+use crate::tools::task::TaskRunner;
 use crate::tools::{self, OperationMark, ToolContext, ToolOutput, ToolSchema};
 
 /// How many characters of a tool's output go into a `toolFinished` event.
@@ -349,6 +350,7 @@ impl Loop<'_, '_> {
                     timeout,
                     attempt_mark: Some(&attempt_mark),
                     call_mark: Some(&call_mark_sent),
+                    task: None,
                 };
                 provider.complete(&request, responses_so_far)
             };
@@ -528,6 +530,8 @@ impl Loop<'_, '_> {
             approval::Gate::Run(op_id) => op_id,
             approval::Gate::Wait(op_id) => return Ok(Some(op_id)),
         };
+        // A `task` call's child ids are durable in `started`, before the child exists.
+        let child = children::plan(&call.name);
         self.journal.record(JournalRecord::Started {
             op_id: op_id.clone(),
             at: crate::clock::now_rfc3339(),
@@ -536,6 +540,7 @@ impl Loop<'_, '_> {
             message_id: message_id.to_string(),
             tool_call_id: call.id.clone(),
             call_index: index,
+            child: child.clone(),
         })?;
         failpoint::hit("tool.after-started");
         sink.emit(Event::ToolStarted {
@@ -543,6 +548,17 @@ impl Loop<'_, '_> {
             op_id: op_id.clone(),
             tool: call.name.clone(),
             arguments: call.arguments.clone(),
+        });
+        let runner = child.as_ref().map(|child| children::Runner {
+            parent: self.ex,
+            parent_run_id: &run.id,
+            op_id: &op_id,
+            child,
+            remaining: children::Remaining {
+                turns: u64::from(self.ex.definition.spec.execution.max_turns)
+                    .saturating_sub(self.turns),
+                wall_clock: remaining,
+            },
         });
         let execute = |cancel: &AtomicBool| {
             let ctx = ToolContext {
@@ -559,6 +575,7 @@ impl Loop<'_, '_> {
                 },
                 fence: self.ex.fence,
                 mcp: self.ex.mcp,
+                task: runner.as_ref().map(|r| r as &dyn TaskRunner),
             };
             admitted.execute(&ctx)
         };
@@ -573,13 +590,18 @@ impl Loop<'_, '_> {
         if output.interrupted {
             // Killed mid-way: whether its effects happened cannot be proven.
             let why = stopped_why.map_or(String::new(), |why| format!("; stopped because {why}"));
-            self.journal.record(JournalRecord::OutcomeUnknown {
-                op_id: op_id.clone(),
-                at: crate::clock::now_rfc3339(),
-                reason: format!(
+            let reason = match child {
+                // A child that needs input says where (its Session, run and operations).
+                Some(_) => format!("{}{why}", output.text),
+                None => format!(
                     "the tool was interrupted before it finished{why}; its effects may have happened ({})",
                     preview(&output.text, 200)
                 ),
+            };
+            self.journal.record(JournalRecord::OutcomeUnknown {
+                op_id: op_id.clone(),
+                at: crate::clock::now_rfc3339(),
+                reason,
             })?;
             return Ok(Some(op_id));
         }
@@ -717,6 +739,19 @@ impl Loop<'_, '_> {
                         unknown.push(op);
                     }
                 }
+                // A `task` call: its child's own state says how far it got.
+                Some((OpPhase::Started | OpPhase::OutcomeUnknown, op_id))
+                    if self
+                        .journal
+                        .table()
+                        .get(&op_id)
+                        .is_some_and(|o| o.child.is_some()) =>
+                {
+                    let known = self.recover_child(run, &op_id, sink)?;
+                    if !known {
+                        unknown.push(op_id);
+                    }
+                }
                 Some((OpPhase::Started, op_id)) => {
                     self.journal.record(JournalRecord::OutcomeUnknown {
                         op_id: op_id.clone(),
@@ -737,6 +772,55 @@ impl Loop<'_, '_> {
         } else {
             Next::Unknown(unknown)
         })
+    }
+
+    /// Recovers the child of `task` operation `op_id` ([`children::recover`]): a known outcome
+    /// is recorded (`outcomeKnown`, or `resolved` after an UNKNOWN) and settled; `false` when
+    /// it is still unknown (recorded as `outcomeUnknown` if it was only `started`).
+    fn recover_child(
+        &mut self,
+        run: &RunState,
+        op_id: &str,
+        sink: &mut dyn EventSink,
+    ) -> Result<bool> {
+        let Some(op) = self.journal.table().get(op_id).cloned() else {
+            return Ok(false);
+        };
+        let Some(child) = &op.child else {
+            return Ok(false);
+        };
+        let output = children::recover(self.ex, child, self.ex.cancel)?;
+        let at = crate::clock::now_rfc3339();
+        let op_id = op_id.to_string();
+        match (output.interrupted, op.phase) {
+            (true, OpPhase::Started) => {
+                self.journal.record(JournalRecord::OutcomeUnknown {
+                    op_id,
+                    at,
+                    reason: output.text,
+                })?;
+                Ok(false)
+            }
+            (true, _) => Ok(false),
+            (false, phase) => {
+                let record = if phase == OpPhase::Started {
+                    JournalRecord::OutcomeKnown {
+                        op_id: op_id.clone(),
+                        at,
+                        output: outcome(&output),
+                    }
+                } else {
+                    JournalRecord::Resolved {
+                        op_id: op_id.clone(),
+                        at,
+                        output: outcome(&output),
+                    }
+                };
+                self.journal.record(record)?;
+                self.settle_op(run, &op_id, true, sink)?;
+                Ok(true)
+            }
+        }
     }
 
     fn input_required(

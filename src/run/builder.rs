@@ -39,6 +39,7 @@ pub fn build_definition(
         timeout: Some(BUILDER_TIMEOUT),
         attempt_mark: None,
         call_mark: None,
+        task: None,
     };
     let response = provider.complete(&request, 0).map_err(|e| {
         let kind = if e.kind == ErrorKind::InvalidInput {

@@ -111,6 +111,7 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
             branch_root_id: session_id.clone(),
             fork_point: None,
             fork_kind: None,
+            task_parent: None,
             lock: lock.clone(),
             first_run_id: Some(run_id.clone()),
             history: Vec::new(),

@@ -6,6 +6,7 @@ pub use state::{FailReason, RunResult, RunState, RunStatus};
 pub mod agent_loop;
 pub mod approval;
 pub mod builder;
+pub mod children;
 pub mod contract;
 pub mod conversation;
 pub mod create;

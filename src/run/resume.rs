@@ -62,6 +62,27 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
             .with_hint("give the task with --task TEXT, --task-file FILE or --stdin"));
     }
     let paths = store::session_paths(state, id)?;
+    // Read before the lease only to see whether this is a task child (read again below).
+    let peek = SessionMeta::read(&paths, id)?;
+    if let (Some(crate::session::ForkKind::Task), Some(parent)) = (peek.fork_kind, &peek.parent_id)
+    {
+        // A task child is its parent's to run while the parent's run is active.
+        let parent_dir = state.session(parent).dir;
+        if ids::validate_kind(parent, IdKind::Session).is_ok()
+            && parent_dir.join("lease.lock").is_file()
+        {
+            crate::session::Lease::check_free(&parent_dir, parent).map_err(|e| {
+                Error::conflict(format!(
+                    "session {id} is a task child of session {parent}, whose run is active: {}",
+                    e.message
+                ))
+                .with_hint(format!(
+                    "the parent's run resumes this child itself; wait for it to stop, then \
+                     `kxen-agent --resume {parent}` (or resume {id} once {parent} is stopped)"
+                ))
+            })?;
+        }
+    }
     let lease = Lease::acquire(&paths.dir, id)?;
     let mut meta = SessionMeta::read(&paths, id)?;
     meta.lock.verify()?;

@@ -62,6 +62,7 @@ pub fn fork(state: &StateDir, req: &ForkRequest) -> Result<Forked> {
         branch_root_id: parent.branch_root_id.clone(),
         fork_point: Some(point),
         fork_kind: Some(ForkKind::Conversation),
+        task_parent: None,
         lock: parent.lock.clone(),
         first_run_id: None,
         history: Vec::new(),

@@ -45,6 +45,18 @@ impl Lease {
             None => Err(held(session_id, &record_path)),
         }
     }
+
+    /// Fails (exit 5, naming the holder) while another process holds the lease of the Session
+    /// in `dir`; takes nothing and writes nothing.
+    pub fn check_free(dir: &Path, session_id: &str) -> Result<()> {
+        match FileLock::try_exclusive(&dir.join("lease.lock"))? {
+            Some(lock) => {
+                drop(lock);
+                Ok(())
+            }
+            None => Err(held(session_id, &dir.join("lease.json"))),
+        }
+    }
 }
 
 fn held(session_id: &str, record_path: &PathBuf) -> Error {

@@ -26,8 +26,13 @@ pub struct SessionMeta {
     pub branch_root_id: String,
     /// Where in the parent's conversation the fork was taken (`session fork`).
     pub fork_point: Option<ForkPoint>,
-    /// `conversation` (shares the parent's workspace) or `worktree` (its own git worktree).
+    /// `conversation` (shares the parent's workspace), `worktree` (its own git worktree) or
+    /// `task` (a child Session created by the parent's `task` tool call).
     pub fork_kind: Option<ForkKind>,
+    /// A `task` child: the parent's run and operation that created it (the parent Session is
+    /// `parentId`), its description and its depth below the top-level Session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_parent: Option<TaskParent>,
     /// The `DcpAgentLock` fixed for the Session's life.
     pub lock: DcpAgentLock,
     /// The Session's first run (started with the creating task). A fork starts without runs.
@@ -71,6 +76,22 @@ pub enum ForkKind {
     Conversation,
     /// A new git worktree on branch `kxen/NAME`.
     Worktree,
+    /// A subagent: a child Session run by the parent's `task` tool call, same workspace.
+    Task,
+}
+
+/// Where a `task` child Session came from (see [`SessionMeta::task_parent`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaskParent {
+    /// The parent's run whose tool call created this Session.
+    pub run_id: String,
+    /// The parent's `task` operation (its journal's `started` record names this Session).
+    pub op_id: String,
+    /// The call's `description` (the script provider selects this Session's lines by it).
+    pub description: String,
+    /// 1 for a child of a top-level Session, one more per level below.
+    pub depth: u32,
 }
 
 impl ForkKind {
@@ -78,6 +99,7 @@ impl ForkKind {
         match self {
             ForkKind::Conversation => "conversation",
             ForkKind::Worktree => "worktree",
+            ForkKind::Task => "task",
         }
     }
 }
@@ -96,6 +118,11 @@ pub enum HistoryEntry {
 }
 
 impl SessionMeta {
+    /// How many `task` levels this Session is below its top-level Session (0: top level).
+    pub fn task_depth(&self) -> u32 {
+        self.task_parent.as_ref().map_or(0, |t| t.depth)
+    }
+
     /// Reads `session.json` of a Session (read-only).
     pub fn read(paths: &SessionPaths, session_id: &str) -> Result<SessionMeta> {
         let path = paths.session_json();

@@ -16,4 +16,4 @@ pub mod view;
 
 pub use lease::{Lease, LeaseRecord};
 pub use messages::{CallRecord, Message, MessageLog, Role, UsageRecord};
-pub use meta::{ForkKind, ForkPoint, HistoryEntry, SessionMeta};
+pub use meta::{ForkKind, ForkPoint, HistoryEntry, SessionMeta, TaskParent};

@@ -188,6 +188,7 @@ mod tests {
                 branch_root_id: id.to_string(),
                 fork_point: None,
                 fork_kind: None,
+                task_parent: None,
                 lock: sample_lock(),
                 first_run_id: Some(run_id.clone()),
                 history: Vec::new(),

@@ -141,6 +141,25 @@ pub struct RunView {
     /// The calls that wait for `run approve` / `run deny` (their policy rule is `ask`).
     #[serde(rename = "pendingApprovals")]
     pub pending_approvals: Vec<PendingApproval>,
+    /// The child Sessions of the run's `task` operations, in operation order (absent when
+    /// there are none): where to look when the parent waits on one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildView>,
+}
+
+/// One `task` child as `run show` of its parent names it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildView {
+    pub op_id: String,
+    pub session_id: String,
+    pub run_id: String,
+    /// The child run's status, or `notCreated` (recorded in the parent's journal, but the
+    /// Session was never created).
+    pub status: String,
+    /// The child's UNKNOWN operations (with `inputRequired`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unknown_ops: Vec<String>,
 }
 
 /// A call awaiting approval, as `run show` lists it.
@@ -178,10 +197,29 @@ pub fn show_run(state: &StateDir, session_id: &str, run_id: &str) -> Result<RunV
             })
         })
         .collect();
+    let mut children = Vec::new();
+    for op in table.ops() {
+        let Some(child) = &op.child else { continue };
+        let child_paths = state.session(&child.session_id).run(&child.run_id);
+        let (status, unknown_ops) = if child_paths.run_json().is_file() {
+            let child_run = RunState::read(&child_paths, &child.run_id)?;
+            (child_run.status.name().to_string(), child_run.unknown_ops)
+        } else {
+            ("notCreated".to_string(), Vec::new())
+        };
+        children.push(ChildView {
+            op_id: op.op_id.clone(),
+            session_id: child.session_id.clone(),
+            run_id: child.run_id.clone(),
+            status,
+            unknown_ops,
+        });
+    }
     Ok(RunView {
         kind: "run",
         run,
         operations: table.into_ops(),
         pending_approvals,
+        children,
     })
 }

@@ -1,5 +1,5 @@
 //! The tools an agent can touch (kxen-agent.md §9): `read`, `glob`, `grep`, `write`, `edit`,
-//! `exec`, all listed in [`REGISTRY`] and nowhere else.
+//! `exec`, `task`, all listed in [`REGISTRY`] and nowhere else.
 //!
 //! A tool's capability name is its tool name. Running a call is two steps: [`Registry::admit`]
 //! checks it (a known tool, in the Session's capabilities, arguments a JSON object) before the
@@ -27,6 +27,7 @@ mod read;
 mod registry;
 mod schema;
 mod search;
+pub mod task;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
@@ -73,6 +74,8 @@ pub struct ToolContext<'a> {
     pub fence: crate::sandbox::FencePolicy,
     /// The execution's MCP servers (`None`: no MCP tool is locked).
     pub mcp: Option<&'a crate::mcp::Servers>,
+    /// Runs the child Session of a `task` call (`None` for every other call).
+    pub task: Option<&'a dyn task::TaskRunner>,
 }
 
 /// The Session, run, attempt and operation a tool call belongs to.
@@ -289,6 +292,7 @@ pub(crate) mod testutil {
                 },
                 fence: self.fence,
                 mcp: None,
+                task: None,
             }
         }
 

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::paths::Workspace;
-use super::{ToolContext, ToolOutput, ToolSchema, exec, file, read, schema, search};
+use super::{ToolContext, ToolOutput, ToolSchema, exec, file, read, schema, search, task};
 
 /// Every tool this runtime implements, in the order the model is offered them.
 pub static REGISTRY: Registry = Registry {
@@ -74,6 +74,15 @@ pub static REGISTRY: Registry = Registry {
             effect: SideEffect::External,
             gate: Some(Gate::Shell),
             executor: &Typed::<exec::ExecArgs>(exec::run),
+        },
+        Entry {
+            name: ToolName::Exact("task"),
+            description: "Delegate a self-contained subtask to a subagent: a child session with \
+                this agent's tools (fewer at the depth limit) in the same workspace, starting \
+                from `prompt` alone. Returns the subagent's final answer.",
+            effect: SideEffect::Delegate,
+            gate: Some(Gate::Shell),
+            executor: &Typed::<task::TaskArgs>(task::run),
         },
         Entry {
             name: ToolName::Pattern("mcp__*"),
@@ -138,6 +147,9 @@ pub enum SideEffect {
     WorkspaceWrite,
     /// Can change anything the process can reach (a shell command, a remote service).
     External,
+    /// Runs a child Session (`task`): its effects are its own tools' calls, each through the
+    /// child's own journal.
+    Delegate,
 }
 
 /// The policy switch that must be on before a tool is permitted (kxen-agent.md §4).
@@ -395,7 +407,9 @@ mod tests {
         }
         assert_eq!(
             seen,
-            ["read", "glob", "grep", "write", "edit", "exec", "mcp__*"]
+            [
+                "read", "glob", "grep", "write", "edit", "exec", "task", "mcp__*"
+            ]
         );
     }
 
@@ -412,6 +426,8 @@ mod tests {
         }
         assert_eq!(entry("exec").effect(), SideEffect::External);
         assert_eq!(entry("exec").gate(), Some(Gate::Shell));
+        assert_eq!(entry("task").effect(), SideEffect::Delegate);
+        assert_eq!(entry("task").gate(), Some(Gate::Shell));
         assert!(!REGISTRY.implements("lsp"));
         assert_eq!(entry("mcp__github__search").effect(), SideEffect::External);
         assert_eq!(entry("mcp__github__search").gate(), Some(Gate::Mcp));
@@ -452,7 +468,7 @@ mod tests {
             MergedPolicy::default().refusal("lsp").as_deref(),
             Some(
                 "this runtime has no tool for it (it implements read, glob, grep, write, edit, \
-                 exec, mcp__*)"
+                 exec, task, mcp__*)"
             )
         );
     }

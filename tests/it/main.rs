@@ -39,4 +39,5 @@ mod session_builder;
 mod session_bundle;
 mod session_verify;
 mod state_damage;
+mod task;
 mod workspace_resume;

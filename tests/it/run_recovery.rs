@@ -106,6 +106,9 @@ fn a_crash_at_every_failpoint_loses_nothing_and_repeats_nothing() {
         if point.starts_with("export.") {
             continue; // not on a run's path; tests/it/state_damage.rs crashes an export there
         }
+        if point.starts_with("task.") {
+            continue; // `task` children; tests/it/task.rs crashes at every pass of every point
+        }
         let env = TestEnv::new();
         let repo = env.git_repo("repo", &[("README", "x\n")]);
         let agent = fixer(&env);

@@ -95,6 +95,7 @@ pub fn build(state: &Path, shape: &Shape) -> Built {
                 message_id: ask.id.clone(),
                 tool_call_id: format!("call_{i}"),
                 call_index: 0,
+                child: None,
             })
             .unwrap();
         let full: String = format!("output of step {i}: ")

@@ -1,0 +1,391 @@
+//! `task` children: subagents as nested durable runs (kxen-agent.md §9 `task`, issue 15).
+//!
+//! A `task` call of a parent run is one journal operation of the parent whose `started` record
+//! names the child Session and run ([`ChildRef`], ids chosen before the record is written): the
+//! child's id is durable in the parent's journal BEFORE the child exists. Then the child
+//! Session is created all or nothing (`session::store::create`, `forkKind: "task"`,
+//! `taskParent` naming the parent's run and operation) and its first run executes in this
+//! process, under its own lease, with its own journal and recovery. Its final text (or its
+//! failure) becomes the parent operation's outcome.
+//!
+//! The child's lock is the parent's locked definition and policy (same policy hash), with:
+//! - capabilities never wider than the parent's: the same set, minus `task` once the child is
+//!   at [`MAX_TASK_DEPTH`];
+//! - budgets carved from what the parent has left when the child starts: `maxTurns` at most
+//!   the parent's remaining turns, `maxWallClockMs` at most its remaining wall clock. The
+//!   parent's own wall-clock bound stops the child as a cancel does.
+//!
+//! Recovery of the parent ([`recover`]) never runs a child twice: a child that finished gives
+//! its recorded result; one that is mid-run is resumed (its own recovery, its own UNKNOWNs); a
+//! child that needs input keeps the parent's operation UNKNOWN, naming the child's Session, run
+//! and operations. Only a child Session that was recorded but never created (a crash between
+//! the parent's `started` record and the child's creation) is UNKNOWN for want of evidence.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use crate::agent::DcpAgentLock;
+use crate::error::{Error, Result};
+use crate::fsx::failpoint;
+use crate::ids::{self, IdKind};
+use crate::journal::ChildRef;
+use crate::provider::{ModelRequest, ModelResponse, Provider};
+use crate::run::agent_loop::{self, Ending, Execution};
+use crate::run::events::Discard;
+use crate::run::state::{RunState, RunStatus};
+use crate::session::store::{self, NewSession};
+use crate::session::{ForkKind, Lease, Message, Role, SessionMeta, TaskParent, meta};
+use crate::tools::task::{TaskArgs, TaskRunner};
+use crate::tools::{self, ToolOutput};
+
+/// The deepest a `task` child may be: a child at this depth gets no `task` capability, so a
+/// top-level Session's children cannot start children of their own.
+pub const MAX_TASK_DEPTH: u32 = 1;
+
+/// The child ids of a `task` call, chosen before its `started` record (`None` for other tools).
+pub fn plan(tool: &str) -> Option<ChildRef> {
+    (tool == "task").then(|| ChildRef {
+        session_id: ids::new_id(IdKind::Session),
+        run_id: ids::new_id(IdKind::Run),
+    })
+}
+
+/// What the parent has left when one of its `task` calls starts.
+#[derive(Debug, Clone, Copy)]
+pub struct Remaining {
+    /// Turns (model responses) the parent may still make.
+    pub turns: u64,
+    /// Wall clock the parent may still spend (`None`: no limit).
+    pub wall_clock: Option<Duration>,
+}
+
+/// Runs the child of one `task` operation of the parent execution `parent`.
+pub struct Runner<'a, 'b> {
+    pub parent: &'a Execution<'b>,
+    pub parent_run_id: &'a str,
+    pub op_id: &'a str,
+    pub child: &'a ChildRef,
+    pub remaining: Remaining,
+}
+
+impl TaskRunner for Runner<'_, '_> {
+    fn run_task(&self, args: &TaskArgs, cancel: &AtomicBool) -> ToolOutput {
+        match self.create_and_run(args, cancel) {
+            Ok(output) => output,
+            Err(e) => ToolOutput::error(format!(
+                "the subagent could not be started: {}; no child Session was created",
+                e.message
+            )),
+        }
+    }
+}
+
+impl Runner<'_, '_> {
+    fn create_and_run(&self, args: &TaskArgs, cancel: &AtomicBool) -> Result<ToolOutput> {
+        let ex = self.parent;
+        let parent = SessionMeta::read(ex.paths, ex.session_id)?;
+        let depth = parent.task_depth() + 1;
+        let lock = child_lock(&parent.lock, depth, self.remaining).map_err(Error::failed)?;
+        let mut task = Message::new(&self.child.run_id, Role::User, args.prompt.clone());
+        task.redact();
+        let description = args.description.trim().to_string();
+        let new = NewSession {
+            meta: SessionMeta {
+                format_version: meta::FORMAT_VERSION,
+                id: self.child.session_id.clone(),
+                created_at: crate::clock::now_rfc3339(),
+                workspace: parent.workspace.clone(),
+                parent_id: Some(parent.id.clone()),
+                branch_root_id: parent.branch_root_id.clone(),
+                fork_point: None,
+                fork_kind: Some(ForkKind::Task),
+                task_parent: Some(TaskParent {
+                    run_id: self.parent_run_id.to_string(),
+                    op_id: self.op_id.to_string(),
+                    description,
+                    depth,
+                }),
+                lock,
+                first_run_id: Some(self.child.run_id.clone()),
+                history: Vec::new(),
+            },
+            run: RunState::new(&self.child.session_id, &self.child.run_id, &task, 1),
+            task,
+        };
+        // All or nothing: before the rename the child does not exist (and recovery calls the
+        // parent's operation UNKNOWN: no evidence); after it, recovery resumes the child.
+        let lease = store::create(ex.state, &new)?;
+        failpoint::hit("task.after-child-created");
+        // From here on the child exists: whatever happens, its own state says how far it got.
+        Ok(match run_child(ex, &new.meta, lease, cancel) {
+            Ok(output) => output,
+            Err(e) => unknown_output(
+                &new.meta.id,
+                &self.child.run_id,
+                &format!("the child run stopped with an error: {}", e.message),
+            ),
+        })
+    }
+}
+
+/// The child's lock: see the module doc. The error says why no child can be made.
+pub fn child_lock(
+    parent: &DcpAgentLock,
+    depth: u32,
+    remaining: Remaining,
+) -> std::result::Result<DcpAgentLock, String> {
+    let mut definition = parent.definition.clone();
+    let mut capabilities = parent.capabilities.clone();
+    if depth >= MAX_TASK_DEPTH {
+        let caps = &mut definition.spec.capabilities;
+        caps.required.retain(|c| c != "task");
+        caps.optional.retain(|c| c != "task");
+        capabilities.retain(|c| c != "task");
+    }
+    let exec = &mut definition.spec.execution;
+    let turns = u32::try_from(remaining.turns).unwrap_or(u32::MAX);
+    if turns == 0 {
+        return Err("the parent run has no turns left for a subagent".into());
+    }
+    exec.max_turns = exec.max_turns.min(turns);
+    if let Some(left) = remaining.wall_clock {
+        let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+        if ms == 0 {
+            return Err("the parent run has no wall clock left for a subagent".into());
+        }
+        exec.max_wall_clock_ms = Some(exec.max_wall_clock_ms.map_or(ms, |m| m.min(ms)));
+    }
+    definition
+        .validate("the subagent's definition")
+        .map_err(|e| e.message)?;
+    let lock = DcpAgentLock {
+        definition_hash: definition.definition_hash(),
+        definition,
+        capabilities,
+        policy: parent.policy.clone(),
+        policy_hash: parent.policy_hash.clone(),
+        created_at: crate::clock::now_rfc3339(),
+        mcp_tools: parent.mcp_tools.clone(),
+        mcp_servers: parent.mcp_servers.clone(),
+    };
+    lock.verify().map_err(|e| e.message)?;
+    Ok(lock)
+}
+
+/// Recovery of a parent's `task` operation whose outcome is not recorded (`started`, or
+/// `outcomeUnknown` while the child needed input). `Ok(output)`: the child's outcome is known
+/// (or it needs input again: `interrupted`); the child is resumed if it was mid-run, never run
+/// again if it finished.
+pub fn recover(parent: &Execution, child: &ChildRef, cancel: &AtomicBool) -> Result<ToolOutput> {
+    let paths = parent.state.session(&child.session_id);
+    if !paths.session_json().is_file() {
+        return Ok(unknown_output(
+            &child.session_id,
+            &child.run_id,
+            "the child Session was recorded as started but never created (the runtime stopped \
+             in between), so there is no evidence of what it did",
+        ));
+    }
+    let lease = Lease::acquire(&paths.dir, &child.session_id)?;
+    let meta = SessionMeta::read(&paths, &child.session_id)?;
+    meta.lock.verify()?;
+    if meta.parent_id.as_deref() != Some(parent.session_id)
+        || meta.fork_kind != Some(ForkKind::Task)
+    {
+        return Err(Error::corrupt(format!(
+            "{}: the parent's journal names this Session as a task child of {}, but it is not",
+            paths.session_json().display(),
+            parent.session_id
+        )));
+    }
+    run_child(parent, &meta, lease, cancel)
+}
+
+/// Executes (or continues, or only reads back) the child's run; the lease is held throughout.
+fn run_child(
+    parent: &Execution,
+    meta: &SessionMeta,
+    lease: Lease,
+    cancel: &AtomicBool,
+) -> Result<ToolOutput> {
+    let run_id = meta
+        .first_run_id
+        .clone()
+        .ok_or_else(|| Error::corrupt(format!("task child {} has no run", meta.id)))?;
+    let paths = parent.state.session(&meta.id);
+    let tool_names = meta.lock.tool_names();
+    let description = meta
+        .task_parent
+        .as_ref()
+        .map(|t| t.description.clone())
+        .unwrap_or_default();
+    let provider: Arc<dyn Provider> = Arc::new(TaskProvider {
+        inner: Arc::clone(&parent.provider),
+        description,
+    });
+    let execution = Execution {
+        state: parent.state,
+        session_id: &meta.id,
+        paths: &paths,
+        definition: &meta.lock.definition,
+        capabilities: &tool_names,
+        mcp_tools: &meta.lock.mcp_tools,
+        mcp: parent.mcp,
+        pass_env: parent.pass_env,
+        tool_rules: parent.tool_rules,
+        fence: parent.fence,
+        workspace_root: parent.workspace_root,
+        provider,
+        provider_info: parent.provider_info.clone(),
+        cancel,
+    };
+    let ending = agent_loop::execute(&execution, &run_id, &mut Discard)?;
+    failpoint::hit("task.after-child-ended");
+    drop(lease);
+    Ok(match ending {
+        Ending::Finished(result) => match result.status {
+            RunStatus::Completed => ToolOutput::ok(result.final_text),
+            status => {
+                let why = result
+                    .error
+                    .map(|e| e.message)
+                    .unwrap_or_else(|| "no reason recorded".into());
+                ToolOutput::error(format!(
+                    "the subagent (Session {}, run {run_id}) ended {}: {why}",
+                    meta.id,
+                    status.name()
+                ))
+            }
+        },
+        Ending::ApprovalRequired(ops) => unknown_output(
+            &meta.id,
+            &run_id,
+            &format!(
+                "the child run waits for an operator's decision on {} (`kxen-agent run approve \
+                 {} {run_id} OP` or `run deny`)",
+                ops.join(", "),
+                meta.id
+            ),
+        ),
+        Ending::InputRequired(ops) => unknown_output(
+            &meta.id,
+            &run_id,
+            &format!(
+                "the child run needs input: the outcome of its operation(s) {} is unknown",
+                ops.join(", ")
+            ),
+        ),
+    })
+}
+
+/// The output of a `task` call whose outcome is not known: the parent records it as UNKNOWN
+/// with this text, which says where to look and what to do.
+fn unknown_output(session_id: &str, run_id: &str, why: &str) -> ToolOutput {
+    let mut out = ToolOutput::error(format!(
+        "subagent Session {session_id} run {run_id}: {why}; inspect it with `kxen-agent run show \
+         {session_id} {run_id}`, resolve its UNKNOWN operations there (`kxen-agent run resolve \
+         {session_id} {run_id} OP --output TEXT`) and resume the parent, which resumes the child \
+         and takes its result (or resolve the parent's operation itself)"
+    ));
+    out.interrupted = true;
+    out
+}
+
+/// The parent's provider, serving a child Session: every request carries the child's `task`
+/// description (the script provider selects its lines by it). Nested children keep the
+/// innermost description.
+#[derive(Debug)]
+struct TaskProvider {
+    inner: Arc<dyn Provider>,
+    description: String,
+}
+
+impl Provider for TaskProvider {
+    fn complete(&self, request: &ModelRequest, responses_so_far: usize) -> Result<ModelResponse> {
+        let mut request = *request;
+        if request.task.is_none() {
+            request.task = Some(&self.description);
+        }
+        self.inner.complete(&request, responses_so_far)
+    }
+}
+
+/// Whether a tool's calls may run concurrently with other such calls of the same turn.
+pub fn parallel_safe(tool: &str) -> bool {
+    matches!(
+        tools::REGISTRY.find(tool).map(|e| e.effect()),
+        Some(tools::SideEffect::Read | tools::SideEffect::Delegate)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{PolicyFlags, merge};
+
+    fn lock(caps: &str, allow_shell: bool) -> DcpAgentLock {
+        let yaml = format!(
+            "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {{name: t}}\nspec:\n  \
+             objective: o\n  instructions: [i]\n  capabilities: {{required: [read], optional: \
+             [{caps}]}}\n  execution: {{maxTurns: 20, maxWallClockMs: 60000}}\n"
+        );
+        let definition = crate::agent::parse_definition(yaml.as_bytes(), "t.yaml").unwrap();
+        let flags = PolicyFlags {
+            allow_shell,
+            ..PolicyFlags::default()
+        };
+        DcpAgentLock::build(&definition, &merge(&flags).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_child_lock_is_never_wider_and_its_budgets_are_carved() {
+        let parent = lock("exec, task", true);
+        assert_eq!(parent.capabilities, ["exec", "read", "task"]);
+        let remaining = Remaining {
+            turns: 3,
+            wall_clock: Some(Duration::from_millis(5000)),
+        };
+        let child = child_lock(&parent, 1, remaining).unwrap();
+        assert_eq!(
+            child.capabilities,
+            ["exec", "read"],
+            "no task at the depth limit"
+        );
+        assert_eq!(child.policy_hash, parent.policy_hash);
+        let exec = &child.definition.spec.execution;
+        assert_eq!(exec.max_turns, 3);
+        assert_eq!(exec.max_wall_clock_ms, Some(5000));
+        child.verify().unwrap();
+        // More left than the definition allows: the definition's own budget stays.
+        let roomy = Remaining {
+            turns: 100,
+            wall_clock: None,
+        };
+        let child = child_lock(&parent, 1, roomy).unwrap();
+        assert_eq!(child.definition.spec.execution.max_turns, 20);
+        assert_eq!(
+            child.definition.spec.execution.max_wall_clock_ms,
+            Some(60000)
+        );
+        let none_left = Remaining {
+            turns: 0,
+            wall_clock: None,
+        };
+        assert!(
+            child_lock(&parent, 1, none_left)
+                .unwrap_err()
+                .contains("no turns")
+        );
+    }
+
+    #[test]
+    fn only_reads_and_children_run_in_parallel() {
+        for tool in ["read", "glob", "grep", "task"] {
+            assert!(parallel_safe(tool), "{tool}");
+        }
+        for tool in ["write", "edit", "exec", "mcp__x__y", "nope"] {
+            assert!(!parallel_safe(tool), "{tool}");
+        }
+    }
+}

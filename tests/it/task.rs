@@ -1,0 +1,554 @@
+//! The `task` tool: subagents as child Sessions with their own journals (issue 15).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::env::{Run, TestEnv};
+use crate::run_support::*;
+
+/// An agent that may read, execute and delegate (`task` needs `--allow-shell`).
+pub fn delegator(env: &TestEnv, max_turns: u32) -> PathBuf {
+    let path = env.path().join("delegator.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {{name: delegator}}\nspec:\n  \
+             objective: o\n  instructions: [i]\n  capabilities: {{required: [read], optional: \
+             [exec, task]}}\n  execution: {{maxTurns: {max_turns}}}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// A turn calling `task` once per `(id, description, prompt)`.
+pub fn tasks(calls: &[(&str, &str, &str)]) -> Value {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, description, prompt)| {
+            json!({"id": id, "name": "task",
+                   "arguments": {"description": description, "prompt": prompt}})
+        })
+        .collect();
+    json!({"text": "", "toolCalls": calls})
+}
+
+/// `line` as a line of the child Session whose task description is `description`.
+pub fn child(description: &str, mut line: Value) -> Value {
+    line["task"] = json!(description);
+    line
+}
+
+/// The script of the usual two-children run: the parent calls `task` twice in one turn, each
+/// child runs a command (counting its executions in `counter.txt`) and reads, then answers.
+pub fn two_children_script(env: &TestEnv) -> PathBuf {
+    script_config(
+        env,
+        &[
+            tasks(&[
+                ("t1", "check a", "Check a, then say a-ok"),
+                ("t2", "check b", "Check b, then say b-ok"),
+            ]),
+            child(
+                "check a",
+                call("a1", "exec", json!({"command": "echo a >> counter.txt"})),
+            ),
+            child(
+                "check b",
+                call("b1", "exec", json!({"command": "echo b >> counter.txt"})),
+            ),
+            child(
+                "check a",
+                call("a2", "read", json!({"path": "counter.txt"})),
+            ),
+            child(
+                "check b",
+                call("b2", "read", json!({"path": "counter.txt"})),
+            ),
+            child("check a", answer("a-ok")),
+            child("check b", answer("b-ok")),
+            answer("both checked"),
+        ],
+    )
+}
+
+pub fn session_list(env: &TestEnv) -> Vec<Value> {
+    let list = env.run("kxen-agent", &["session", "list"]);
+    list.expect(0);
+    list.jsonl()
+}
+
+fn run_show(env: &TestEnv, session: &str, run: &str) -> Value {
+    let show = env.run("kxen-agent", &["run", "show", session, run]);
+    show.expect(0);
+    show.jsonl().remove(0)
+}
+
+fn session_show(env: &TestEnv, session: &str) -> Value {
+    let show = env.run("kxen-agent", &["session", "show", session]);
+    show.expect(0);
+    show.jsonl().remove(0)
+}
+
+fn start(env: &TestEnv, repo: &Path, agent: &Path, config: &Path) -> Run {
+    run_new(env, repo, "Check both", agent, config, &["--allow-shell"])
+}
+
+/// The top-level Session of the state dir (the one without a parent).
+pub fn parent_of_all(env: &TestEnv) -> Value {
+    let top: Vec<Value> = session_list(env)
+        .into_iter()
+        .filter(|s| s["parentId"].is_null())
+        .collect();
+    assert_eq!(top.len(), 1, "{top:?}");
+    top[0].clone()
+}
+
+#[test]
+fn two_task_calls_run_two_child_sessions_and_their_results_arrive_in_the_models_order() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = delegator(&env, 8);
+    let config = two_children_script(&env);
+    let out = start(&env, &repo, &agent, &config);
+    out.expect(0);
+    assert_eq!(finished(&out.jsonl())["finalText"], "both checked");
+    let counter = std::fs::read_to_string(repo.join("counter.txt")).unwrap();
+    assert_eq!(
+        counter.lines().count(),
+        2,
+        "each child ran its command once"
+    );
+
+    let parent = parent_of_all(&env);
+    let parent_id = parent["id"].as_str().unwrap();
+    let shown = session_show(&env, parent_id);
+    // The results, in the model's order of the calls.
+    let tool_messages: Vec<&Value> = shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(tool_messages.len(), 2);
+    assert_eq!(tool_messages[0]["toolCallId"], "t1");
+    assert_eq!(tool_messages[0]["content"], "a-ok");
+    assert_eq!(tool_messages[1]["toolCallId"], "t2");
+    assert_eq!(tool_messages[1]["content"], "b-ok");
+
+    // Each operation names its child; each child names its parent's run and operation.
+    let run_id = parent["lastRunId"].as_str().unwrap();
+    let ops = run_show(&env, parent_id, run_id)["operations"].clone();
+    let ops = ops.as_array().unwrap();
+    assert_eq!(ops.len(), 2);
+    for (op, description) in ops.iter().zip(["check a", "check b"]) {
+        assert_eq!(op["tool"], "task");
+        assert_eq!(op["phase"], "settled");
+        let child_id = op["child"]["sessionId"].as_str().unwrap();
+        let child_run = op["child"]["runId"].as_str().unwrap();
+        let child = session_show(&env, child_id);
+        assert_eq!(child["parentId"], parent_id);
+        assert_eq!(child["branchRootId"], parent_id);
+        assert_eq!(child["forkKind"], "task");
+        assert_eq!(child["firstRunId"], child_run);
+        assert_eq!(
+            child["taskParent"],
+            json!({"runId": run_id, "opId": op["opId"], "description": description, "depth": 1})
+        );
+        assert_eq!(child["lock"]["policyHash"], shown["lock"]["policyHash"]);
+        assert_eq!(child["workspace"], shown["workspace"]);
+        // Never wider than the parent, and no `task` below the depth limit.
+        assert_eq!(child["lock"]["capabilities"], json!(["exec", "read"]));
+        let child_ops = run_show(&env, child_id, child_run)["operations"].clone();
+        assert_eq!(child_ops.as_array().unwrap().len(), 2, "{child_ops}");
+        env.run("kxen-agent", &["session", "verify", child_id])
+            .expect(0);
+    }
+    env.run("kxen-agent", &["session", "verify", parent_id])
+        .expect(0);
+}
+
+#[test]
+fn task_needs_allow_shell() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = delegator(&env, 8);
+    let config = two_children_script(&env);
+    // Without --allow-shell the optional `task` is dropped: the call is refused, never run.
+    let out = run_new(&env, &repo, "Check both", &agent, &config, &[]);
+    let parent = parent_of_all(&env);
+    assert_eq!(session_list(&env).len(), 1, "no child Session: {out:?}");
+    let shown = session_show(&env, parent["id"].as_str().unwrap());
+    assert_eq!(shown["lock"]["capabilities"], json!(["read"]));
+    let refused = shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()
+        .clone();
+    assert!(
+        refused["content"]
+            .as_str()
+            .unwrap()
+            .contains("tool `task` is not allowed"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn a_child_cannot_exceed_the_parents_remaining_turns() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    // Turn 1 calls task, so the child has 2 of the parent's 3 turns left; it wants 3.
+    let agent = delegator(&env, 3);
+    let config = script_config(
+        &env,
+        &[
+            tasks(&[("t1", "long", "Work long")]),
+            child("long", call("l1", "read", json!({"path": "README"}))),
+            child("long", call("l2", "read", json!({"path": "README"}))),
+            child("long", answer("never reached")),
+            answer("the child ran out"),
+        ],
+    );
+    let out = start(&env, &repo, &agent, &config);
+    out.expect(0);
+    let child = session_list(&env)
+        .into_iter()
+        .find(|s| s["forkKind"] == "task")
+        .unwrap();
+    let child_id = child["id"].as_str().unwrap();
+    let shown = session_show(&env, child_id);
+    assert_eq!(
+        shown["lock"]["definition"]["spec"]["execution"]["maxTurns"],
+        2
+    );
+    assert_eq!(child["lastRunStatus"], "failed");
+    let run = &shown["runs"][0];
+    assert_eq!(run["result"]["reason"], "budgetExhausted", "{run}");
+    assert_eq!(run["result"]["turns"], 2);
+    // The parent got the failure as its call's result and went on.
+    let parent = parent_of_all(&env);
+    let parent_shown = session_show(&env, parent["id"].as_str().unwrap());
+    let result = parent_shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()
+        .clone();
+    assert_eq!(result["isError"], true);
+    assert!(
+        result["content"].as_str().unwrap().contains("turn budget"),
+        "{result}"
+    );
+}
+
+/// Resolves what blocks the parent: for each UNKNOWN operation of the parent, the UNKNOWN
+/// operations of its child when the child exists and needs input, else the parent's operation
+/// itself (the child was recorded but never created). Returns the operations resolved.
+fn resolve_blockers(env: &TestEnv, parent: &str, run: &str) -> Vec<String> {
+    let mut resolved = Vec::new();
+    let shown = run_show(env, parent, run);
+    for op in shown["operations"].as_array().unwrap() {
+        if op["phase"] != "outcomeUnknown" {
+            continue;
+        }
+        let op_id = op["opId"].as_str().unwrap();
+        let child = shown["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["opId"] == op_id)
+            .cloned();
+        match child {
+            Some(c) if c["status"] == "inputRequired" => {
+                let (ses, child_run) = (
+                    c["sessionId"].as_str().unwrap(),
+                    c["runId"].as_str().unwrap(),
+                );
+                for unknown in c["unknownOps"].as_array().unwrap() {
+                    let unknown = unknown.as_str().unwrap();
+                    env.run(
+                        "kxen-agent",
+                        &[
+                            "run", "resolve", ses, child_run, unknown, "--output", "verified",
+                        ],
+                    )
+                    .expect(0);
+                    resolved.push(unknown.to_string());
+                }
+            }
+            Some(c) if c["status"] != "notCreated" => {} // resumed with the parent
+            _ => {
+                env.run(
+                    "kxen-agent",
+                    &["run", "resolve", parent, run, op_id, "--output", "verified"],
+                )
+                .expect(0);
+                resolved.push(op_id.to_string());
+            }
+        }
+    }
+    resolved
+}
+
+/// Resumes the top-level Session until it completes, resolving what blocks it; returns how
+/// many operations had to be resolved.
+fn finish_parent(env: &TestEnv, config: &Path, what: &str) -> usize {
+    let mut resolved_total = 0;
+    for _ in 0..8 {
+        let Some(parent) = session_list(env)
+            .into_iter()
+            .find(|s| s["parentId"].is_null())
+        else {
+            // The crash came before the parent existed: start again.
+            let agent = env.path().join("delegator.yaml");
+            let repo = env.path().join("repo");
+            let out = start(env, &repo, &agent, config);
+            assert_eq!(out.code, 0, "{what}: {}\n{}", out.stdout, out.stderr);
+            return resolved_total;
+        };
+        let id = parent["id"].as_str().unwrap();
+        let run = parent["lastRunId"].as_str().unwrap();
+        if parent["lastRunStatus"] == "completed"
+            && run_show(env, id, run)["run"]["settled"] == true
+        {
+            return resolved_total;
+        }
+        let next = env.run(
+            "kxen-agent",
+            &[
+                "--resume",
+                id,
+                "--config",
+                config.to_str().unwrap(),
+                "--allow-shell",
+            ],
+        );
+        match next.code {
+            0 => return resolved_total,
+            7 => {
+                let resolved = resolve_blockers(env, id, run);
+                assert!(
+                    !resolved.is_empty(),
+                    "{what}: exit 7 with nothing to resolve\n{}",
+                    next.stderr
+                );
+                resolved_total += resolved.len();
+            }
+            other => panic!(
+                "{what}: resume exited {other}\n{}\n{}",
+                next.stdout, next.stderr
+            ),
+        }
+    }
+    panic!("{what}: the parent never completed");
+}
+
+/// Checks what a crash-and-recover cycle left: the parent completed with both children's
+/// results in the model's order, no child tool ran twice, no child was started twice, every
+/// Session verifies.
+fn check_recovered(env: &TestEnv, repo: &Path, what: &str) {
+    let sessions = session_list(env);
+    let parent = sessions.iter().find(|s| s["parentId"].is_null()).unwrap();
+    assert_eq!(parent["lastRunStatus"], "completed", "{what}");
+    let children: Vec<&Value> = sessions
+        .iter()
+        .filter(|s| s["forkKind"] == "task")
+        .collect();
+    assert!(
+        children.len() <= 2,
+        "{what}: a child started twice: {children:?}"
+    );
+    for s in &sessions {
+        let id = s["id"].as_str().unwrap();
+        let verify = env.run("kxen-agent", &["session", "verify", id]);
+        assert_eq!(verify.code, 0, "{what}: {id}: {}", verify.stderr);
+        if s["forkKind"] == "task" {
+            // One run, one task message: the child was never started over.
+            let shown = session_show(env, id);
+            let users = shown["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["role"] == "user")
+                .count();
+            assert_eq!(users, 1, "{what}: {id}");
+            assert_eq!(shown["runs"].as_array().unwrap().len(), 1, "{what}: {id}");
+        }
+    }
+    let counter = std::fs::read_to_string(repo.join("counter.txt")).unwrap_or_default();
+    for token in ["a", "b"] {
+        let n = counter.lines().filter(|l| *l == token).count();
+        assert!(n <= 1, "{what}: child `{token}`'s command ran {n} times");
+    }
+    let shown = session_show(env, parent["id"].as_str().unwrap());
+    let results: Vec<&Value> = shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(results.len(), 2, "{what}");
+    assert_eq!(results[0]["toolCallId"], "t1", "{what}");
+    assert_eq!(results[1]["toolCallId"], "t2", "{what}");
+    let last = shown["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["content"], "both checked", "{what}");
+}
+
+/// kill -9 (abort) at every pass of every durable step of the parent and of both children:
+/// the parent always completes after resolving what the crash left UNKNOWN, no child's tool
+/// runs twice, no child starts twice, every Session verifies.
+#[test]
+fn a_crash_at_every_pass_of_every_failpoint_never_runs_a_child_twice() {
+    let mut crashes = 0;
+    for point in kxen::fsx::failpoint::ALL {
+        if ["import.", "export.", "dwp."]
+            .iter()
+            .any(|p| point.starts_with(p))
+        {
+            continue;
+        }
+        for skip in 0.. {
+            let what = format!("{point} (pass {})", skip + 1);
+            let env = TestEnv::new();
+            let repo = env.git_repo("repo", &[("README", "x\n")]);
+            let agent = delegator(&env, 8);
+            let config = two_children_script(&env);
+            let out = env
+                .cmd("kxen-agent")
+                .args([
+                    "run",
+                    "--workspace",
+                    repo.to_str().unwrap(),
+                    "--task",
+                    "Check both",
+                ])
+                .args([
+                    "--agent",
+                    agent.to_str().unwrap(),
+                    "--config",
+                    config.to_str().unwrap(),
+                ])
+                .arg("--allow-shell")
+                .env("KXEN_FAILPOINT", point)
+                .env("KXEN_FAILPOINT_SKIP", skip.to_string())
+                .output()
+                .unwrap();
+            if out.status.code() == Some(0) {
+                // This point has fewer passes: the next point.
+                check_recovered(&env, &repo, &what);
+                break;
+            }
+            assert_eq!(
+                out.status.code(),
+                None,
+                "{what}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            crashes += 1;
+            let resolved = finish_parent(&env, &config, &what);
+            check_recovered(&env, &repo, &what);
+            // Only a tool that started and had no recorded outcome, or a child recorded but
+            // never created, is UNKNOWN; everything else recovers by itself.
+            // The passes of `tool.after-side-effect` are, in order: child a's two calls, the
+            // parent's first `task` call, child b's two calls, the second `task` call. A
+            // parent's `task` call that crashed after its child finished is not UNKNOWN: the
+            // child's result is taken.
+            let expected = match *point {
+                "tool.after-side-effect" if skip == 2 || skip == 5 => 0,
+                "tool.after-started" | "tool.after-side-effect" => 1,
+                "session.create.after-lock" | "session.create.before-rename" if skip > 0 => 1,
+                _ => 0,
+            };
+            assert_eq!(resolved, expected, "{what}");
+        }
+    }
+    assert!(crashes > 40, "only {crashes} crashes");
+}
+
+/// The script of children that block: each child's only call runs a command that marks its
+/// start (`mark-a`, `mark-b` in the workspace) and sleeps; used to signal the parent while children run.
+fn sleeping_children_script(env: &TestEnv) -> PathBuf {
+    script_config(
+        env,
+        &[
+            tasks(&[("t1", "sleep a", "Sleep a"), ("t2", "sleep b", "Sleep b")]),
+            child(
+                "sleep a",
+                call("a1", "exec", json!({"command": "touch mark-a; sleep 30"})),
+            ),
+            child(
+                "sleep b",
+                call("b1", "exec", json!({"command": "touch mark-b; sleep 30"})),
+            ),
+            child("sleep a", answer("a slept")),
+            child("sleep b", answer("b slept")),
+            answer("both slept"),
+        ],
+    )
+}
+
+/// A human cannot resume a child while its parent's run is active (exit 5 naming the parent);
+/// SIGINT of the parent cancels the running child (its command gets the cleanup window), then
+/// the parent: exit 130, every Session stopped and verifiable.
+#[test]
+fn sigint_cancels_the_running_child_then_the_parent_and_a_child_is_the_parents_while_it_runs() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = delegator(&env, 8);
+    let config = sleeping_children_script(&env);
+    let parent = spawn_new(&env, &repo, "Sleep", &agent, &config, &["--allow-shell"]);
+    wait_for(&repo.join("mark-a"));
+    let sessions = session_list(&env);
+    let child = sessions.iter().find(|s| s["forkKind"] == "task").unwrap();
+    let parent_id = child["parentId"].as_str().unwrap().to_string();
+    let child_id = child["id"].as_str().unwrap().to_string();
+    let busy = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &child_id,
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ],
+    );
+    assert_eq!(busy.code, 5, "{}", busy.stderr);
+    assert!(
+        busy.stderr.contains(&format!(
+            "task child of session {parent_id}, whose run is active"
+        )),
+        "{}",
+        busy.stderr
+    );
+    interrupt(&parent);
+    let out = parent.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    for s in session_list(&env) {
+        let id = s["id"].as_str().unwrap();
+        assert_eq!(s["lastRunStatus"], "canceled", "{s}");
+        env.run("kxen-agent", &["session", "verify", id]).expect(0);
+    }
+    // The parent stopped: the child is no longer held by it.
+    let after = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &child_id,
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ],
+    );
+    assert_ne!(after.code, 5, "{}", after.stderr);
+}
