@@ -8,7 +8,6 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Stdio;
 
 use serde_json::Value;
 
@@ -176,23 +175,12 @@ pub fn with_rules(text: &str) -> (String, Vec<String>) {
     (out, added)
 }
 
-/// Asks git whether `.dwp/config.json` is tracked. Read-only: `git ls-files` never writes.
+/// Whether `.dwp/config.json` is in the git index (read-only).
 fn tracked(root: &Path) -> Tracked {
-    if crate::git::checkout_root(root).is_none() {
-        return Tracked::NotGit;
-    }
-    // With the repository's programs (fsmonitor, …) neutralized, as every git we start.
-    let Ok(mut command) = crate::git::cli::command(
-        root,
-        &["ls-files", "--error-unmatch", "--", ".dwp/config.json"],
-    ) else {
-        return Tracked::NotGit;
-    };
-    let status = command.stdout(Stdio::null()).stderr(Stdio::null()).status();
-    match status {
-        Ok(s) if s.success() => Tracked::Yes,
-        Ok(_) => Tracked::No,
-        Err(_) => Tracked::NotGit,
+    match crate::git::is_tracked(root, ".dwp/config.json") {
+        Some(true) => Tracked::Yes,
+        Some(false) => Tracked::No,
+        None => Tracked::NotGit,
     }
 }
 

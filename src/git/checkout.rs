@@ -14,6 +14,21 @@ pub fn checkout_root(start: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
+/// Whether `path` (relative to `root`) is in the git index of the checkout at `root`:
+/// `None` when `root` is not in a checkout or git cannot be run. Read-only (`git ls-files`), with
+/// the repository's programs neutralized as for every git we start.
+pub fn is_tracked(root: &Path, path: &str) -> Option<bool> {
+    checkout_root(root)?;
+    let mut command =
+        super::cli::command(root, &["ls-files", "--error-unmatch", "--", path]).ok()?;
+    let status = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()?;
+    Some(status.success())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

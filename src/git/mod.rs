@@ -12,14 +12,14 @@
 
 mod binding;
 mod checkout;
-pub(crate) mod cli;
+mod cli;
 mod locks;
 mod remote;
 mod repo;
 mod worktree;
 
 pub use binding::{IdentityKind, IdentityProbe, Verified, WorkspaceBinding, capture, verify};
-pub use checkout::checkout_root;
+pub use checkout::{checkout_root, is_tracked};
 pub use remote::normalize as normalize_remote;
 pub use worktree::{
     add_worktree, has_uncommitted_changes, remove_worktree, validate_worktree_name,

@@ -501,3 +501,15 @@ fn identity_probe_matches_by_the_stored_rule() {
     std::fs::write(a.join(".git/index.lock"), "").unwrap();
     assert!(IdentityProbe::new(&a).unwrap().matches(&ba).unwrap());
 }
+
+#[test]
+fn is_tracked_asks_the_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = tmp.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    assert_eq!(super::is_tracked(&plain, "a.txt"), None);
+    let dir = repo(tmp.path(), "tracked");
+    std::fs::write(dir.join("new.txt"), "n\n").unwrap();
+    assert_eq!(super::is_tracked(&dir, "a.txt"), Some(true));
+    assert_eq!(super::is_tracked(&dir, "new.txt"), Some(false));
+}
