@@ -195,6 +195,7 @@ pub struct SpawnReport {
     reader: std::io::PipeReader,
     pinned: Vec<PathBuf>,
     read_only: Vec<PathBuf>,
+    writable: Vec<PathBuf>,
 }
 
 impl SpawnReport {
@@ -203,7 +204,7 @@ impl SpawnReport {
     pub fn explain(self) -> Option<Refusal> {
         #[cfg(target_os = "linux")]
         {
-            child::read_report(self.reader, (&self.pinned, &self.read_only))
+            child::read_report(self.reader, (&self.pinned, &self.read_only, &self.writable))
         }
         #[cfg(not(target_os = "linux"))]
         None
@@ -243,9 +244,23 @@ impl Fence {
             writable.extend(git.writable_outside.iter().cloned());
         }
         let ruleset = rules::build(&writable).map_err(|missing| Refusal { missing })?;
+        // The directories bound writable over the read-only mount tree: the writable roots
+        // (once each, and not those on a read-only filesystem, which no bind makes writable)
+        // and POSIX shared memory.
+        let mut binds: Vec<PathBuf> = Vec::with_capacity(writable.len() + 1);
+        for dir in writable
+            .iter()
+            .map(PathBuf::as_path)
+            .chain([Path::new(rules::SHARED_MEMORY)])
+        {
+            if !binds.iter().any(|b| b == dir) && !on_read_only_fs(dir) && dir.is_dir() {
+                binds.push(dir.to_path_buf());
+            }
+        }
         let (reader, plan) = child::Plan::new(
             ruleset,
             !spec.policy.allow_network,
+            &binds,
             &git.pinned,
             &git.read_only,
         )
@@ -266,6 +281,7 @@ impl Fence {
                 reader,
                 pinned: git.pinned,
                 read_only: git.read_only,
+                writable: binds,
             },
             record,
         })
@@ -293,6 +309,20 @@ impl Fence {
         #[cfg(not(target_os = "linux"))]
         let _ = cmd;
         (self.record, self.report)
+    }
+}
+
+/// Whether `dir` is on a filesystem mounted read-only (one `statvfs`).
+#[cfg(target_os = "linux")]
+fn on_read_only_fs(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statvfs writes into the zeroed struct on our stack; the path is NUL-terminated.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        libc::statvfs(c.as_ptr(), &mut st) == 0 && st.f_flag & libc::ST_RDONLY != 0
     }
 }
 

@@ -28,6 +28,9 @@ const DEVICES: &[&str] = &[
     "/dev/shm",
 ];
 
+/// POSIX shared memory and semaphores: writable (bound writable over the read-only tree too).
+pub(super) const SHARED_MEMORY: &str = "/dev/shm";
+
 /// The kernel's Landlock ABI version (0: none). One syscall, no side effect.
 #[allow(unsafe_code)] // landlock_create_ruleset(2) version query
 pub(super) fn kernel_abi() -> u32 {
@@ -51,6 +54,9 @@ pub(super) fn build(writable: &[PathBuf]) -> Result<OwnedFd, String> {
     let fail = |e: &dyn std::fmt::Display| format!("building the Landlock ruleset failed ({e})");
     let all = AccessFs::from_all(TESTED_ABI);
     let read = AccessFs::from_read(TESTED_ABI);
+    // No device nodes in a writable root: a disk's node would be a way past every rule (the
+    // command holds no CAP_MKNOD either; this is the second lock).
+    let write = all & !(AccessFs::MakeChar | AccessFs::MakeBlock);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(all)
@@ -69,7 +75,7 @@ pub(super) fn build(writable: &[PathBuf]) -> Result<OwnedFd, String> {
             )
         })?;
         ruleset = ruleset
-            .add_rule(PathBeneath::new(fd, all))
+            .add_rule(PathBeneath::new(fd, write))
             .map_err(|e| fail(&e))?;
     }
     for device in DEVICES {
@@ -79,7 +85,7 @@ pub(super) fn build(writable: &[PathBuf]) -> Result<OwnedFd, String> {
         };
         let Ok(fd) = PathFd::new(path) else { continue };
         let mut access = if meta.is_dir() {
-            all
+            write
         } else {
             AccessFs::from_file(TESTED_ABI)
         };

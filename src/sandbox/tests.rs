@@ -15,6 +15,12 @@ fn exec(fx: &Fixture, command: &str) -> ToolOutput {
     fx.run("exec", json!({ "command": command }))
 }
 
+/// Writes the fence refused: Landlock's `Permission denied`, or `Read-only file system` where
+/// the read-only mount tree answers first (creating or truncating a file outside the roots).
+fn denials(text: &str) -> usize {
+    text.matches("Permission denied").count() + text.matches("Read-only file system").count()
+}
+
 fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
         .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
@@ -43,12 +49,7 @@ fn writes_outside_the_workspace_fail_and_inside_and_tmpdir_work() {
             other = other.display()
         ),
     );
-    assert_eq!(
-        out.text.matches("Permission denied").count(),
-        3,
-        "{}",
-        out.text
-    );
+    assert_eq!(denials(&out.text), 3, "{}", out.text);
     assert!(!fx.tmp.path().join("state/x").exists());
     assert!(!system_tmp.exists());
     assert!(!other.join("f").exists());
@@ -79,12 +80,7 @@ fn read_only_blocks_workspace_and_home_writes_but_not_tmpdir() {
         "echo x > a.txt; echo y > new.txt; echo h > \"$HOME/h\"; cat a.txt; \
          echo t > \"$TMPDIR/t\" && echo tmp-ok",
     );
-    assert_eq!(
-        out.text.matches("Permission denied").count(),
-        3,
-        "{}",
-        out.text
-    );
+    assert_eq!(denials(&out.text), 3, "{}", out.text);
     assert!(out.text.contains("before\ntmp-ok\n"), "{}", out.text);
     assert_eq!(fx.get("a.txt"), "before\n");
     assert!(!fx.root.join("new.txt").exists());
@@ -357,4 +353,180 @@ fn a_command_has_no_controlling_terminal() {
             out.text
         );
     }
+}
+
+/// The command holds no capability, whoever runs the runtime (root included: CI runs as root),
+/// so nothing in it can undo the mount namespace: no `umount` or remount of a read-only bind,
+/// no `mknod` of a disk. (Root enters no user namespace; a user namespace's capabilities are
+/// dropped the same way.)
+#[test]
+fn the_command_holds_no_capabilities_and_cannot_undo_the_read_only_binds() {
+    let fx = Fixture::new();
+    git(&fx.root, &["init", "-q"]);
+    let config = std::fs::read(fx.root.join(".git/config")).unwrap();
+    let out = exec(
+        &fx,
+        "grep ^Cap /proc/self/status; \
+         umount .git/config 2>/dev/null && echo unmounted; \
+         umount -l .git/hooks 2>/dev/null && echo unmounted-hooks; \
+         mount -o remount,bind,rw .git/config 2>/dev/null && echo remounted; \
+         mount -o remount,rw / 2>/dev/null && echo remounted-root; \
+         echo '[core] fsmonitor = evil' >> .git/config; echo x > .git/hooks/pre-commit; \
+         mknod disk b 8 0 2>/dev/null && echo mknod; \
+         unshare -r true 2>/dev/null && echo unshared; echo end",
+    );
+    for line in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(
+            out.text.contains(&format!("{line}:\t0000000000000000\n")),
+            "{line}: {}",
+            out.text
+        );
+    }
+    for escaped in ["unmounted", "remounted", "mknod", "unshared"] {
+        assert!(!out.text.contains(escaped), "{escaped}: {}", out.text);
+    }
+    assert!(out.text.contains("end\n"), "{}", out.text);
+    assert_eq!(std::fs::read(fx.root.join(".git/config")).unwrap(), config);
+    assert!(!fx.root.join(".git/hooks/pre-commit").exists());
+    assert!(!fx.root.join("disk").exists());
+}
+
+/// Landlock does not govern a file's metadata: `chmod`, `chown`, `utime` and `setxattr` outside
+/// the writable roots fail because the whole mount tree is read-only in the command's mount
+/// namespace; inside the workspace they work.
+#[test]
+fn metadata_changes_outside_the_writable_roots_fail() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let fx = Fixture::new();
+    let outside = fx.tmp.path().join("outside.txt");
+    std::fs::write(&outside, "keep\n").unwrap();
+    std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644)).unwrap();
+    fx.put("inside.txt", "in\n");
+    let before = std::fs::metadata(&outside).unwrap();
+    let o = outside.display();
+    let out = exec(
+        &fx,
+        &format!(
+            "chmod 777 {o} || echo chmod-denied; touch -d 2001-01-01 {o} || echo touch-denied; \
+             chown 1:1 {o} || echo chown-denied; \
+             python3 -c 'import os; os.setxattr(\"{o}\", \"user.k\", b\"v\")' 2>/dev/null \
+             || echo xattr-denied; chmod 600 inside.txt && touch -d 2001-01-01 inside.txt \
+             && echo inside-ok"
+        ),
+    );
+    for denied in [
+        "chmod-denied",
+        "touch-denied",
+        "chown-denied",
+        "xattr-denied",
+    ] {
+        assert!(out.text.contains(denied), "{denied}: {}", out.text);
+    }
+    assert!(out.text.contains("inside-ok"), "{}", out.text);
+    assert!(out.text.contains("Read-only file system"), "{}", out.text);
+    let after = std::fs::metadata(&outside).unwrap();
+    assert_eq!(after.mode(), before.mode());
+    assert_eq!(after.mtime(), before.mtime());
+    assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
+    let xattr = Command::new("python3")
+        .args(["-c", "import os, sys; print(os.listxattr(sys.argv[1]))"])
+        .arg(&outside)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&xattr.stdout), "[]\n");
+    let inside = std::fs::metadata(fx.root.join("inside.txt")).unwrap();
+    assert_eq!(inside.mode() & 0o777, 0o600);
+}
+
+/// A descriptor the runner holds without close-on-exec never reaches the command: the fence
+/// only checks opening, so an inherited writable descriptor would be a way past it.
+#[test]
+fn no_descriptor_of_the_runner_leaks_into_the_command() {
+    use std::os::fd::IntoRawFd;
+    let fx = Fixture::new();
+    let outside = fx.tmp.path().join("leaked.txt");
+    let file = std::fs::File::create(&outside).unwrap();
+    let fd = file.into_raw_fd();
+    // SAFETY: clears close-on-exec on a descriptor we own (closed below).
+    unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+    let out = exec(
+        &fx,
+        &format!("echo through-the-fd >&{fd} || echo fd-closed; ls /proc/self/fd | tr '\\n' ' '"),
+    );
+    // SAFETY: our own descriptor, closed once.
+    unsafe { libc::close(fd) };
+    assert!(out.text.contains("fd-closed"), "{}", out.text);
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "");
+    // 0, 1, 2 and the one `ls` opened to read the directory.
+    assert!(out.text.contains("\n0 1 2 3 \n"), "{}", out.text);
+}
+
+/// A process that detaches (`setsid`) outlives the tool call, and stays fenced.
+#[test]
+fn a_detached_process_stays_fenced_after_the_call_returns() {
+    let fx = Fixture::new();
+    let escaped = fx.tmp.path().join("escaped");
+    let victim = fx.tmp.path().join("victim");
+    std::fs::write(&victim, "").unwrap();
+    let out = exec(
+        &fx,
+        &format!(
+            "setsid sh -c ': > started; sleep 0.5; echo x > {e} 2>/dev/null || echo denied > bg.txt; \
+             chmod 777 {v} 2>/dev/null || echo chmod-denied >> bg.txt; echo done >> bg.txt' \
+             </dev/null >bg.log 2>&1 & \
+             while [ ! -e started ]; do sleep 0.01; done; echo returned",
+            e = escaped.display(),
+            v = victim.display()
+        ),
+    );
+    assert!(out.text.starts_with("returned\n"), "{}", out.text);
+    let bg = fx.root.join("bg.txt");
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string(&bg).is_ok_and(|t| t.ends_with("done\n")) {
+        assert!(
+            std::time::Instant::now() < end,
+            "the detached process never finished: {:?}",
+            std::fs::read_to_string(fx.root.join("bg.log"))
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(fx.get("bg.txt"), "denied\nchmod-denied\ndone\n");
+    assert!(!escaped.exists());
+}
+
+/// Paths that lead outside by indirection: a workspace symlink, `..`, `/proc/self/root`, the
+/// runner's and init's `/proc/PID/root`, and the runner's environment through `/proc`.
+#[test]
+fn symlinks_dotdot_and_proc_paths_do_not_lead_outside() {
+    use std::os::unix::fs::PermissionsExt;
+    let fx = Fixture::new();
+    let outside = fx.tmp.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let victim = outside.join("victim.txt");
+    std::fs::write(&victim, "keep\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = outside.display();
+    let out = exec(
+        &fx,
+        &format!(
+            "ln -s {o} link && echo a > link/a; echo b > ../b; echo c > sub/../../c; \
+             echo d > /proc/self/root{o}/d; echo e > /proc/$PPID/root{o}/e; \
+             echo f > /proc/1/root{o}/f; chmod 777 link/victim.txt; \
+             chmod 777 /proc/1/root{o}/victim.txt; chmod 777 /proc/$PPID/root{o}/victim.txt; \
+             cat /proc/$PPID/environ > env.txt; cat /proc/1/environ >> env.txt; echo end"
+        ),
+    );
+    assert!(out.text.contains("end\n"), "{}", out.text);
+    let mut left: Vec<String> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["victim.txt"], "{}", out.text);
+    assert!(!fx.tmp.path().join("b").exists() && !fx.tmp.path().join("c").exists());
+    assert_eq!(
+        std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    assert_eq!(fx.get("env.txt"), "", "{}", out.text);
 }

@@ -19,6 +19,12 @@ fn tool_outputs(events: &[Value]) -> Vec<(bool, String)> {
         .collect()
 }
 
+/// A write the fence refused, as the shell reports it: Landlock's `Permission denied`, or
+/// `Read-only file system` where the read-only mount tree answers first.
+fn denied(text: &str) -> bool {
+    text.contains("Permission denied") || text.contains("Read-only file system")
+}
+
 #[test]
 fn a_fenced_run_reports_denied_writes_to_the_model_and_the_abi_in_run_show() {
     let env = TestEnv::new();
@@ -40,7 +46,7 @@ fn a_fenced_run_reports_denied_writes_to_the_model_and_the_abi_in_run_show() {
     run.expect(0);
     let outputs = tool_outputs(&run.jsonl());
     assert!(outputs[0].0, "{outputs:?}");
-    assert!(outputs[0].1.contains("Permission denied"), "{outputs:?}");
+    assert!(denied(&outputs[0].1), "{outputs:?}");
     assert!(!outside.exists());
     assert!(!outputs[1].0, "{outputs:?}");
     assert_eq!(
@@ -278,8 +284,11 @@ fn an_unprivileged_user_is_fenced_too() {
     let outputs = tool_outputs(&run.jsonl());
     let text = &outputs[0].1;
     assert!(text.starts_with("65534\n"), "{text}");
-    assert!(text.contains("Permission denied"), "{text}");
-    assert!(text.contains("Read-only file system"), "{text}");
+    assert_eq!(
+        text.matches("Permission denied").count() + text.matches("Read-only file system").count(),
+        2,
+        "{text}"
+    );
     assert_eq!(
         std::fs::read_to_string(repo.join("inside.txt")).unwrap(),
         "in\n"
@@ -358,4 +367,42 @@ fn each_session_has_a_tool_home_of_its_own() {
         .unwrap()
         .to_string();
     assert!(outputs[0].1.contains(&second_id), "{outputs:?}");
+}
+
+/// A secret in the runner's environment never reaches a fenced command, not even through
+/// `/proc`: not the command's own environment, not the runner's (`/proc/$PPID/environ`: the
+/// runtime wiped its environment block and Landlock denies ptrace-class access to processes
+/// outside the fence), not init's.
+#[test]
+fn a_canary_secret_never_reaches_the_command_through_proc() {
+    const CANARY: &str = "sk-canary-fence-6d2b9e";
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "env; for p in self $PPID 1; do echo \"== $p\"; \
+                    tr '\\0' '\\n' < /proc/$p/environ; done; echo end"}),
+            ),
+            answer("done"),
+        ],
+    );
+    let out = env
+        .cmd("kxen-agent")
+        .args(["run", "--workspace", repo.to_str().unwrap(), "--task", "t"])
+        .args(["--agent", fixer(&env).to_str().unwrap()])
+        .args(["--config", config.to_str().unwrap(), "--allow-shell"])
+        .env("KXEN_TEST_FENCE_CANARY_TOKEN", CANARY)
+        .output()
+        .unwrap();
+    let run = crate::env::Run::from(out);
+    run.expect(0);
+    let outputs = tool_outputs(&run.jsonl());
+    let text = &outputs[0].1;
+    assert!(text.contains("== 1\n") && text.contains("end\n"), "{text}");
+    assert!(!text.contains(CANARY), "{text}");
+    assert!(!text.contains("KXEN_TEST_FENCE_CANARY_TOKEN"), "{text}");
 }
