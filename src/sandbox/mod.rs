@@ -4,8 +4,10 @@
 //!
 //! Everything is prepared in the parent ([`Fence::build`]: the Landlock ruleset with its rules,
 //! the paths to bind, the id maps, a report pipe); the forked child then only makes syscalls
-//! ([`child`]), in this order: new namespaces (a user namespace where needed), private mount
-//! propagation and the read-only binds, `no_new_privs`, `landlock_restrict_self`. What the child
+//! ([`child`]), in this order: new namespaces (a user namespace unless root), private mount
+//! propagation, the whole tree read-only, the writable roots bound writable again, the git
+//! binds, the working directory entered again, every capability dropped, close-on-exec on every
+//! descriptor above stderr, `no_new_privs`, `landlock_restrict_self`. What the child
 //! starts inherits all of it, so a background job or a `task` child's `exec` stays fenced.
 //!
 //! Never silently unfenced: a fence that cannot be built (no Landlock, no namespaces) is a
@@ -84,11 +86,12 @@ impl FencePolicy {
             SandboxMode::WorkspaceWrite => format!(
                 "workspaceWrite: writes only to the workspace, the tool HOME, a per-operation \
                  TMPDIR and /dev/null-style devices (.git/config, .git/hooks/ and .git/info/ \
-                 read-only); {network}"
+                 read-only; everything else read-only, metadata included); no capabilities; \
+                 {network}"
             ),
             SandboxMode::ReadOnly => format!(
-                "readOnly: writes only to a per-operation TMPDIR and /dev/null-style devices; \
-                 {network}"
+                "readOnly: writes only to a per-operation TMPDIR and /dev/null-style devices \
+                 (everything else read-only, metadata included); no capabilities; {network}"
             ),
             SandboxMode::Off => {
                 "off: commands run unfenced (the runner's whole filesystem and network)".into()

@@ -6,13 +6,17 @@ use std::path::{Path, PathBuf};
 
 use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr,
+    RulesetCreatedAttr, Scope,
 };
 
 /// The newest Landlock ABI whose filesystem rights this code handles (V5 added device ioctls;
 /// V6 and V7 added no filesystem right). An older kernel enforces the subset it knows
 /// (best effort, as the crate intends); the record names the kernel's ABI.
 const TESTED_ABI: ABI = ABI::V5;
+/// The scopes (ABI 6): no signal to a process outside the fence (the runner, your shell, other
+/// Sessions' commands) and no connection to an abstract Unix socket created outside it. Older
+/// kernels: not enforced (best effort; the recorded ABI says which).
+const SCOPE_ABI: ABI = ABI::V6;
 
 /// Devices every command may write (and `/dev/pts`, `/dev/ptmx` for programs that open a
 /// pseudo-terminal, `/dev/shm` for POSIX shared memory and semaphores).
@@ -60,6 +64,8 @@ pub(super) fn build(writable: &[PathBuf]) -> Result<OwnedFd, String> {
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(all)
+        .map_err(|e| fail(&e))?
+        .scope(Scope::from_all(SCOPE_ABI))
         .map_err(|e| fail(&e))?
         .create()
         .map_err(|e| fail(&e))?;

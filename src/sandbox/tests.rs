@@ -530,3 +530,32 @@ fn symlinks_dotdot_and_proc_paths_do_not_lead_outside() {
     );
     assert_eq!(fx.get("env.txt"), "", "{}", out.text);
 }
+
+/// From Landlock ABI 6 the command cannot signal a process outside its fence (the runner, the
+/// person's shell, another Session's command); its own children it can.
+#[test]
+fn signals_to_processes_outside_the_fence_fail() {
+    if rules::kernel_abi() < 6 {
+        eprintln!(
+            "\n*** SKIPPED: signal scoping needs Landlock ABI 6; this kernel has an older one"
+        );
+        return;
+    }
+    let fx = Fixture::new();
+    let mut outside = Command::new("sleep").arg("30").spawn().unwrap();
+    let out = exec(
+        &fx,
+        &format!(
+            "kill -TERM {} 2>/dev/null && echo killed-outside; kill -0 $PPID 2>/dev/null && \
+             echo signalled-runner; sleep 30 & kill $! && echo killed-own",
+            outside.id()
+        ),
+    );
+    let alive = outside.try_wait().unwrap().is_none();
+    let _ = outside.kill();
+    let _ = outside.wait();
+    assert!(alive, "{}", out.text);
+    assert!(!out.text.contains("killed-outside"), "{}", out.text);
+    assert!(!out.text.contains("signalled-runner"), "{}", out.text);
+    assert!(out.text.contains("killed-own"), "{}", out.text);
+}
