@@ -559,3 +559,46 @@ fn signals_to_processes_outside_the_fence_fail() {
     assert!(!out.text.contains("signalled-runner"), "{}", out.text);
     assert!(out.text.contains("killed-own"), "{}", out.text);
 }
+
+/// A command may still create a user namespace of its own (it then holds every capability
+/// there), but the mounts it inherits come from a more privileged namespace and are locked: no
+/// umount reveals what a read-only bind covers, no remount makes one writable.
+#[test]
+fn a_nested_user_namespace_cannot_undo_the_read_only_mounts() {
+    let fx = Fixture::new();
+    git(&fx.root, &["init", "-q"]);
+    let config = std::fs::read(fx.root.join(".git/config")).unwrap();
+    let outside = fx.tmp.path().join("outside.txt");
+    std::fs::write(&outside, "keep\n").unwrap();
+    std::fs::write(
+        fx.root.join("nested.py"),
+        format!(
+            r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def report(what, rc):
+    print(what, "ok" if rc == 0 else os.strerror(ctypes.get_errno()))
+report("unshare", libc.unshare(0x10000000 | 0x00020000))  # CLONE_NEWUSER | CLONE_NEWNS
+for path in [b".git/config", b".git/hooks", b"/"]:
+    report("umount", libc.umount2(path, 2))  # MNT_DETACH
+    report("remount", libc.mount(None, path, None, 32 | 4096, None))  # MS_REMOUNT | MS_BIND
+for path in [".git/config", {outside:?}]:
+    try:
+        open(path, "a").write("evil")
+        print("wrote", path)
+    except OSError as e:
+        print("denied", e.strerror)
+"#
+        ),
+    )
+    .unwrap();
+    let out = exec(&fx, "python3 nested.py");
+    assert!(out.text.starts_with("unshare ok\n"), "{}", out.text);
+    assert_eq!(out.text.matches("umount ").count(), 3, "{}", out.text);
+    assert!(!out.text.contains("remount ok"), "{}", out.text);
+    assert!(!out.text.contains("umount ok"), "{}", out.text);
+    assert!(!out.text.contains("wrote"), "{}", out.text);
+    assert_eq!(out.text.matches("denied").count(), 2, "{}", out.text);
+    assert_eq!(std::fs::read(fx.root.join(".git/config")).unwrap(), config);
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep\n");
+}
