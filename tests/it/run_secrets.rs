@@ -100,6 +100,10 @@ fn exec_finds_no_credential_in_any_proc_environ_or_cmdline() {
     )
     .unwrap();
     let agent = fixer(&env);
+    // Unfenced: this test is about the runtime's own environment block, which a fenced command
+    // cannot read at all (tests/it/fence.rs `a_canary_secret_never_reaches_the_command_through_proc`).
+    let off = env.path().join("off.json");
+    std::fs::write(&off, r#"{"sandbox": "off"}"#).unwrap();
     let out = env
         .cmd("kxen-agent")
         .env("OPENAI_API_KEY", OPENAI_CANARY)
@@ -115,6 +119,7 @@ fn exec_finds_no_credential_in_any_proc_environ_or_cmdline() {
         ])
         .args(["--agent", agent.to_str().unwrap()])
         .args(["--config", config.to_str().unwrap(), "--allow-shell"])
+        .args(["--policy", off.to_str().unwrap()])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
