@@ -317,6 +317,7 @@ impl Fence {
 
 /// Whether `dir` is on a filesystem mounted read-only (one `statvfs`).
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)] // statvfs(2) of one path
 fn on_read_only_fs(dir: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {

@@ -441,6 +441,7 @@ fn metadata_changes_outside_the_writable_roots_fail() {
 /// A descriptor the runner holds without close-on-exec never reaches the command: the fence
 /// only checks opening, so an inherited writable descriptor would be a way past it.
 #[test]
+#[allow(unsafe_code)] // fcntl/close of the test's own descriptor
 fn no_descriptor_of_the_runner_leaks_into_the_command() {
     use std::os::fd::IntoRawFd;
     let fx = Fixture::new();
