@@ -12,6 +12,11 @@
 //! model = "qwen2.5-coder:7b"
 //! api_key_env = "OPENAI_API_KEY"       # optional; read from this env var at call time
 //! timeout_ms = 300000                  # optional, default 300000
+//! temperature = 0.2                    # optional sampling options, sent as given
+//! top_p = 0.9
+//! max_tokens = 4096                    # optional, default 4096
+//! seed = 7
+//! extra_body = { cache_prompt = true } # optional, merged into the request body
 //! [providers.bridge]
 //! kind = "command"                     # argv; request JSON on stdin, response JSON on stdout
 //! argv = ["my-llm-bridge", "--json"]
@@ -90,6 +95,110 @@ pub struct OpenAiConfig {
     pub api_key_env: Option<String>,
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Sampling: 0 to 2.
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling: above 0, at most 1.
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    /// The output cap of one model call ([`DEFAULT_MAX_TOKENS`] when absent).
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+    /// Server-specific request fields, merged into the top level of the body.
+    #[serde(default)]
+    pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// `max_tokens` of an `openai` provider that does not set it: enough for a long edit, and a
+/// bound on a model that never stops.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// Body fields the runtime writes itself; `extra_body` may not replace them.
+const OWN_BODY_FIELDS: &[&str] = &["model", "messages", "tools", "stream"];
+
+/// The request options of an `openai` provider, as sent (and as run records show them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestOptions {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// `None` only when `extra_body` sets `max_completion_tokens` instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+}
+
+impl OpenAiConfig {
+    /// The options every request of this provider carries.
+    pub fn options(&self) -> RequestOptions {
+        let extra_body = self.extra_body.clone().unwrap_or_default();
+        let max_tokens = match self.max_tokens {
+            Some(n) => Some(n),
+            None if extra_body.contains_key("max_completion_tokens") => None,
+            None => Some(DEFAULT_MAX_TOKENS),
+        };
+        RequestOptions {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            max_tokens,
+            seed: self.seed,
+            extra_body,
+        }
+    }
+
+    /// Why the request options are invalid (`at` names the table).
+    fn check_options(&self, at: &str) -> std::result::Result<(), String> {
+        if let Some(t) = self.temperature
+            && !(t.is_finite() && (0.0..=2.0).contains(&t))
+        {
+            return Err(format!(
+                "{at} temperature must be between 0 and 2, found {t}"
+            ));
+        }
+        if let Some(p) = self.top_p
+            && !(p.is_finite() && p > 0.0 && p <= 1.0)
+        {
+            return Err(format!(
+                "{at} top_p must be above 0 and at most 1, found {p}"
+            ));
+        }
+        if self.max_tokens == Some(0) {
+            return Err(format!("{at} max_tokens must be at least 1"));
+        }
+        let typed = [
+            ("temperature", self.temperature.is_some()),
+            ("top_p", self.top_p.is_some()),
+            ("max_tokens", self.max_tokens.is_some()),
+            ("seed", self.seed.is_some()),
+        ];
+        for key in self.extra_body.iter().flat_map(|b| b.keys()) {
+            if OWN_BODY_FIELDS.contains(&key.as_str()) {
+                return Err(format!(
+                    "{at} extra_body cannot set `{key}`: the runtime writes it (extra_body is \
+                     for server-specific options such as `cache_prompt` or `top_k`)"
+                ));
+            }
+            if typed.iter().any(|(name, set)| *set && name == key) {
+                return Err(format!(
+                    "{at} sets `{key}` both directly and in extra_body; keep one"
+                ));
+            }
+            if key == "max_completion_tokens" && self.max_tokens.is_some() {
+                return Err(format!(
+                    "{at} sets both max_tokens and extra_body.max_completion_tokens; keep one \
+                     (with max_completion_tokens, max_tokens is not sent)"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -117,6 +226,10 @@ pub struct ProviderInfo {
     /// The model name (`openai` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The request options sent with every call (`openai` only): temperature, topP, maxTokens,
+    /// seed, extraBody.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<serde_json::Value>,
 }
 
 impl ModelConfig {
@@ -262,6 +375,7 @@ impl ModelConfig {
                              (it names the variable holding the key, not the key itself)"
                         )));
                     }
+                    o.check_options(&at).map_err(|why| self.invalid(why))?;
                     o.timeout_ms
                 }
                 ProviderConfig::Command(c) => {
@@ -356,15 +470,20 @@ impl ModelConfig {
     /// Describes the provider serving `role` (for run records; holds no credential).
     pub fn provider_info(&self, role: &str) -> Result<ProviderInfo> {
         let (name, p) = self.lookup(role)?;
-        let (kind, model) = match p {
-            ProviderConfig::Openai(o) => ("openai", Some(o.model.clone())),
-            ProviderConfig::Command(_) => ("command", None),
-            ProviderConfig::Script(_) => ("script", None),
+        let (kind, model, options) = match p {
+            ProviderConfig::Openai(o) => (
+                "openai",
+                Some(o.model.clone()),
+                serde_json::to_value(o.options()).ok(),
+            ),
+            ProviderConfig::Command(_) => ("command", None, None),
+            ProviderConfig::Script(_) => ("script", None, None),
         };
         Ok(ProviderInfo {
             name: name.to_string(),
             kind: kind.to_string(),
             model,
+            options,
         })
     }
 
@@ -402,13 +521,16 @@ impl ModelConfig {
         let timeout =
             |ms: Option<u64>| Duration::from_millis(ms.unwrap_or(DEFAULT_PROVIDER_TIMEOUT_MS));
         Ok(match p {
-            ProviderConfig::Openai(o) => Box::new(OpenAiProvider::new(
-                name,
-                &o.base_url,
-                &o.model,
-                o.api_key_env.clone(),
-                timeout(o.timeout_ms),
-            )),
+            ProviderConfig::Openai(o) => Box::new(
+                OpenAiProvider::new(
+                    name,
+                    &o.base_url,
+                    &o.model,
+                    o.api_key_env.clone(),
+                    timeout(o.timeout_ms),
+                )
+                .with_options(o.options()),
+            ),
             ProviderConfig::Command(c) => Box::new(CommandProvider::new(
                 name,
                 c.argv.clone(),
@@ -464,7 +586,8 @@ demo = "demo"
             ProviderInfo {
                 name: "local".into(),
                 kind: "openai".into(),
-                model: Some("qwen2.5-coder:7b".into())
+                model: Some("qwen2.5-coder:7b".into()),
+                options: Some(serde_json::json!({"maxTokens": DEFAULT_MAX_TOKENS})),
             }
         );
         assert_eq!(c.provider_info("demo").unwrap().kind, "script");

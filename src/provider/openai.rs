@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::command::excerpt;
+use super::config::RequestOptions;
 use super::{
     ChatMessage, ChatRole, ModelRequest, ModelResponse, Provider, ToolCall, Usage,
     effective_timeout,
@@ -27,6 +28,7 @@ pub struct OpenAiProvider {
     model: String,
     api_key_env: Option<String>,
     timeout: Duration,
+    options: RequestOptions,
 }
 
 impl OpenAiProvider {
@@ -43,7 +45,14 @@ impl OpenAiProvider {
             model: model.to_string(),
             api_key_env,
             timeout,
+            options: RequestOptions::default(),
         }
+    }
+
+    /// Sends `options` (sampling, output cap, `extra_body`) with every request.
+    pub fn with_options(mut self, options: RequestOptions) -> Self {
+        self.options = options;
+        self
     }
 
     fn what(&self) -> String {
@@ -63,6 +72,23 @@ impl OpenAiProvider {
                         "name": t.name, "description": t.description, "parameters": t.parameters}})
                 })
                 .collect();
+        }
+        let o = &self.options;
+        if let Some(t) = o.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(p) = o.top_p {
+            body["top_p"] = json!(p);
+        }
+        if let Some(n) = o.max_tokens {
+            body["max_tokens"] = json!(n);
+        }
+        if let Some(seed) = o.seed {
+            body["seed"] = json!(seed);
+        }
+        // The config refused keys the runtime writes, so this adds and never replaces.
+        if let Value::Object(fields) = &mut body {
+            fields.extend(o.extra_body.clone());
         }
         body
     }
@@ -353,6 +379,135 @@ mod tests {
         .unwrap()
         .provider_for("execution")
         .unwrap()
+    }
+
+    fn provider_with(base_url: &str, options: &str) -> Box<dyn Provider> {
+        let text = format!(
+            "[providers.local]\nkind = \"openai\"\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\n{options}\n[roles]\nexecution = \"local\"\n"
+        );
+        ModelConfig::parse(
+            &text,
+            std::path::Path::new("/cfg/c.toml"),
+            ConfigSource::Flag,
+        )
+        .unwrap()
+        .provider_for("execution")
+        .unwrap()
+    }
+
+    fn one_call(p: &dyn Provider) {
+        let messages = vec![ChatMessage::user("hi")];
+        p.complete(
+            &ModelRequest {
+                role: "execution",
+                messages: &messages,
+                tools: &[],
+                timeout: None,
+                attempt_mark: None,
+                call_mark: None,
+            },
+            0,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn request_options_reach_the_body_over_real_http() {
+        let done = json!({"choices": [{"message": {"role": "assistant", "content": "ok"}}]});
+        let (url, seen) = serve(vec![(200, done.to_string()); 3]);
+        // Every option, and an extra_body table (nested values included) merged at the top.
+        let p = provider_with(
+            &url,
+            "temperature = 0.0\ntop_p = 0.5\nmax_tokens = 256\nseed = 7\n\
+             [providers.local.extra_body]\ncache_prompt = true\ntop_k = 20\n\
+             grammar = { kind = \"json\", strict = [1, 2] }\n",
+        );
+        one_call(p.as_ref());
+        let body = seen.recv().unwrap().body;
+        assert_eq!(body["model"], "test-model");
+        assert_eq!(body["temperature"], json!(0.0));
+        assert_eq!(body["top_p"], json!(0.5));
+        assert_eq!(body["max_tokens"], 256);
+        assert_eq!(body["seed"], 7);
+        assert_eq!(body["cache_prompt"], true);
+        assert_eq!(body["top_k"], 20);
+        assert_eq!(body["grammar"], json!({"kind": "json", "strict": [1, 2]}));
+        assert_eq!(body["stream"], false);
+        // Nothing set: only the default output cap is sent.
+        one_call(provider_with(&url, "").as_ref());
+        let body = seen.recv().unwrap().body;
+        assert_eq!(body["max_tokens"], 4096);
+        for absent in ["temperature", "top_p", "seed"] {
+            assert!(body.get(absent).is_none(), "{absent}: {body}");
+        }
+        // max_completion_tokens (newer OpenAI models) replaces max_tokens.
+        one_call(provider_with(&url, "extra_body = { max_completion_tokens = 99 }").as_ref());
+        let body = seen.recv().unwrap().body;
+        assert_eq!(body["max_completion_tokens"], 99);
+        assert!(body.get("max_tokens").is_none(), "{body}");
+    }
+
+    #[test]
+    fn invalid_request_options_are_config_errors() {
+        let parse = |options: &str| {
+            let text = format!(
+                "[providers.local]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\n{options}\n[roles]\nexecution = \"local\"\n"
+            );
+            ModelConfig::parse(
+                &text,
+                std::path::Path::new("/cfg/c.toml"),
+                ConfigSource::Flag,
+            )
+            .unwrap_err()
+        };
+        for (options, says) in [
+            ("temprature = 0.1", "unknown field `temprature`"),
+            ("temperature = 2.5", "temperature must be between 0 and 2"),
+            ("temperature = nan", "temperature must be between 0 and 2"),
+            ("top_p = 0.0", "top_p must be above 0"),
+            ("max_tokens = 0", "max_tokens must be at least 1"),
+            ("max_tokens = -1", "expected u32"),
+            ("seed = \"x\"", "expected i64"),
+            (
+                "extra_body = { model = \"other\" }",
+                "extra_body cannot set `model`",
+            ),
+            (
+                "extra_body = { messages = [] }",
+                "extra_body cannot set `messages`",
+            ),
+            (
+                "temperature = 0.1\nextra_body = { temperature = 0.2 }",
+                "both directly and in extra_body",
+            ),
+            (
+                "max_tokens = 9\nextra_body = { max_completion_tokens = 9 }",
+                "keep one",
+            ),
+            ("extra_body = 3", "expected a map"),
+        ] {
+            let err = parse(options);
+            assert_eq!(err.kind, crate::error::ErrorKind::InvalidInput, "{options}");
+            assert!(err.message.contains(says), "{options}: {}", err.message);
+            assert!(err.message.contains("/cfg/c.toml"), "{}", err.message);
+        }
+    }
+
+    #[test]
+    fn run_records_show_the_options_but_never_a_key() {
+        let text = "[providers.local]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\napi_key_env = \"KXEN_TEST_OPTIONS_KEY\"\ntemperature = 0.2\nextra_body = { top_k = 5 }\n[roles]\nexecution = \"local\"\n";
+        let config = ModelConfig::parse(
+            text,
+            std::path::Path::new("/cfg/c.toml"),
+            ConfigSource::Flag,
+        )
+        .unwrap();
+        let info = serde_json::to_value(config.provider_info("execution").unwrap()).unwrap();
+        assert_eq!(
+            info,
+            json!({"name": "local", "kind": "openai", "model": "m", "options":
+                {"temperature": 0.2, "maxTokens": 4096, "extraBody": {"top_k": 5}}})
+        );
     }
 
     #[test]

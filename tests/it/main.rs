@@ -28,6 +28,7 @@ mod run_bad_input;
 mod run_canary;
 mod run_leftovers;
 mod run_loop;
+mod run_provider_options;
 mod run_recovery;
 mod run_repeat;
 mod run_secrets;

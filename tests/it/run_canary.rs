@@ -12,9 +12,12 @@ use crate::run_support::*;
 
 const CANARY: &str = "sk-canary-7f3a9c1e5b";
 
+/// What the loopback server saw of each request: its Authorization header and its JSON body.
+pub type Seen = Arc<Mutex<Vec<(String, Value)>>>;
+
 /// A chat-completions server on 127.0.0.1 answering with `bodies` in order; records the
-/// Authorization header of every request.
-fn serve(bodies: Vec<Value>) -> (String, Arc<Mutex<Vec<String>>>) {
+/// Authorization header and the body of every request.
+pub fn serve(bodies: Vec<Value>) -> (String, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -48,7 +51,8 @@ fn serve(bodies: Vec<Value>) -> (String, Arc<Mutex<Vec<String>>>) {
                 }
                 let mut body = vec![0u8; length];
                 reader.read_exact(&mut body).unwrap();
-                seen_by_server.lock().unwrap().push(auth);
+                let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                seen_by_server.lock().unwrap().push((auth, body));
                 let reply = bodies
                     .next()
                     .unwrap_or(json!({"error": "no more turns"}))
@@ -66,7 +70,7 @@ fn serve(bodies: Vec<Value>) -> (String, Arc<Mutex<Vec<String>>>) {
     (url, seen)
 }
 
-fn completion(message: Value) -> Value {
+pub fn completion(message: Value) -> Value {
     json!({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": message,
            "finish_reason": "stop"}], "usage": {"prompt_tokens": 11, "completion_tokens": 3}})
 }
@@ -114,7 +118,12 @@ fn the_provider_key_never_reaches_state_events_or_tools() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     // The key did reach the model client (so the test is not vacuous)…
-    let auth = seen.lock().unwrap().clone();
+    let auth: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(a, _)| a.clone())
+        .collect();
     assert_eq!(auth.len(), 2);
     assert!(auth.iter().all(|a| a.contains(CANARY)), "{auth:?}");
     // …and the tool really ran and printed its environment…

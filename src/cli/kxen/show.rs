@@ -180,6 +180,10 @@ fn session_text(s: &Value) -> String {
             },
             clip(str_of(run, "task"), 60),
         ));
+        let last = run["attempts"].as_array().and_then(|a| a.last());
+        if let Some(provider) = last.map(|a| &a["provider"]).filter(|p| p.is_object()) {
+            out.push_str(&format!("  provider {}\n", provider_text(provider)));
+        }
     }
     out.push('\n');
     for m in s["messages"].as_array().into_iter().flatten() {
@@ -198,6 +202,28 @@ fn session_text(s: &Value) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `NAME (KIND MODEL, option value, …)`: the provider an attempt used, as run.json records it
+/// (it holds no credential).
+fn provider_text(p: &Value) -> String {
+    let mut parts = vec![str_of(p, "kind").to_string()];
+    if let Some(model) = p["model"].as_str() {
+        parts[0].push_str(&format!(" {}", clip(model, 60)));
+    }
+    for (key, label) in [
+        ("temperature", "temperature"),
+        ("topP", "top_p"),
+        ("maxTokens", "max_tokens"),
+        ("seed", "seed"),
+        ("extraBody", "extra_body"),
+    ] {
+        let value = &p["options"][key];
+        if !value.is_null() {
+            parts.push(format!("{label} {}", clip(&value.to_string(), 80)));
+        }
+    }
+    format!("{} ({})", clip(str_of(p, "name"), 60), parts.join(", "))
 }
 
 /// The human view of a run: status, result, attempts, then every journal operation (read from
