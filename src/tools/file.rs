@@ -17,6 +17,19 @@ use crate::fsx;
 /// Mode of files `write` creates (what a default umask gives).
 const NEW_FILE_MODE: u32 = 0o644;
 
+/// A written file this small is quoted whole in the result (so a model sees it is done);
+/// a larger one by its first [`HEAD_LINES`] lines.
+const QUOTE_LINES: usize = 30;
+const QUOTE_BYTES: usize = 2000;
+const HEAD_LINES: usize = 10;
+/// `edit` shows at most this many changed places, with this many lines of context each.
+const SHOWN_PLACES: usize = 3;
+const CONTEXT_LINES: usize = 1;
+/// Lines of one shown place beyond which it is cut.
+const PLACE_LINES: usize = 20;
+/// Characters of one quoted line (like `read`).
+const LINE_CHARS: usize = 500;
+
 /// The arguments of `write`; each field's doc comment is its description in the schema.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -63,9 +76,10 @@ pub(crate) fn write(ws: &Workspace, args: WriteArgs) -> ToolOutput {
     }
     match fsx::write_atomic(&path, args.content.as_bytes(), mode) {
         Ok(()) => ToolOutput::ok(format!(
-            "{} `{shown}` ({} bytes)",
+            "{} `{shown}` ({}){}",
             if existed { "overwrote" } else { "created" },
-            args.content.len()
+            size(&args.content),
+            holds(&args.content)
         )),
         Err(e) => ToolOutput::error(format!("cannot write `{shown}`: {e}")),
     }
@@ -123,11 +137,110 @@ pub(crate) fn edit(ws: &Workspace, args: EditArgs) -> ToolOutput {
     let mode = existing_mode(&path).unwrap_or(NEW_FILE_MODE);
     match fsx::write_atomic(&path, updated.as_bytes(), mode) {
         Ok(()) => ToolOutput::ok(format!(
-            "replaced {count} occurrence{} in `{shown}`",
-            if count == 1 { "" } else { "s" }
+            "replaced {count} occurrence{} in `{shown}` (now {}){}",
+            if count == 1 { "" } else { "s" },
+            size(&updated),
+            changed_lines(&text, &updated, &args)
         )),
         Err(e) => ToolOutput::error(format!("cannot write `{shown}`: {e}")),
     }
+}
+
+/// `N bytes, M lines` of a file's new content.
+fn size(content: &str) -> String {
+    let lines = lines(content).len();
+    format!(
+        "{} byte{}, {lines} line{}",
+        content.len(),
+        if content.len() == 1 { "" } else { "s" },
+        if lines == 1 { "" } else { "s" }
+    )
+}
+
+/// The lines of `content` (a final newline ends the last line rather than starting one).
+fn lines(content: &str) -> Vec<&str> {
+    if content.is_empty() {
+        return Vec::new();
+    }
+    content
+        .strip_suffix('\n')
+        .unwrap_or(content)
+        .split('\n')
+        .collect()
+}
+
+/// `read`-style numbered lines `first..=last` (1-based) of `all`.
+fn numbered(all: &[&str], first: usize, last: usize) -> String {
+    let mut out = String::new();
+    for (i, line) in all[first - 1..last].iter().enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let line = match line.char_indices().nth(LINE_CHARS) {
+            Some((cut, _)) => format!("{}… [line cut]", &line[..cut]),
+            None => line.to_string(),
+        };
+        out.push_str(&format!("{:>6}\t{line}\n", first + i));
+    }
+    out
+}
+
+/// What `write` tells the model the file now holds: all of a small file, the head of a big one.
+fn holds(content: &str) -> String {
+    let all = lines(content);
+    if all.is_empty() {
+        return "; it is now empty".into();
+    }
+    if all.len() <= QUOTE_LINES && content.len() <= QUOTE_BYTES {
+        return format!("; it now holds:\n{}", numbered(&all, 1, all.len()));
+    }
+    format!(
+        "; its first {HEAD_LINES} lines now read:\n{}[… {} more lines]\n",
+        numbered(&all, 1, HEAD_LINES.min(all.len())),
+        all.len().saturating_sub(HEAD_LINES)
+    )
+}
+
+/// The lines of the edited file that hold each replacement, with a line of context around.
+fn changed_lines(before: &str, after: &str, args: &EditArgs) -> String {
+    let all = lines(after);
+    if all.is_empty() {
+        return "; the file is now empty".into();
+    }
+    let delta = args.new_string.len() as isize - args.old_string.len() as isize;
+    let places: Vec<usize> = before
+        .match_indices(&args.old_string)
+        .take(if args.replace_all { usize::MAX } else { 1 })
+        .enumerate()
+        .map(|(i, (at, _))| (at as isize + i as isize * delta) as usize)
+        .collect();
+    let line_of = |offset: usize| after[..offset.min(after.len())].matches('\n').count() + 1;
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for start in &places {
+        let end = start + args.new_string.len().saturating_sub(1);
+        let first = line_of(*start).saturating_sub(CONTEXT_LINES).max(1);
+        let last = (line_of(end) + CONTEXT_LINES).min(all.len());
+        match ranges.last_mut() {
+            Some((_, prev_last)) if first <= *prev_last + 1 => *prev_last = last.max(*prev_last),
+            _ => ranges.push((first, last)),
+        }
+    }
+    let mut out = String::from("; the changed lines now read:\n");
+    for (i, (first, last)) in ranges.iter().take(SHOWN_PLACES).enumerate() {
+        if i > 0 {
+            out.push_str("…\n");
+        }
+        let cut = (*last).min(first + PLACE_LINES - 1);
+        out.push_str(&numbered(&all, *first, cut));
+        if cut < *last {
+            out.push_str(&format!("[… {} more lines]\n", last - cut));
+        }
+    }
+    if ranges.len() > SHOWN_PLACES {
+        out.push_str(&format!(
+            "[… {} more changed places]\n",
+            ranges.len() - SHOWN_PLACES
+        ));
+    }
+    out
 }
 
 fn existing_mode(path: &Path) -> Option<u32> {
@@ -147,10 +260,16 @@ mod tests {
         let fx = Fixture::new();
         let out = fx.run("write", json!({"path": "a/b/c.txt", "content": "hello\n"}));
         assert!(!out.is_error, "{}", out.text);
-        assert_eq!(out.text, "created `a/b/c.txt` (6 bytes)");
+        assert_eq!(
+            out.text,
+            "created `a/b/c.txt` (6 bytes, 1 line); it now holds:\n     1\thello\n"
+        );
         assert_eq!(fx.get("a/b/c.txt"), "hello\n");
         let out = fx.run("write", json!({"path": "a/b/c.txt", "content": "bye"}));
-        assert_eq!(out.text, "overwrote `a/b/c.txt` (3 bytes)");
+        assert_eq!(
+            out.text,
+            "overwrote `a/b/c.txt` (3 bytes, 1 line); it now holds:\n     1\tbye\n"
+        );
         assert_eq!(fx.get("a/b/c.txt"), "bye");
         let names: Vec<_> = std::fs::read_dir(fx.root.join("a/b")).unwrap().collect();
         assert_eq!(names.len(), 1, "no temp file left behind");
@@ -258,6 +377,84 @@ mod tests {
     }
 
     #[test]
+    fn a_big_write_shows_its_head_and_an_empty_one_says_so() {
+        let fx = Fixture::new();
+        let content: String = (1..=100).map(|i| format!("line {i}\n")).collect();
+        let out = fx.run("write", json!({"path": "big.txt", "content": content}));
+        assert!(
+            out.text.starts_with("created `big.txt` (792 bytes, 100 lines); its first 10 lines now read:\n     1\tline 1\n"),
+            "{}",
+            out.text
+        );
+        assert!(
+            out.text.ends_with("    10\tline 10\n[… 90 more lines]\n"),
+            "{}",
+            out.text
+        );
+        let out = fx.run("write", json!({"path": "e.txt", "content": ""}));
+        assert_eq!(
+            out.text,
+            "created `e.txt` (0 bytes, 0 lines); it is now empty"
+        );
+    }
+
+    #[test]
+    fn edit_shows_the_changed_lines_with_context() {
+        let fx = Fixture::new();
+        let code: String = (1..=20).map(|i| format!("l{i}\n")).collect();
+        fx.put("c.py", &format!("def add(a, b):\n    return a - b\n{code}"));
+        let out = fx.run(
+            "edit",
+            json!({"path": "c.py", "oldString": "return a - b", "newString": "return a + b"}),
+        );
+        assert_eq!(
+            out.text,
+            "replaced 1 occurrence in `c.py` (now 103 bytes, 22 lines); the changed lines now \
+             read:\n     1\tdef add(a, b):\n     2\t    return a + b\n     3\tl1\n"
+        );
+        // A multi-line replacement in the middle, numbered as the file now is.
+        let out = fx.run(
+            "edit",
+            json!({"path": "c.py", "oldString": "l10\n", "newString": "l10a\nl10b\n"}),
+        );
+        assert!(
+            out.text
+                .ends_with("read:\n    11\tl9\n    12\tl10a\n    13\tl10b\n    14\tl11\n"),
+            "{}",
+            out.text
+        );
+        // replaceAll in many places: three are shown, the rest counted.
+        fx.put("m.txt", &"x\ny\ny\ny\n".repeat(5));
+        let out = fx.run(
+            "edit",
+            json!({"path": "m.txt", "oldString": "x", "newString": "z", "replaceAll": true}),
+        );
+        assert_eq!(out.text.matches("\tz").count(), 3, "{}", out.text);
+        assert!(
+            out.text.ends_with("[… 2 more changed places]\n"),
+            "{}",
+            out.text
+        );
+        // Deleting the last line.
+        fx.put("d.txt", "keep\ndrop\n");
+        let out = fx.run(
+            "edit",
+            json!({"path": "d.txt", "oldString": "drop\n", "newString": ""}),
+        );
+        assert!(out.text.ends_with("read:\n     1\tkeep\n"), "{}", out.text);
+        fx.put("o.txt", "only");
+        let out = fx.run(
+            "edit",
+            json!({"path": "o.txt", "oldString": "only", "newString": ""}),
+        );
+        assert!(
+            out.text.ends_with("; the file is now empty"),
+            "{}",
+            out.text
+        );
+    }
+
+    #[test]
     fn edit_missing_ambiguous_and_replace_all() {
         let fx = Fixture::new();
         fx.put("a.txt", "x = 1\nx = 1\n");
@@ -284,7 +481,11 @@ mod tests {
             "edit",
             json!({"path": "a.txt", "oldString": "x = 1", "newString": "x = 2", "replaceAll": true}),
         );
-        assert_eq!(out.text, "replaced 2 occurrences in `a.txt`");
+        assert_eq!(
+            out.text,
+            "replaced 2 occurrences in `a.txt` (now 12 bytes, 2 lines); the changed lines now \
+             read:\n     1\tx = 2\n     2\tx = 2\n"
+        );
         assert_eq!(fx.get("a.txt"), "x = 2\nx = 2\n");
         let out = fx.run(
             "edit",
