@@ -25,7 +25,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::journal::{OpTable, ToolOutcome};
+use crate::journal::{OpPhase, OpTable, ToolOutcome};
 use crate::provider::ToolCall;
 use crate::run::conversation::Conversation;
 use crate::tools::{self, SideEffect};
@@ -65,10 +65,11 @@ impl RepeatGuard {
         }
     }
 
-    /// The guard as this run's recorded history leaves it: every answered call of the run, in
-    /// log order, is replayed — a call with a journal operation was made, one answered without
-    /// an operation was refused (and counts as a repeat if it was one). Calls not answered yet
-    /// are left to recovery, which runs them through [`RepeatGuard::check`].
+    /// The guard as this run's recorded history leaves it: every call of the run, in log order,
+    /// is replayed — a call whose journal operation started was made; one answered without
+    /// starting (no operation, or one an approval decision closed: denied, or approved and then
+    /// not run) was refused, and counts as a repeat if it was one. Calls that neither started
+    /// nor are answered are left to recovery, which runs them through [`RepeatGuard::check`].
     pub fn from_history(limit: Option<u32>, conv: &Conversation, journal: &OpTable) -> Self {
         let mut guard = RepeatGuard::new(limit);
         let ops: HashMap<(&str, usize), &crate::journal::OpState> = journal
@@ -77,7 +78,8 @@ impl RepeatGuard {
             .map(|op| ((op.message_id.as_str(), op.call_index), op))
             .collect();
         for (message_id, index, call, answered) in conv.calls() {
-            match ops.get(&(message_id, index)) {
+            let op = ops.get(&(message_id, index));
+            match op.filter(|op| op.history.as_slice().contains(&OpPhase::Started)) {
                 Some(op) => guard.made(&call.name, &call.arguments, op.output.as_ref()),
                 None if answered => {
                     guard.check(call);
