@@ -53,9 +53,8 @@ mod tests {
     use super::*;
 
     /// A small local model reads the whole prefix (system prompt + tool schemas) before its
-    /// first token, at ~30–40 tokens/s on a laptop CPU: keep it small. Measured with the
-    /// Qwen2.5 tokenizer (README "Models"): ~1,200 tokens for the starter agent with every
-    /// built-in tool. The budget is in bytes (about 4 per token) so the test needs no model.
+    /// first token, at ~30–40 tokens/s on a laptop CPU: keep it small. The budget is in bytes
+    /// (JSON and English run at about 3–4 bytes per token) so the test needs no model.
     #[test]
     fn the_first_request_prefix_stays_small() {
         let definition =
