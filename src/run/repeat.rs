@@ -7,7 +7,7 @@
 //!   ([`crate::canonical::to_compact`]) are equal.
 //! - A call is a *repeat* when the same call was already made (it ran and its outcome is
 //!   recorded) and no call that could change the workspace or the world ran since: any tool
-//!   whose registry [`SideEffect`] is not `Read` (`write`, `edit`, `exec`, MCP tools, and any
+//!   whose registry [`SideEffect`] is not `Read` (`write`, `edit`, `exec`, `task`, MCP tools, any
 //!   later tool of those classes) starts a new window. A repeat of the side-effecting call itself
 //!   is still a repeat: nothing ran in between that could make it return something else. So an
 //!   `exec` test command after an `edit` runs; the same `exec` twice in a row does not.
