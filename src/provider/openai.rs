@@ -405,6 +405,7 @@ mod tests {
                 timeout: None,
                 attempt_mark: None,
                 call_mark: None,
+                task: None,
             },
             0,
         )
