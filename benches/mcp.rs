@@ -1,0 +1,327 @@
+//! Benchmark: MCP calls through the durable journal, and MCP server start-up.
+//!
+//! 1. N calls (default 1,000; `KXEN_BENCH_CALLS`) of the fixture server's `echo` tool
+//!    (fixtures/mcp/server.py, official Python SDK, stdio) through a scripted run, one call per
+//!    model turn, against the floor: the same N `tools/call` round trips made directly by a
+//!    minimal client (raw JSON lines on the server's stdin/stdout, no journal) plus the journal's
+//!    fsync floor (the durable appends the run made, on the same disk). Target: ≤ 1.3× that floor.
+//! 2. Server start + handshake + `tools/list` by kxen-agent (median of `KXEN_BENCH_STARTS`,
+//!    default 5) against the official Python client (`mcp.client.stdio` + `ClientSession`) doing
+//!    the same for the same server, timed inside its process. Target: ≤ 1.2×.
+//!
+//! Run: `cargo bench --bench mcp` (needs python3 with `pip install mcp`; uses `CARGO_TARGET_TMPDIR`
+//! or `KXEN_BENCH_DIR`).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use kxen::policy::PolicyFlags;
+use kxen::run::agent_loop::{self, Ending, Execution};
+use kxen::run::create::{self, NewRunRequest};
+use kxen::run::events::Discard;
+use kxen::state::StateDir;
+
+fn main() {
+    let calls: usize = env_num("KXEN_BENCH_CALLS", 1000);
+    let starts: usize = env_num("KXEN_BENCH_STARTS", 5);
+    let Some(python) = python() else {
+        eprintln!("mcp bench: SKIPPED, needs python3 with the MCP SDK (pip install mcp)");
+        return;
+    };
+    let base = std::env::var_os("KXEN_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
+    std::fs::create_dir_all(&base).unwrap();
+    let tmp = tempfile::tempdir_in(&base).unwrap();
+    let root = tmp.path();
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp/server.py");
+    let argv = [python.clone(), server.to_str().unwrap().to_string()];
+
+    let (run_secs, appends, bytes) = run_agent(root, &argv, calls);
+    let trips_secs = raw_round_trips(&argv, calls);
+    let fsync_secs = fsync_floor(root, appends, bytes / appends.max(1));
+    let floor = trips_secs + fsync_secs;
+    println!("mcp: {calls} calls of `echo` (Python SDK server, stdio) through a scripted run");
+    println!("  disk: {}", root.display());
+    println!(
+        "  run:   {run_secs:.3} s total, {:.3} ms per call",
+        run_secs / calls as f64 * 1e3
+    );
+    println!(
+        "  floor: {floor:.3} s = {trips_secs:.3} s of raw round trips + {fsync_secs:.3} s fsync \
+         floor ({appends} durable appends of ~{} bytes)",
+        bytes / appends.max(1)
+    );
+    println!(
+        "  ratio: {:.2}x the floor (target <= 1.30x)",
+        run_secs / floor
+    );
+
+    let ours = median((0..starts).map(|_| kxen_start(root, &argv)).collect());
+    let theirs = median((0..starts).map(|_| python_start(&python, &argv)).collect());
+    println!("mcp: server start + handshake + tools/list, median of {starts}");
+    println!("  kxen-agent:            {:.1} ms", ours * 1e3);
+    println!("  official Python client: {:.1} ms", theirs * 1e3);
+    println!(
+        "  ratio: {:.2}x the Python client (target <= 1.20x)",
+        ours / theirs
+    );
+}
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn python() -> Option<String> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import mcp.server.mcpserver, sys; print(sys.executable)",
+        ])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn server_entry(argv: &[String]) -> String {
+    format!(
+        "[mcp.servers.fx]\ncommand = [{:?}, {:?}]\nsandbox = \"off\"\n",
+        argv[0], argv[1]
+    )
+}
+
+/// Creates a Session granted `mcp__fx__echo` and runs `calls` calls; (seconds, appends, bytes).
+fn run_agent(root: &Path, argv: &[String], calls: usize) -> (f64, usize, usize) {
+    let repo = root.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("a.txt"), "alpha\n").unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "bench"]);
+    let agent = root.join("agent.yaml");
+    std::fs::write(
+        &agent,
+        "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: bench}\nspec:\n  \
+         objective: Echo many times.\n  instructions: [Echo.]\n  successCriteria: []\n  \
+         capabilities: {required: [mcp__fx__echo], optional: []}\n  execution: {maxTurns: 1024, maxRepeatedCalls: 0}\n  \
+         output: {format: text, requiredFields: []}\n",
+    )
+    .unwrap();
+    let mut script = String::new();
+    for i in 0..calls {
+        script.push_str(&format!(
+            "{{\"text\":\"\",\"toolCalls\":[{{\"id\":\"call_{i}\",\"name\":\"mcp__fx__echo\",\"arguments\":{{\"text\":\"echo {i}\"}}}}],\"usage\":{{\"inputTokens\":1,\"outputTokens\":1}}}}\n"
+        ));
+    }
+    script.push_str("{\"text\":\"done\"}\n");
+    std::fs::write(root.join("turns.jsonl"), script).unwrap();
+    let config = root.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.s]\nkind = \"script\"\npath = \"turns.jsonl\"\n[roles]\nexecution = \"s\"\n\n{}",
+            server_entry(argv)
+        ),
+    )
+    .unwrap();
+    let state = StateDir::at(root.join("state"));
+    let request = NewRunRequest {
+        workspace: repo.clone(),
+        task: "echo many times".into(),
+        agent: Some(agent),
+        policy: PolicyFlags {
+            allow_mcp: true,
+            ..PolicyFlags::default()
+        },
+        config: Some(config),
+    };
+    let mut prepared = create::prepare(&request).unwrap();
+    create::grant_mcp(&mut prepared, &state).unwrap();
+    let (lease, _) = create::create(&state, &prepared).unwrap();
+    let session_id = prepared.new.meta.id.clone();
+    let run_id = prepared.new.run.id.clone();
+    let paths = state.session(&session_id);
+    let cancel = AtomicBool::new(false);
+    let tool_names = prepared.lock.tool_names();
+    let execution = Execution {
+        state: &state,
+        session_id: &session_id,
+        paths: &paths,
+        definition: &prepared.lock.definition,
+        capabilities: &tool_names,
+        mcp_tools: &prepared.lock.mcp_tools,
+        mcp: prepared.mcp.as_ref(),
+        pass_env: &prepared.merged.pass_env,
+        tool_rules: &prepared.merged.mcp_tools,
+        fence: prepared.merged.fence(),
+        workspace_root: &prepared.binding.root,
+        provider: std::sync::Arc::clone(&prepared.provider),
+        provider_info: None,
+        cancel: &cancel,
+    };
+    // The server is already running (it was started and listed at creation), so the timer
+    // measures calls, as the floor does.
+    let start = Instant::now();
+    let ending = agent_loop::execute(&execution, &run_id, &mut Discard).unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    drop(lease);
+    match ending {
+        Ending::Finished(result) => assert_eq!(result.status.name(), "completed"),
+        other => panic!("bench run did not finish: {other:?}"),
+    }
+    let journal = std::fs::read_to_string(paths.run(&run_id).journal()).unwrap();
+    let messages = std::fs::read_to_string(paths.messages()).unwrap();
+    assert_eq!(journal.lines().count(), calls * 3);
+    assert!(messages.contains("echo 999") || calls < 1000);
+    let appends = journal.lines().count() + messages.lines().count() - 1;
+    (secs, appends, journal.len() + messages.len())
+}
+
+/// The floor of the protocol itself: `calls` `tools/call` round trips of `echo` written and read
+/// as raw JSON lines, after a handshake (not timed).
+fn raw_round_trips(argv: &[String], calls: usize) -> f64 {
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let mut request = |stdin: &mut std::process::ChildStdin, msg: String, wait: bool| {
+        stdin.write_all(msg.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+        if wait {
+            line.clear();
+            stdout.read_line(&mut line).unwrap();
+            assert!(line.contains("\"result\""), "{line}");
+        }
+    };
+    request(
+        &mut stdin,
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"floor","version":"1"}}}"#.into(),
+        true,
+    );
+    request(
+        &mut stdin,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":{}}"#.into(),
+        false,
+    );
+    let start = Instant::now();
+    for i in 1..=calls {
+        request(
+            &mut stdin,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"echo {i}"}}}}}}"#
+            ),
+            true,
+        );
+    }
+    let secs = start.elapsed().as_secs_f64();
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    secs
+}
+
+/// kxen-agent's start of the server: spawn (environment filter, process group), handshake,
+/// `tools/list`.
+fn kxen_start(root: &Path, argv: &[String]) -> f64 {
+    let config: kxen::mcp::ServerConfig = toml::from_str(&format!(
+        "command = [{:?}, {:?}]\nsandbox = \"off\"\n",
+        argv[0], argv[1]
+    ))
+    .unwrap();
+    let servers = kxen::mcp::Servers::new(
+        [("fx".to_string(), config)].into_iter().collect(),
+        &[],
+        root.join("tool-home"),
+        root.to_path_buf(),
+    );
+    let start = Instant::now();
+    let tools = servers.list_tools("fx").unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    assert!(tools.iter().any(|t| t["name"] == "echo"));
+    secs
+}
+
+/// The official Python client's start of the same server, timed inside its process (its own
+/// interpreter start-up is not counted, as ours is not).
+fn python_start(python: &str, argv: &[String]) -> f64 {
+    let script = r#"
+import sys, time, anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+async def main():
+    params = StdioServerParameters(command=sys.argv[1], args=[sys.argv[2]])
+    start = time.perf_counter()
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            tools = await session.list_tools()
+            elapsed = time.perf_counter() - start
+            assert any(t.name == "echo" for t in tools.tools)
+    print(elapsed)
+
+anyio.run(main)
+"#;
+    let out = Command::new(python)
+        .args(["-c", script, &argv[0], &argv[1]])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .lines()
+        .last()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn fsync_floor(root: &Path, appends: usize, line_len: usize) -> f64 {
+    let path = root.join("floor.jsonl");
+    let line = format!("{{\"x\":\"{}\"}}", "a".repeat(line_len.saturating_sub(9)));
+    let start = Instant::now();
+    for _ in 0..appends {
+        kxen::fsx::append_line(&path, &line).unwrap();
+    }
+    start.elapsed().as_secs_f64()
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    xs[xs.len() / 2]
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
+        .env("GIT_COMMITTER_NAME", "bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git {args:?} failed");
+}
