@@ -12,6 +12,8 @@
 //! Run: `cargo bench --bench mcp` (needs python3 with `pip install mcp`; uses `CARGO_TARGET_TMPDIR`
 //! or `KXEN_BENCH_DIR`).
 
+#![allow(clippy::disallowed_methods)] // a bench writes its own scratch files
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
