@@ -11,15 +11,28 @@ use crate::run::state::RunState;
 use crate::session::{Lease, store};
 use crate::state::StateDir;
 
-/// Records `output` as the outcome of operation `op_id`.
-pub fn resolve(
-    state: &StateDir,
-    session_id: &str,
-    run_id: &str,
-    op_id: &str,
-    output: String,
-    is_error: bool,
-) -> Result<()> {
+/// What an operator says happened: operation `op_id` of run `run_id` of Session `session_id`
+/// returned `output` (a failure when `is_error`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    pub session_id: String,
+    pub run_id: String,
+    pub op_id: String,
+    pub output: String,
+    pub is_error: bool,
+}
+
+/// Records the resolution's output as the outcome of its operation.
+pub fn resolve(state: &StateDir, resolution: &Resolution) -> Result<()> {
+    let Resolution {
+        session_id,
+        run_id,
+        op_id,
+        output,
+        is_error,
+    } = resolution;
+    let (session_id, run_id, op_id) = (session_id.as_str(), run_id.as_str(), op_id.as_str());
+    let (output, is_error) = (output.clone(), *is_error);
     ids::validate_kind(session_id, IdKind::Session)?;
     ids::validate_kind(run_id, IdKind::Run)?;
     ids::validate_kind(op_id, IdKind::Operation)?;

@@ -414,7 +414,16 @@ fn dispatch(cli: Cli) -> Result<ExitStatus> {
                         is_error,
                     }),
                 ..
-            } => show::run_resolve(&state()?, &session, &run, &op, output, is_error, format),
+            } => {
+                let resolution = crate::run::resolve::Resolution {
+                    session_id: session,
+                    run_id: run,
+                    op_id: op,
+                    output,
+                    is_error,
+                };
+                show::run_resolve(&state()?, &resolution, format)
+            }
             RunCmd {
                 action:
                     Some(RunCommand::Approve {

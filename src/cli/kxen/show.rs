@@ -313,19 +313,15 @@ fn run_text(shown: &view::RunView) -> String {
 /// `run resolve`: not read-only; takes the Session's lease.
 pub fn run_resolve(
     state: &StateDir,
-    session_id: &str,
-    run_id: &str,
-    op_id: &str,
-    output: String,
-    is_error: bool,
+    resolution: &crate::run::resolve::Resolution,
     format: Format,
 ) -> Result<ExitStatus> {
-    crate::run::resolve::resolve(state, session_id, run_id, op_id, output, is_error)?;
+    crate::run::resolve::resolve(state, resolution)?;
     let event = Event::OperationResolved {
-        session_id: session_id.to_string(),
-        run_id: run_id.to_string(),
-        op_id: op_id.to_string(),
-        is_error,
+        session_id: resolution.session_id.clone(),
+        run_id: resolution.run_id.clone(),
+        op_id: resolution.op_id.clone(),
+        is_error: resolution.is_error,
     };
     Renderer::new(format).emit(event);
     Ok(ExitStatus::Success)
