@@ -179,6 +179,7 @@ fn run_agent(root: &Path, repo: &Path, calls: usize, policy: Option<&Path>, roun
         workspace_root: &prepared.binding.root,
         provider: std::sync::Arc::clone(&prepared.provider),
         provider_info: None,
+        parallel_tools: 1,
         cancel: &cancel,
     };
     let start = Instant::now();

@@ -233,6 +233,7 @@ fn child_resume(root: &Path) -> f64 {
         workspace_root: &resumed.meta.workspace.root,
         provider: first.clone(),
         provider_info: None,
+        parallel_tools: 1,
         cancel: &cancel,
     };
     agent_loop::execute(&execution, &resumed.run_id, &mut Discard).unwrap();

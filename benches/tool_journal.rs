@@ -120,6 +120,7 @@ fn run_agent(root: &Path, calls: usize) -> (f64, usize, usize) {
         workspace_root: &prepared.binding.root,
         provider: std::sync::Arc::clone(&prepared.provider),
         provider_info: None,
+        parallel_tools: 1,
         cancel: &cancel,
     };
     let start = Instant::now();

@@ -39,6 +39,35 @@ pub fn append_line(path: &Path, line: &str) -> Result<()> {
     Ok(())
 }
 
+/// Appends `lines` with one write and one fsync (a group commit): durable together. A crash
+/// mid-write leaves the lines before the cut complete and at most a torn last line, exactly as
+/// when they were appended one by one. Same rules as [`append_line`] otherwise.
+pub fn append_lines(path: &Path, lines: &[String]) -> Result<()> {
+    let existed = path.exists();
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(super::STATE_FILE_MODE)
+        .open(path)
+        .map_err(|e| Error::io("open for append", path, e))?;
+    let mut buf = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
+    for line in lines {
+        debug_assert!(
+            !line.contains('\n'),
+            "JSONL lines must not contain newlines"
+        );
+        buf.extend_from_slice(line.as_bytes());
+        buf.push(b'\n');
+    }
+    file.write_all(&buf)
+        .map_err(|e| Error::io("append to", path, e))?;
+    file.sync_data().map_err(|e| Error::io("fsync", path, e))?;
+    if !existed {
+        super::fsync_dir(super::atomic::parent_dir(path))?;
+    }
+    Ok(())
+}
+
 /// A torn last line found by [`read_jsonl`]: the bytes from `offset` to the end are incomplete.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TornTail {

@@ -394,6 +394,37 @@ impl ChainWriter {
         Ok(())
     }
 
+    /// Appends `records`, each chained to the one before, with one write and one fsync
+    /// ([`super::append_lines`]). Nothing is written when one of them cannot be serialized.
+    pub fn append_all<S: Serialize>(&mut self, records: &[S]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        self.repair()?;
+        let mut last = self.last_hash.clone();
+        let mut lines = Vec::with_capacity(records.len());
+        for record in records {
+            let json = serde_json::to_string(record).map_err(|e| {
+                Error::failed(format!(
+                    "cannot serialize a record for {}: {e}",
+                    self.path.display()
+                ))
+            })?;
+            if !json.starts_with('{') {
+                return Err(Error::failed(format!(
+                    "only JSON objects can be chained into {}",
+                    self.path.display()
+                )));
+            }
+            let line = chain_line(&json, &last);
+            last = line_hash(line.as_bytes());
+            lines.push(line);
+        }
+        super::append_lines(&self.path, &lines)?;
+        self.last_hash = last;
+        Ok(())
+    }
+
     /// The `prevHash` the next line will carry.
     pub fn last_hash(&self) -> &str {
         &self.last_hash

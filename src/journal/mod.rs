@@ -386,9 +386,33 @@ impl Journal {
             .map_err(|why| Error::failed(format!("journal state machine: {why}")))
     }
 
+    /// [`Journal::record`] for several records of distinct operations with one fsync (a group
+    /// commit): all are checked before anything is written.
+    pub fn record_all(&mut self, mut records: Vec<JournalRecord>) -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for record in &mut records {
+            record.redact();
+            if !seen.insert(record.op_id().to_string()) {
+                return Err(Error::failed(format!(
+                    "operation {} appears twice in one group commit",
+                    record.op_id()
+                )));
+            }
+            self.check(record)?;
+        }
+        self.writer.append_all(&records)?;
+        for record in records {
+            self.table
+                .apply(record)
+                .map_err(|why| Error::failed(format!("journal state machine: {why}")))?;
+        }
+        Ok(())
+    }
+
     fn check(&self, record: &JournalRecord) -> Result<()> {
+        let table = &self.table;
         let op_id = record.op_id();
-        let ok = match (record, self.table.get(op_id)) {
+        let ok = match (record, table.get(op_id)) {
             (JournalRecord::AwaitingApproval { .. }, existing) => existing.is_none(),
             (JournalRecord::Started { .. }, None) => true,
             (_, Some(op)) => op.phase.allows(record.phase()),
@@ -400,10 +424,7 @@ impl Journal {
                 Some(why) => Err(Error::conflict(why)),
             }
         } else {
-            let from = self
-                .table
-                .get(op_id)
-                .map_or("nothing", |op| op.phase.name());
+            let from = table.get(op_id).map_or("nothing", |op| op.phase.name());
             Err(Error::conflict(format!(
                 "operation {op_id} cannot go from {from} to {}",
                 record.phase().name()

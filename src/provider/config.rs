@@ -27,6 +27,8 @@
 //! [roles]
 //! execution = "local"
 //! planning = "local"
+//! [tools]
+//! parallel = 4                         # read-class and `task` calls of one turn run together
 //! ```
 
 use std::collections::BTreeMap;
@@ -64,6 +66,8 @@ pub struct ModelConfig {
     roles: BTreeMap<String, String>,
     /// `[mcp.servers.NAME]`, with relative `cwd`s resolved against the file's directory.
     mcp_servers: BTreeMap<String, crate::mcp::ServerConfig>,
+    /// `[tools] parallel`: how many read-class and `task` calls of one turn run together.
+    parallel_tools: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -75,6 +79,17 @@ struct ConfigFile {
     roles: BTreeMap<String, String>,
     #[serde(default)]
     mcp: crate::mcp::McpSection,
+    #[serde(default)]
+    tools: ToolsSection,
+}
+
+/// `[tools]`: how tool calls run.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolsSection {
+    /// Calls of one turn that may run together (read-class tools and `task` children);
+    /// default 4, 1 runs every call alone.
+    parallel: Option<usize>,
 }
 
 /// One `[providers.NAME]` table.
@@ -278,6 +293,7 @@ impl ModelConfig {
                     providers: BTreeMap::new(),
                     roles: BTreeMap::new(),
                     mcp_servers: BTreeMap::new(),
+                    parallel_tools: crate::run::agent_loop::DEFAULT_PARALLEL_TOOLS,
                 });
             }
             Err(e) => {
@@ -316,7 +332,18 @@ impl ModelConfig {
                 e.to_string().trim_end()
             ))
         })?;
+        let parallel_tools = match file.tools.parallel {
+            None => crate::run::agent_loop::DEFAULT_PARALLEL_TOOLS,
+            Some(n @ 1..=64) => n,
+            Some(n) => {
+                return Err(Error::invalid(format!(
+                    "invalid model config {}: [tools] parallel = {n} is outside 1..=64",
+                    path.display()
+                )));
+            }
+        };
         let config = ModelConfig {
+            parallel_tools,
             path: path.to_path_buf(),
             source,
             exists: true,
@@ -425,6 +452,11 @@ impl ModelConfig {
     }
 
     /// The `[mcp.servers.NAME]` tables.
+    /// `[tools] parallel` (default [`crate::run::agent_loop::DEFAULT_PARALLEL_TOOLS`]).
+    pub fn parallel_tools(&self) -> usize {
+        self.parallel_tools
+    }
+
     pub fn mcp_servers(&self) -> &BTreeMap<String, crate::mcp::ServerConfig> {
         &self.mcp_servers
     }

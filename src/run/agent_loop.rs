@@ -41,6 +41,10 @@ use crate::state::{RunPaths, SessionPaths, StateDir};
 use crate::tools::task::TaskRunner;
 use crate::tools::{self, OperationMark, ToolContext, ToolOutput, ToolSchema};
 
+#[path = "parallel_calls.rs"]
+mod parallel_calls;
+pub use parallel_calls::DEFAULT_PARALLEL_TOOLS;
+
 /// How many characters of a tool's output go into a `toolFinished` event.
 const EVENT_PREVIEW_CHARS: usize = 2000;
 
@@ -63,6 +67,9 @@ pub struct Execution<'a> {
     /// The merged policy's `mcpTools` rules: a call whose rule is `ask` waits for a human
     /// ([`crate::run::approval`]).
     pub tool_rules: &'a crate::policy::ToolRules,
+    /// How many consecutive read-class and `task` calls of one turn run together
+    /// (`[tools] parallel` of the config; 1: every call alone).
+    pub parallel_tools: usize,
     /// The fence around `exec` children (merged policy).
     pub fence: crate::sandbox::FencePolicy,
     pub workspace_root: &'a Path,
@@ -288,7 +295,23 @@ impl Loop<'_, '_> {
                 });
             }
             let mut unknown = Vec::new();
+            let mut batched = 0; // calls answered by a batch
             for (index, call) in response.tool_calls.iter().enumerate() {
+                if index < batched {
+                    continue;
+                }
+                // Read-class and `task` calls that follow each other run together.
+                let rest = &response.tool_calls[index..];
+                let batch = parallel_calls::batch_len(rest, self.ex.parallel_tools);
+                if batch > 1 && !self.canceled() {
+                    batched = index + batch;
+                    let ops = self.run_batch(run, &message_id, index, &rest[..batch], sink)?;
+                    if !ops.is_empty() {
+                        unknown.extend(ops);
+                        break;
+                    }
+                    continue;
+                }
                 if self.canceled() {
                     // Not started, so nothing happened: say so, and start nothing more.
                     self.answer_unrun(
@@ -694,16 +717,26 @@ impl Loop<'_, '_> {
         }
         // Operations with a recorded outcome (by the tool or an operator) but not settled: the
         // recorded result goes into history; the tool is never run again.
-        let ready: Vec<String> = self
-            .journal
-            .table()
+        // Results stay in the model's order: one whose earlier call (of the same message) has
+        // no outcome yet waits, and is settled below once that one is.
+        let is_ready = |op: &crate::journal::OpState| {
+            matches!(
+                op.phase,
+                OpPhase::OutcomeKnown | OpPhase::Resolved | OpPhase::Denied
+            )
+        };
+        let unanswered = self.conv.unanswered_calls();
+        let table = self.journal.table();
+        let ready: Vec<String> = table
             .ops()
             .iter()
+            .filter(|op| is_ready(op))
             .filter(|op| {
-                matches!(
-                    op.phase,
-                    OpPhase::OutcomeKnown | OpPhase::Resolved | OpPhase::Denied
-                )
+                !unanswered.iter().any(|(m, j, _)| {
+                    *m == op.message_id
+                        && *j < op.call_index
+                        && !table.for_call(m, *j).is_some_and(is_ready)
+                })
             })
             .map(|op| op.op_id.clone())
             .collect();
@@ -747,7 +780,8 @@ impl Loop<'_, '_> {
                         .get(&op_id)
                         .is_some_and(|o| o.child.is_some()) =>
                 {
-                    let known = self.recover_child(run, &op_id, sink)?;
+                    let settle = unknown.is_empty();
+                    let known = self.recover_child(run, &op_id, settle, sink)?;
                     if !known {
                         unknown.push(op_id);
                     }
@@ -762,6 +796,12 @@ impl Loop<'_, '_> {
                 }
                 Some((OpPhase::OutcomeUnknown | OpPhase::AwaitingApproval, op_id)) => {
                     unknown.push(op_id)
+                }
+                // An outcome that waited for an earlier call's (see `ready` above).
+                Some((OpPhase::OutcomeKnown | OpPhase::Resolved | OpPhase::Denied, op_id))
+                    if unknown.is_empty() =>
+                {
+                    self.settle_op(run, &op_id, true, sink)?
                 }
                 // Settled (or settled above): nothing to do.
                 _ => {}
@@ -781,6 +821,7 @@ impl Loop<'_, '_> {
         &mut self,
         run: &RunState,
         op_id: &str,
+        settle: bool,
         sink: &mut dyn EventSink,
     ) -> Result<bool> {
         let Some(op) = self.journal.table().get(op_id).cloned() else {
@@ -817,7 +858,10 @@ impl Loop<'_, '_> {
                     }
                 };
                 self.journal.record(record)?;
-                self.settle_op(run, &op_id, true, sink)?;
+                // After an earlier UNKNOWN call its result waits (the model's order).
+                if settle {
+                    self.settle_op(run, &op_id, true, sink)?;
+                }
                 Ok(true)
             }
         }

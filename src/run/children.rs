@@ -84,49 +84,79 @@ impl TaskRunner for Runner<'_, '_> {
 impl Runner<'_, '_> {
     fn create_and_run(&self, args: &TaskArgs, cancel: &AtomicBool) -> Result<ToolOutput> {
         let ex = self.parent;
-        let parent = SessionMeta::read(ex.paths, ex.session_id)?;
-        let depth = parent.task_depth() + 1;
-        let lock = child_lock(&parent.lock, depth, self.remaining).map_err(Error::failed)?;
-        let mut task = Message::new(&self.child.run_id, Role::User, args.prompt.clone());
-        task.redact();
-        let description = args.description.trim().to_string();
-        let new = NewSession {
-            meta: SessionMeta {
-                format_version: meta::FORMAT_VERSION,
-                id: self.child.session_id.clone(),
-                created_at: crate::clock::now_rfc3339(),
-                workspace: parent.workspace.clone(),
-                parent_id: Some(parent.id.clone()),
-                branch_root_id: parent.branch_root_id.clone(),
-                fork_point: None,
-                fork_kind: Some(ForkKind::Task),
-                task_parent: Some(TaskParent {
-                    run_id: self.parent_run_id.to_string(),
-                    op_id: self.op_id.to_string(),
-                    description,
-                    depth,
-                }),
-                lock,
-                first_run_id: Some(self.child.run_id.clone()),
-                history: Vec::new(),
-            },
-            run: RunState::new(&self.child.session_id, &self.child.run_id, &task, 1),
-            task,
+        let origin = Origin {
+            parent_session_id: ex.session_id,
+            parent_run_id: self.parent_run_id,
+            op_id: self.op_id,
+            child: self.child,
+            remaining: self.remaining,
         };
-        // All or nothing: before the rename the child does not exist (and recovery calls the
-        // parent's operation UNKNOWN: no evidence); after it, recovery resumes the child.
-        let lease = store::create(ex.state, &new)?;
+        let (meta, lease) = create(ex.state, &origin, args)?;
         failpoint::hit("task.after-child-created");
         // From here on the child exists: whatever happens, its own state says how far it got.
-        Ok(match run_child(ex, &new.meta, lease, cancel) {
+        Ok(match run_child(ex, &meta, lease, cancel) {
             Ok(output) => output,
             Err(e) => unknown_output(
-                &new.meta.id,
+                &meta.id,
                 &self.child.run_id,
                 &format!("the child run stopped with an error: {}", e.message),
             ),
         })
     }
+}
+
+/// Where a new child comes from: the parent's Session, run and `task` operation, the ids
+/// recorded in its `started` record, and what the parent has left.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    pub parent_session_id: &'a str,
+    pub parent_run_id: &'a str,
+    pub op_id: &'a str,
+    pub child: &'a ChildRef,
+    pub remaining: Remaining,
+}
+
+/// Creates the child Session of a `task` call (all or nothing) and returns it with its lease
+/// held; its first run is `queued`.
+pub fn create(
+    state: &crate::state::StateDir,
+    origin: &Origin,
+    args: &TaskArgs,
+) -> Result<(SessionMeta, Lease)> {
+    let parent_paths = state.session(origin.parent_session_id);
+    let parent = SessionMeta::read(&parent_paths, origin.parent_session_id)?;
+    let depth = parent.task_depth() + 1;
+    let lock = child_lock(&parent.lock, depth, origin.remaining).map_err(Error::failed)?;
+    let child = origin.child;
+    let mut task = Message::new(&child.run_id, Role::User, args.prompt.clone());
+    task.redact();
+    let new = NewSession {
+        meta: SessionMeta {
+            format_version: meta::FORMAT_VERSION,
+            id: child.session_id.clone(),
+            created_at: crate::clock::now_rfc3339(),
+            workspace: parent.workspace.clone(),
+            parent_id: Some(parent.id.clone()),
+            branch_root_id: parent.branch_root_id.clone(),
+            fork_point: None,
+            fork_kind: Some(ForkKind::Task),
+            task_parent: Some(TaskParent {
+                run_id: origin.parent_run_id.to_string(),
+                op_id: origin.op_id.to_string(),
+                description: args.description.trim().to_string(),
+                depth,
+            }),
+            lock,
+            first_run_id: Some(child.run_id.clone()),
+            history: Vec::new(),
+        },
+        run: RunState::new(&child.session_id, &child.run_id, &task, 1),
+        task,
+    };
+    // All or nothing: before the rename the child does not exist (and recovery calls the
+    // parent's operation UNKNOWN: no evidence); after it, recovery resumes the child.
+    let lease = store::create(state, &new)?;
+    Ok((new.meta, lease))
 }
 
 /// The child's lock: see the module doc. The error says why no child can be made.
@@ -234,6 +264,7 @@ fn run_child(
         mcp: parent.mcp,
         pass_env: parent.pass_env,
         tool_rules: parent.tool_rules,
+        parallel_tools: parent.parallel_tools,
         fence: parent.fence,
         workspace_root: parent.workspace_root,
         provider,

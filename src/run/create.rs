@@ -42,6 +42,8 @@ pub struct Prepared {
     pub binding: WorkspaceBinding,
     pub provider: Arc<dyn Provider>,
     pub provider_info: Option<Value>,
+    /// `[tools] parallel` of the config.
+    pub parallel_tools: usize,
     /// Warnings from capturing the workspace binding.
     pub warnings: Vec<String>,
     /// The definition came from the Builder.
@@ -126,6 +128,7 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
         binding,
         provider,
         provider_info,
+        parallel_tools: config.parallel_tools(),
         warnings,
         built,
         mcp_configs: config.mcp_servers().clone(),

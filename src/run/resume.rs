@@ -43,6 +43,8 @@ pub struct Resumed {
     pub merged: MergedPolicy,
     pub provider: Arc<dyn Provider>,
     pub provider_info: Option<Value>,
+    /// `[tools] parallel` of the config.
+    pub parallel_tools: usize,
     pub run_id: String,
     /// The run was created by this resume (from `--task`).
     pub new_run: bool,
@@ -145,6 +147,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
         merged,
         provider,
         provider_info,
+        parallel_tools: config.parallel_tools(),
         run_id,
         new_run,
         warnings: verified.warnings,

@@ -64,6 +64,10 @@ pub fn list(state: &StateDir, workspace: Option<&Path>) -> Result<Listing> {
             continue;
         }
         let last = runs.last();
+        let task = meta.task_parent.as_ref().map(|t| {
+            json!({"description": t.description, "runId": t.run_id, "opId": t.op_id,
+                   "depth": t.depth})
+        });
         out.entries.push(json!({
             "type": "session",
             "id": meta.id,
@@ -77,8 +81,57 @@ pub fn list(state: &StateDir, workspace: Option<&Path>) -> Result<Listing> {
             "lastRunId": last.map(|r| r.id.clone()),
             "lastRunStatus": last.map(|r| r.status.name()),
         }));
+        if let Some(task) = task {
+            out.entries.last_mut().expect("just pushed")["taskParent"] = task;
+        }
     }
+    nest_task_children(&mut out.entries);
     Ok(out)
+}
+
+/// Puts each `task` child right after its parent (children oldest first, depth first) and
+/// lists them in the parent's `tasks`; a child whose parent is not listed stays in its place.
+fn nest_task_children(entries: &mut Vec<Value>) {
+    let is_child_of =
+        |e: &Value, parent: &str| e["forkKind"] == "task" && e["parentId"].as_str() == Some(parent);
+    let listed: Vec<String> = entries
+        .iter()
+        .filter_map(|e| e["id"].as_str().map(str::to_string))
+        .collect();
+    let (children, mut rest): (Vec<Value>, Vec<Value>) =
+        std::mem::take(entries).into_iter().partition(|e| {
+            e["forkKind"] == "task"
+                && e["parentId"]
+                    .as_str()
+                    .is_some_and(|p| listed.iter().any(|l| l == p))
+        });
+    // `children` are newest first, like the listing: reversed, they are in creation order.
+    let mut children: Vec<Value> = children.into_iter().rev().collect();
+    fn place(
+        out: &mut Vec<Value>,
+        mut entry: Value,
+        children: &mut Vec<Value>,
+        is_child_of: &dyn Fn(&Value, &str) -> bool,
+    ) {
+        let id = entry["id"].as_str().unwrap_or_default().to_string();
+        let (mine, others): (Vec<Value>, Vec<Value>) = std::mem::take(children)
+            .into_iter()
+            .partition(|c| is_child_of(c, &id));
+        *children = others;
+        if !mine.is_empty() {
+            entry["tasks"] = Value::from(mine.iter().map(|c| c["id"].clone()).collect::<Vec<_>>());
+        }
+        out.push(entry);
+        for child in mine {
+            place(out, child, children, is_child_of);
+        }
+    }
+    let mut out = Vec::with_capacity(rest.len() + children.len());
+    for entry in rest.drain(..) {
+        place(&mut out, entry, &mut children, &is_child_of);
+    }
+    out.extend(children); // only a cycle of hand-edited parents is left: keep it listed
+    *entries = out;
 }
 
 /// A Session: metadata, lock, binding, its runs and its messages.
@@ -118,16 +171,29 @@ fn lineage(state: &StateDir, meta: &SessionMeta) -> Result<Value> {
     }
     ancestors.reverse();
     let mut forks = Vec::new();
+    let mut tasks = Vec::new();
     for id in store::list_ids(state)? {
         let paths = state.session(&id);
-        if id != meta.id
-            && paths.session_json().is_file()
-            && SessionMeta::read(&paths, &id)?.parent_id.as_deref() == Some(meta.id.as_str())
-        {
-            forks.push(id);
+        if id == meta.id || !paths.session_json().is_file() {
+            continue;
+        }
+        let other = SessionMeta::read(&paths, &id)?;
+        if other.parent_id.as_deref() != Some(meta.id.as_str()) {
+            continue;
+        }
+        match &other.task_parent {
+            // A task child: with the parent's run and operation, and how far it got.
+            Some(t) if other.fork_kind == Some(crate::session::ForkKind::Task) => {
+                let status = store::list_runs(&paths)?
+                    .last()
+                    .map(|r| r.status.name().to_string());
+                tasks.push(json!({"sessionId": id, "description": t.description,
+                                  "runId": t.run_id, "opId": t.op_id, "status": status}));
+            }
+            _ => forks.push(id),
         }
     }
-    Ok(json!({"ancestors": ancestors, "forks": forks}))
+    Ok(json!({"ancestors": ancestors, "forks": forks, "tasks": tasks}))
 }
 
 /// What `run show` prints: `{"type":"run","run":…,"operations":[…]}`. Serialized straight from

@@ -124,6 +124,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
         workspace_root: &prepared.binding.root,
         provider: Arc::clone(&prepared.provider),
         provider_info: prepared.provider_info.clone(),
+        parallel_tools: prepared.parallel_tools,
         cancel,
     };
     let ending = agent_loop::execute(&execution, &run_id, &mut renderer)?;
@@ -190,6 +191,7 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<Ex
         workspace_root: &resumed.meta.workspace.root,
         provider: Arc::clone(&resumed.provider),
         provider_info: resumed.provider_info.clone(),
+        parallel_tools: resumed.parallel_tools,
         cancel,
     };
     let ending = agent_loop::execute(&execution, &resumed.run_id, &mut renderer)?;

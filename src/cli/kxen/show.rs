@@ -34,12 +34,18 @@ pub fn session_list(
                     output::line(&output::terminal_safe(&format!("{id}  DAMAGED: {message}")));
                     continue;
                 }
+                let depth = s["taskParent"]["depth"].as_u64().unwrap_or(0) as usize;
                 let lineage = match (s["parentId"].as_str(), s["forkKind"].as_str()) {
+                    (Some(parent), Some("task")) => format!(
+                        "  (task `{}` of {parent})",
+                        clip(s["taskParent"]["description"].as_str().unwrap_or(""), 60)
+                    ),
                     (Some(parent), Some(kind)) => format!("  ({kind} fork of {parent})"),
                     _ => String::new(),
                 };
+                let indent = "  ".repeat(depth);
                 output::line(&format!(
-                    "{id}  {}  {}  {}  runs: {} (last: {}){lineage}",
+                    "{indent}{id}  {}  {}  {}  runs: {} (last: {}){lineage}",
                     s["createdAt"].as_str().unwrap_or(""),
                     s["agent"].as_str().unwrap_or("-"),
                     s["workspace"].as_str().unwrap_or("-"),
