@@ -56,7 +56,8 @@ fn load() -> String {
 fn setup(dir: &Path) -> (PathBuf, PathBuf) {
     let repo = dir.join("repo");
     std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("README"), "hello\n").unwrap();
+    let text: String = (1..=400).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(repo.join("README"), text).unwrap();
     for args in [
         &["init", "-q"][..],
         &["add", "."],
@@ -199,11 +200,12 @@ fn parallel_reads(dir: &Path) {
         let dir = dir.join(format!("p{parallel}"));
         std::fs::create_dir_all(&dir).unwrap();
         let (repo, agent) = setup(&dir);
-        let reads: Vec<serde_json::Value> = (0..8)
-            .map(|i| serde_json::json!({"id": format!("r{i}"), "name": "read", "arguments": {"path": "README", "offset": i + 1}}))
-            .collect();
         let mut lines = String::new();
-        for _ in 0..TURNS {
+        for turn in 0..TURNS {
+            // Every call distinct (a repeated call would not run again).
+            let reads: Vec<serde_json::Value> = (0..8)
+                .map(|i| serde_json::json!({"id": format!("r{i}"), "name": "read", "arguments": {"path": "README", "offset": turn * 8 + i + 1, "limit": 1}}))
+                .collect();
             lines.push_str(&serde_json::json!({"text": "", "toolCalls": reads}).to_string());
             lines.push('\n');
         }
