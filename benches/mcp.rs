@@ -167,6 +167,7 @@ fn run_agent(root: &Path, argv: &[String], calls: usize) -> (f64, usize, usize) 
         workspace_root: &prepared.binding.root,
         provider: std::sync::Arc::clone(&prepared.provider),
         provider_info: None,
+        parallel_tools: 1,
         cancel: &cancel,
     };
     // The server is already running (it was started and listed at creation), so the timer
