@@ -323,6 +323,91 @@ fn unknown_output(session_id: &str, run_id: &str, why: &str) -> ToolOutput {
     out
 }
 
+/// A `task` child whose run has not ended: the parent's operation takes its result once it
+/// does, so nothing else may settle that operation (an operator's `run resolve` is refused).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub session_id: String,
+    pub run_id: String,
+    /// The child's operations that wait for an operator's approval.
+    pub approvals: Vec<String>,
+    /// The child's operations whose outcome is unknown.
+    pub unknown: Vec<String>,
+}
+
+impl Waiting {
+    /// What to run to move the child on, then `then` (e.g. resuming the parent); `bin` is
+    /// `kxen-agent` with its global options.
+    pub fn next_step(&self, bin: &str, then: &str) -> String {
+        let Waiting {
+            session_id: s,
+            run_id: r,
+            approvals,
+            unknown,
+        } = self;
+        let one = |ops: &[String]| match ops {
+            [op] => op.clone(),
+            _ => "OP".to_string(),
+        };
+        let mut steps = Vec::new();
+        if !approvals.is_empty() {
+            let op = one(approvals);
+            steps.push(format!(
+                "approve the subagent's call {} with `{bin} run approve {s} {r} {op}` (or `{bin} \
+                 run deny {s} {r} {op} --reason TEXT`)",
+                approvals.join(", ")
+            ));
+        }
+        if !unknown.is_empty() {
+            let op = one(unknown);
+            steps.push(format!(
+                "record the outcome of the subagent's {} with `{bin} run resolve {s} {r} {op} \
+                 --output TEXT`",
+                unknown.join(", ")
+            ));
+        }
+        if steps.is_empty() {
+            steps.push(format!(
+                "inspect the subagent with `{bin} run show {s} {r}`"
+            ));
+        }
+        format!("{}, then {then}", steps.join(" and "))
+    }
+}
+
+/// The child of the parent's operation `op` if it was created and its run has not ended
+/// (`None`: not a `task` call, a child never created, or one whose run ended).
+pub fn waiting_child(
+    state: &crate::state::StateDir,
+    op: &crate::journal::OpState,
+) -> Result<Option<Waiting>> {
+    let Some(child) = &op.child else {
+        return Ok(None);
+    };
+    let paths = state.session(&child.session_id).run(&child.run_id);
+    if !paths.run_json().is_file() {
+        return Ok(None);
+    }
+    if RunState::read(&paths, &child.run_id)?.status.is_terminal() {
+        return Ok(None);
+    }
+    let table = crate::journal::read(&paths.journal())?;
+    let with = |phase: crate::journal::OpPhase| -> Vec<String> {
+        table
+            .ops()
+            .iter()
+            .filter(|o| o.phase == phase)
+            .map(|o| o.op_id.clone())
+            .collect()
+    };
+    Ok(Some(Waiting {
+        session_id: child.session_id.clone(),
+        run_id: child.run_id.clone(),
+        approvals: with(crate::journal::OpPhase::AwaitingApproval),
+        unknown: with(crate::journal::OpPhase::OutcomeUnknown),
+    }))
+}
+
 /// The parent's provider, serving a child Session: every request carries the child's `task`
 /// description (the script provider selects its lines by it). Nested children keep the
 /// innermost description.

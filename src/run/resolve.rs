@@ -78,6 +78,23 @@ pub fn resolve(state: &StateDir, resolution: &Resolution) -> Result<()> {
             .with_hint(format!("see its phase with `{inspect}`")));
         }
     }
+    // A `task` call whose child has not ended takes the child's result when the parent
+    // resumes: an outcome typed here would settle the parent while the child can still act.
+    if let Some(child) = super::children::waiting_child(state, op)? {
+        return Err(Error::conflict(format!(
+            "operation {op_id} is a task call whose subagent (Session {}, run {}) has not \
+             ended, so its outcome is the subagent's result, not one recorded by hand",
+            child.session_id, child.run_id
+        ))
+        .with_id(&child.session_id)
+        .with_hint(child.next_step(
+            "kxen-agent",
+            &format!(
+                "continue the parent with `kxen-agent --resume {session_id}`, {}",
+                super::SAME_FLAGS
+            ),
+        )));
+    }
     // Whatever of the operation still runs (a program that left the killed command's process
     // group) stops before the resolution is recorded: nothing of it may act after it.
     crate::process::orphans::stop_marked(crate::process::orphans::OPERATION_VAR, &[op_id]);

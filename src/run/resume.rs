@@ -85,6 +85,9 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
             })?;
         }
     }
+    if let (Some(parent), Some(origin)) = (&peek.parent_id, &peek.task_parent) {
+        check_parent_waits(state, id, parent, origin)?;
+    }
     let lease = Lease::acquire(&paths.dir, id)?;
     let mut meta = SessionMeta::read(&paths, id)?;
     meta.lock.verify()?;
@@ -221,4 +224,44 @@ fn pick_run(
     run.save(&run_paths)?;
     MessageLog::open(&paths.messages())?.append(message)?;
     Ok((run_id, true))
+}
+
+/// A task child runs only for a parent operation that still waits for its result: once that
+/// operation has an outcome (recorded by the child, or by an operator), nothing would take what
+/// the child does next, so it does not run again.
+fn check_parent_waits(
+    state: &StateDir,
+    id: &str,
+    parent: &str,
+    origin: &crate::session::TaskParent,
+) -> Result<()> {
+    use crate::journal::OpPhase;
+    if ids::validate_kind(parent, IdKind::Session).is_err()
+        || ids::validate_kind(&origin.run_id, IdKind::Run).is_err()
+    {
+        return Ok(());
+    }
+    let journal = state.session(parent).run(&origin.run_id).journal();
+    if !journal.is_file() {
+        return Ok(());
+    }
+    let table = crate::journal::read(&journal)?;
+    let Some(op) = table.get(&origin.op_id) else {
+        return Ok(());
+    };
+    if matches!(op.phase, OpPhase::Started | OpPhase::OutcomeUnknown) {
+        return Ok(());
+    }
+    Err(Error::conflict(format!(
+        "session {id} is the subagent of task call {} of run {} of session {parent}, whose \
+         outcome is already recorded ({}): nothing would take this subagent's result",
+        origin.op_id,
+        origin.run_id,
+        op.phase.name()
+    ))
+    .with_id(id)
+    .with_hint(format!(
+        "see what it did with `kxen-agent session show {id}`; continue the parent with \
+         `kxen-agent --resume {parent}`, or start a new Session for more work"
+    )))
 }

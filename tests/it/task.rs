@@ -654,3 +654,125 @@ fn sigint_cancels_both_running_children_then_the_parent_and_a_child_is_the_paren
     );
     assert_ne!(after.code, 5, "{}", after.stderr);
 }
+
+/// A child waiting for approval keeps the parent's `task` call UNKNOWN: the exit hint names the
+/// child's `run approve`, `run resolve` of the parent's operation is refused (exit 5, naming the
+/// child), and once the parent's call has an outcome the child is never resumed on its own.
+#[test]
+fn a_child_awaiting_approval_is_approved_through_the_child_never_resolved_in_the_parent() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = delegator(&env, 8);
+    let policy = env.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"allowShell": true, "mcpTools": {"exec": "ask"}}"#,
+    )
+    .unwrap();
+    let config = script_config(
+        &env,
+        &[
+            tasks(&[("t1", "count", "Count once")]),
+            child(
+                "count",
+                call("k1", "exec", json!({"command": "echo ran >> counter.txt"})),
+            ),
+            child("count", answer("child done")),
+            answer("parent done"),
+        ],
+    );
+    let policy_flag = ["--policy", policy.to_str().unwrap()];
+    let out = run_new(&env, &repo, "Count", &agent, &config, &policy_flag);
+    out.expect(7);
+    let parent = parent_of_all(&env);
+    let (pid, prun) = (
+        parent["id"].as_str().unwrap(),
+        parent["lastRunId"].as_str().unwrap(),
+    );
+    let shown = run_show(&env, pid, prun);
+    let c = &shown["children"][0];
+    let (cid, crun) = (
+        c["sessionId"].as_str().unwrap(),
+        c["runId"].as_str().unwrap(),
+    );
+    let pop = c["opId"].as_str().unwrap();
+    let cop = run_show(&env, cid, crun)["pendingApprovals"][0]["opId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The hint names the child's approve command, not a resolve of the parent's call.
+    assert!(
+        out.stderr
+            .contains(&format!("kxen-agent run approve {cid} {crun} {cop}")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr
+            .contains(&format!("run resolve {pid} {prun} {pop}")),
+        "{}",
+        out.stderr
+    );
+    // Resolving the parent's call by hand is refused, naming the child's command.
+    let refused = env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "resolve",
+            pid,
+            prun,
+            pop,
+            "--output",
+            "it did nothing",
+        ],
+    );
+    refused.expect(5);
+    assert!(
+        refused
+            .stderr
+            .contains(&format!("run approve {cid} {crun} {cop}")),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(
+        run_show(&env, pid, prun)["operations"][0]["phase"],
+        "outcomeUnknown"
+    );
+    // Following the hint: approve the child's call, resume the parent: the exec runs once and
+    // the parent takes the child's result.
+    env.run("kxen-agent", &["run", "approve", cid, crun, &cop])
+        .expect(0);
+    let mut resume = vec!["--resume", pid, "--config", config.to_str().unwrap()];
+    resume.extend(policy_flag);
+    env.run("kxen-agent", &resume).expect(0);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("counter.txt")).unwrap(),
+        "ran\n"
+    );
+    let parent_shown = session_show(&env, pid);
+    let result = parent_shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()
+        .clone();
+    assert_eq!(result["content"], "child done", "{result}");
+    // The parent's call is settled: the child is not resumed on its own any more.
+    let mut again = vec![
+        "--resume",
+        cid,
+        "--task",
+        "more",
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    again.extend(policy_flag);
+    let late = env.run("kxen-agent", &again);
+    late.expect(5);
+    assert!(late.stderr.contains("already recorded"), "{}", late.stderr);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("counter.txt")).unwrap(),
+        "ran\n"
+    );
+}

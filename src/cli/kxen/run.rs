@@ -129,7 +129,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
     };
     let ending = agent_loop::execute(&execution, &run_id, &mut renderer)?;
     drop(lease);
-    let hints = Hints::new(state_flag.map(|_| state.root()), resume_flags);
+    let hints = Hints::new(&state, state_flag.is_some(), resume_flags);
     Ok(exit_status(&session_id, &run_id, &ending, &hints))
 }
 
@@ -195,7 +195,7 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<Ex
         cancel,
     };
     let ending = agent_loop::execute(&execution, &resumed.run_id, &mut renderer)?;
-    let hints = Hints::new(state_flag.map(|_| state.root()), resume_flags);
+    let hints = Hints::new(&state, state_flag.is_some(), resume_flags);
     let status = exit_status(&resumed.meta.id, &resumed.run_id, &ending, &hints);
     drop(resumed);
     Ok(status)
@@ -257,25 +257,36 @@ pub struct Hints {
     /// `kxen-agent` with the global options.
     bin: String,
     resume_flags: String,
+    /// Where the run's `task` children are looked up (their commands are the next step).
+    state: StateDir,
 }
 
 impl Hints {
-    fn new(state_dir: Option<&Path>, resume_flags: String) -> Hints {
-        let bin = match state_dir {
+    fn new(state: &StateDir, explicit_state: bool, resume_flags: String) -> Hints {
+        let root = state.root();
+        let bin = match explicit_state.then_some(root) {
             Some(dir) => format!(
                 "kxen-agent --state-dir {}",
                 shell_word(&dir.to_string_lossy())
             ),
             None => "kxen-agent".to_string(),
         };
-        Hints { bin, resume_flags }
+        Hints {
+            bin,
+            resume_flags,
+            state: state.clone(),
+        }
     }
 }
 
 /// The exit status of a run's ending (success only for `completed`), with the error line on
 /// stderr; the hints name commands that work when pasted (see [`Hints`]).
 pub fn exit_status(session_id: &str, run_id: &str, ending: &Ending, hints: &Hints) -> ExitStatus {
-    let Hints { bin, resume_flags } = hints;
+    let Hints {
+        bin,
+        resume_flags,
+        state,
+    } = hints;
     let inspect = format!("{bin} run show {session_id} {run_id}");
     let err = match ending {
         Ending::InputRequired(ops) => {
@@ -289,9 +300,22 @@ pub fn exit_status(session_id: &str, run_id: &str, ending: &Ending, hints: &Hint
                 ops.join(", ")
             ))
             .with_id(run_id)
-            .with_hint(format!(
-                "inspect with `{inspect}`, then record what happened with `{bin} run resolve {session_id} {run_id} {op} --output TEXT` and continue with `{bin} --resume {session_id}{resume_flags}`"
-            ))
+            .with_hint(match waiting_children(state, session_id, run_id, ops).as_slice() {
+                // A task call waits for its subagent: the child's command is the next step, and
+                // resuming the parent then takes the child's result.
+                [(op, child), ..] => format!(
+                    "{op} is a task call whose subagent has not ended: {}",
+                    child.next_step(
+                        bin,
+                        &format!(
+                            "continue with `{bin} --resume {session_id}{resume_flags}`, which resumes the subagent and takes its result"
+                        )
+                    )
+                ),
+                [] => format!(
+                    "inspect with `{inspect}`, then record what happened with `{bin} run resolve {session_id} {run_id} {op} --output TEXT` and continue with `{bin} --resume {session_id}{resume_flags}`"
+                ),
+            })
         }
         Ending::ApprovalRequired(ops) => {
             let op = match ops.as_slice() {
@@ -318,6 +342,28 @@ pub fn exit_status(session_id: &str, run_id: &str, ending: &Ending, hints: &Hint
     };
     // The run's own events already told a JSON reader how it ended: stderr only.
     Diagnostics::kxen(Format::Text).error_lines(&err)
+}
+
+/// The operations among `ops` (of run `run_id`) that are `task` calls whose child has not
+/// ended, with that child (unreadable state: none; the hint then names `run resolve`, which
+/// refuses with the reason).
+fn waiting_children(
+    state: &StateDir,
+    session_id: &str,
+    run_id: &str,
+    ops: &[String],
+) -> Vec<(String, crate::run::children::Waiting)> {
+    let journal = state.session(session_id).run(run_id).journal();
+    let Ok(table) = crate::journal::read(&journal) else {
+        return Vec::new();
+    };
+    ops.iter()
+        .filter_map(|id| {
+            let op = table.get(id)?;
+            let child = crate::run::children::waiting_child(state, op).ok()??;
+            Some((id.clone(), child))
+        })
+        .collect()
 }
 
 /// Why a finished run is not a success, as the error of its exit status (`None`: completed).
