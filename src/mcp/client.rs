@@ -34,6 +34,10 @@ const MAX_LINE: usize = 16 * 1024 * 1024;
 /// How much of the server's stderr is kept for error messages.
 const STDERR_TAIL: usize = 2048;
 const POLL: Duration = Duration::from_millis(50);
+/// After the server closed a pipe, how long we wait for its exit status to be reapable.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+/// After that, how long we wait for the rest of its stderr (its EOF).
+const STDERR_DRAIN: Duration = Duration::from_secs(1);
 
 /// How the server process is started.
 pub struct Spawn<'a> {
@@ -90,6 +94,8 @@ pub struct Client {
     stdin: Option<ChildStdin>,
     rx: Receiver<Incoming>,
     stderr: Arc<Mutex<Vec<u8>>>,
+    /// The thread collecting `stderr`; finished once the server's stderr is closed.
+    stderr_reader: std::thread::JoinHandle<()>,
     next_id: u64,
     timeout: Duration,
     /// The protocol version the server chose.
@@ -143,13 +149,14 @@ impl Client {
         std::thread::spawn(move || read_messages(stdout, tx));
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let tail = Arc::clone(&stderr);
-        std::thread::spawn(move || keep_tail(stderr_pipe, tail));
+        let stderr_reader = std::thread::spawn(move || keep_tail(stderr_pipe, tail));
         let mut client = Client {
             server: spec.server.to_string(),
             child,
             stdin,
             rx,
             stderr,
+            stderr_reader,
             next_id: 0,
             timeout: spec.timeout,
             protocol_version: String::new(),
@@ -340,15 +347,26 @@ impl Client {
     }
 
     /// The server closed stdout: how it ended, with the tail of its stderr.
+    ///
+    /// Both waits are bounded and only taken on this failure path. Closing stdout (or stdin)
+    /// usually means the process is exiting, but on a loaded machine its exit status and the
+    /// last of its stderr (read by another thread) arrive later: without the waits the message
+    /// would say "closed its stdout" and miss the server's own words.
     fn exited(&mut self) -> String {
-        // Give the exit status a moment to be reapable.
-        let until = Instant::now() + Duration::from_millis(500);
+        let until = Instant::now() + EXIT_WAIT;
         let mut status = None;
         while Instant::now() < until {
             if let Ok(Some(s)) = self.child.try_wait() {
                 status = Some(s);
                 break;
             }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The stderr reader ends at EOF, once every holder of the pipe closed it: the server
+        // and anything it started that kept its stderr (then the wait runs out, and we say
+        // what was read so far).
+        let until = Instant::now() + STDERR_DRAIN;
+        while !self.stderr_reader.is_finished() && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(10));
         }
         let how = match status {
