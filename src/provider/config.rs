@@ -302,12 +302,25 @@ impl ModelConfig {
                     ConfigSource::Env => " (named by KXEN_AGENT_CONFIG)",
                     ConfigSource::Default => "",
                 };
-                return Err(Error::io_told(
+                // A directory where the file should be is the user's mistake (exit 4), as for
+                // --agent, --policy and --task-file; other read failures are the system's.
+                let is_dir = e.kind() == std::io::ErrorKind::IsADirectory;
+                let otherwise = if is_dir {
+                    ErrorKind::InvalidInput
+                } else {
+                    ErrorKind::Failed
+                };
+                let err = Error::io_told(
                     format!("cannot read the model config {}: {e}{from}", path.display()),
                     &path,
                     e,
-                    ErrorKind::Failed,
-                ));
+                    otherwise,
+                );
+                return Err(if is_dir {
+                    err.with_hint("pass the config file itself (a TOML file), not a directory")
+                } else {
+                    err
+                });
             }
         };
         // Not UTF-8 is a broken file the user wrote (exit 4), not a failure of the system.
@@ -397,9 +410,12 @@ impl ModelConfig {
                     if let Some(env) = &o.api_key_env
                         && !valid_env_name(env)
                     {
+                        // Never echo it: what fails this check is often a pasted key.
                         return Err(self.invalid(format!(
-                            "{at} api_key_env `{env}` is not an environment variable name \
-                             (it names the variable holding the key, not the key itself)"
+                            "{at} api_key_env ({} characters, not shown) is not an environment \
+                             variable name (if it is the key itself, move it to the environment); \
+                             name the variable that holds the key, e.g. api_key_env = \"OPENAI_API_KEY\"",
+                            env.chars().count()
                         )));
                     }
                     o.check_options(&at).map_err(|why| self.invalid(why))?;
@@ -668,6 +684,11 @@ demo = "demo"
         ] {
             let e = parse(bad).unwrap_err();
             assert_eq!(e.kind, ErrorKind::InvalidInput);
+            assert!(
+                !e.message.contains("sk-abc"),
+                "a pasted key is echoed: {}",
+                e.message
+            );
             assert!(e.message.contains(needle), "{}", e.message);
             assert!(e.message.contains("/cfg/config.toml"));
         }

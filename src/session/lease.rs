@@ -176,8 +176,12 @@ mod tests {
             host: hostname(),
             since: "2026-01-01T00:00:00Z".into(),
         };
-        fsx::write_atomic_json(&dir.path().join("lease.json"), &record, fsx::STATE_FILE_MODE)
-            .unwrap();
+        fsx::write_atomic_json(
+            &dir.path().join("lease.json"),
+            &record,
+            fsx::STATE_FILE_MODE,
+        )
+        .unwrap();
         // Another open file description of lease.lock stands for the child's inherited copy.
         let inherited = FileLock::try_exclusive(&dir.path().join("lease.lock"))
             .unwrap()

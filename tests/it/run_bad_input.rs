@@ -240,6 +240,39 @@ fn a_model_config_that_is_not_utf8_is_invalid_input_naming_the_file() {
     assert!(run.stderr.contains("UTF-8"), "{}", run.stderr);
 }
 
+/// A directory given where a file is expected (`--config`, `--agent`, `--policy`,
+/// `--task-file`) is the user's mistake: exit 4 naming it, never exit 1 (internal).
+#[test]
+fn a_directory_given_as_a_file_option_is_invalid_input() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "a")]);
+    let agent = fixer(&env);
+    let dir = env.path().join("a-directory");
+    std::fs::create_dir(&dir).unwrap();
+    let dir = dir.to_str().unwrap();
+    let base = ["run", "--workspace", repo.to_str().unwrap()];
+    for (option, rest) in [
+        (
+            "--config",
+            vec!["--task", "x", "--agent", agent.to_str().unwrap()],
+        ),
+        ("--agent", vec!["--task", "x"]),
+        (
+            "--policy",
+            vec!["--task", "x", "--agent", agent.to_str().unwrap()],
+        ),
+        ("--task-file", vec!["--agent", agent.to_str().unwrap()]),
+    ] {
+        let mut run_args: Vec<&str> = base.to_vec();
+        run_args.extend(rest);
+        run_args.extend([option, dir]);
+        refused(&env, &run_args, 4, "a-directory");
+    }
+    let check = env.run("kxen-agent", &["policy", "check", "--config", dir]);
+    check.expect(4);
+    assert!(check.stderr.contains("a-directory"), "{}", check.stderr);
+}
+
 #[test]
 fn a_script_line_over_the_limit_fails_the_model_call_naming_file_and_line() {
     let env = TestEnv::new();
