@@ -246,8 +246,14 @@ impl Loop<'_, '_> {
                 let why = why.to_string();
                 return self.fail(run, FailReason::LoopDetected, why, sink);
             }
-            if self.turns >= max_turns {
-                let why = format!("the run reached its turn budget (maxTurns {max_turns})");
+            let delegated = children::turns_spent(self.ex.state, self.journal.table())?;
+            if self.turns + delegated >= max_turns {
+                let why = match delegated {
+                    0 => format!("the run reached its turn budget (maxTurns {max_turns})"),
+                    n => format!(
+                        "the run reached its turn budget (maxTurns {max_turns}, {n} of them taken by its subagents)"
+                    ),
+                };
                 return self.fail(run, FailReason::BudgetExhausted, why, sink);
             }
             let mut response = match self.call_model(run)? {
@@ -500,6 +506,13 @@ impl Loop<'_, '_> {
         Some(Duration::from_millis(limit.saturating_sub(spent)))
     }
 
+    /// The turns the run may still make, its children's included (`task` carving).
+    pub(super) fn turns_left(&self) -> Result<u64> {
+        let spent = children::turns_spent(self.ex.state, self.journal.table())?;
+        Ok(u64::from(self.ex.definition.spec.execution.max_turns)
+            .saturating_sub(self.turns + spent))
+    }
+
     /// Why nothing more runs once `maxWallClockMs` is spent.
     fn budget_spent(&self) -> String {
         format!(
@@ -572,14 +585,18 @@ impl Loop<'_, '_> {
             tool: call.name.clone(),
             arguments: call.arguments.clone(),
         });
+        let turns_left = if child.is_some() {
+            self.turns_left()?
+        } else {
+            0
+        };
         let runner = child.as_ref().map(|child| children::Runner {
             parent: self.ex,
             parent_run_id: &run.id,
             op_id: &op_id,
             child,
             remaining: children::Remaining {
-                turns: u64::from(self.ex.definition.spec.execution.max_turns)
-                    .saturating_sub(self.turns),
+                turns: turns_left,
                 wall_clock: remaining,
             },
         });

@@ -12,8 +12,10 @@
 //! - capabilities never wider than the parent's: the same set, minus `task` once the child is
 //!   at [`MAX_TASK_DEPTH`];
 //! - budgets carved from what the parent has left when the child starts: `maxTurns` at most
-//!   the parent's remaining turns, `maxWallClockMs` at most its remaining wall clock. The
-//!   parent's own wall-clock bound stops the child as a cancel does.
+//!   the parent's remaining turns ([`share`] of them when several children start together),
+//!   `maxWallClockMs` at most its remaining wall clock. The turns a child takes are the
+//!   parent's ([`turns_spent`]), so a parent and its children never make more model calls than
+//!   the parent's `maxTurns`. The parent's own wall-clock bound stops the child as a cancel does.
 //!
 //! Recovery of the parent ([`recover`]) never runs a child twice: a child that finished gives
 //! its recorded result; one that is mid-run is resumed (its own recovery, its own UNKNOWNs); a
@@ -323,6 +325,41 @@ fn unknown_output(session_id: &str, run_id: &str, why: &str) -> ToolOutput {
     out
 }
 
+/// The turns the `task` children of a parent's run took from its budget (`table` is the
+/// parent run's journal): a finished child's own model responses, and for one that has not
+/// finished all it may still take (its `maxTurns`). With the parent's own responses they never
+/// exceed the parent's `maxTurns` (see [`share`]).
+pub fn turns_spent(state: &crate::state::StateDir, table: &crate::journal::OpTable) -> Result<u64> {
+    let mut spent = 0u64;
+    for child in table.ops().iter().filter_map(|op| op.child.as_ref()) {
+        let session = state.session(&child.session_id);
+        let paths = session.run(&child.run_id);
+        if !paths.run_json().is_file() {
+            continue; // never created, or not yet: it took nothing
+        }
+        spent += match RunState::read(&paths, &child.run_id)?.result {
+            Some(result) => result.turns,
+            None => u64::from(
+                SessionMeta::read(&session, &child.session_id)?
+                    .lock
+                    .definition
+                    .spec
+                    .execution
+                    .max_turns,
+            ),
+        };
+    }
+    Ok(spent)
+}
+
+/// The turns the `index`-th of `count` `task` calls of one batch may take when the parent has
+/// `left`: an even split (the first `left % count` get one more), so children running together
+/// never take more than the parent has left between them.
+pub fn share(left: u64, index: usize, count: usize) -> u64 {
+    let (index, count) = (index as u64, count.max(1) as u64);
+    left / count + u64::from(index < left % count)
+}
+
 /// A `task` child whose run has not ended: the parent's operation takes its result once it
 /// does, so nothing else may settle that operation (an operator's `run resolve` is refused).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -493,6 +530,16 @@ mod tests {
                 .unwrap_err()
                 .contains("no turns")
         );
+    }
+
+    #[test]
+    fn children_of_one_batch_split_what_is_left() {
+        let shares: Vec<u64> = (0..3).map(|i| share(7, i, 3)).collect();
+        assert_eq!(shares, [3, 2, 2]);
+        assert_eq!(shares.iter().sum::<u64>(), 7);
+        assert_eq!(share(1, 1, 2), 0, "a child past what is left gets nothing");
+        assert_eq!(share(5, 0, 1), 5);
+        assert_eq!(share(5, 0, 0), 5, "no count is one child");
     }
 
     #[test]

@@ -115,8 +115,7 @@ impl Loop<'_, '_> {
                 arguments: slot.call.arguments.clone(),
             });
         }
-        let turns_left =
-            u64::from(self.ex.definition.spec.execution.max_turns).saturating_sub(self.turns);
+        let turns_left = self.turns_left()?;
         let outputs = self.execute_together(run, &slots, remaining, turns_left);
         let stopped_why = self.budget_spent();
         let mut outcomes = Vec::new();
@@ -193,6 +192,19 @@ impl Loop<'_, '_> {
     ) -> Vec<Option<(ToolOutput, bool)>> {
         let ex = self.ex;
         let (tool_home, blobs, attempt) = (&self.tool_home, &self.blobs, &self.attempt_mark);
+        // The children of the batch split what the parent has left (`children::share`).
+        let children: Vec<&str> = slots
+            .iter()
+            .filter(|s| s.child.is_some() && s.admitted.is_ok())
+            .map(|s| s.op_id.as_str())
+            .collect();
+        let tasks = children.len();
+        let child_index = |slot: &Slot| {
+            children
+                .iter()
+                .position(|op| *op == slot.op_id)
+                .unwrap_or(0)
+        };
         let deadline = remaining.map(|left| Instant::now() + left);
         std::thread::scope(|scope| {
             let handles: Vec<_> = slots
@@ -206,7 +218,7 @@ impl Loop<'_, '_> {
                             op_id: &slot.op_id,
                             child,
                             remaining: children::Remaining {
-                                turns: turns_left,
+                                turns: children::share(turns_left, child_index(slot), tasks),
                                 wall_clock: remaining,
                             },
                         });

@@ -133,6 +133,19 @@ fn two_task_calls_run_two_child_sessions_together_and_their_results_arrive_in_th
         .collect();
     assert_eq!(tool_messages.len(), 2);
     assert_eq!(tool_messages[0]["toolCallId"], "t1");
+    // Started together with 7 of the parent's 8 turns left, the children split them (4 + 3).
+    let mut carved: Vec<u64> = session_list(&env)
+        .iter()
+        .filter(|s| s["forkKind"] == "task")
+        .map(|s| {
+            session_show(&env, s["id"].as_str().unwrap())["lock"]["definition"]["spec"]["execution"]
+                ["maxTurns"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    carved.sort_unstable();
+    assert_eq!(carved, [3, 4]);
     assert_eq!(tool_messages[0]["content"], "a-ok");
     assert_eq!(tool_messages[1]["toolCallId"], "t2");
     assert_eq!(tool_messages[1]["content"], "b-ok");
@@ -269,23 +282,30 @@ fn task_needs_allow_shell() {
 }
 
 #[test]
-fn a_child_cannot_exceed_the_parents_remaining_turns() {
+fn a_child_cannot_exceed_the_parents_remaining_turns_and_its_turns_are_the_parents() {
     let env = TestEnv::new();
     let repo = env.git_repo("repo", &[("README", "x\n")]);
-    // Turn 1 calls task, so the child has 2 of the parent's 3 turns left; it wants 3.
+    // Turn 1 calls task, so the child has 2 of the parent's 3 turns left; it wants 3. What it
+    // takes is the parent's: afterwards the parent has none left.
     let agent = delegator(&env, 3);
     let config = script_config(
         &env,
         &[
             tasks(&[("t1", "long", "Work long")]),
             child("long", call("l1", "read", json!({"path": "README"}))),
-            child("long", call("l2", "read", json!({"path": "README"}))),
+            child("long", call("l2", "glob", json!({"pattern": "*"}))),
             child("long", answer("never reached")),
-            answer("the child ran out"),
+            answer("never reached either"),
         ],
     );
     let out = start(&env, &repo, &agent, &config);
-    out.expect(0);
+    out.expect(8);
+    assert!(
+        out.stderr
+            .contains("maxTurns 3, 2 of them taken by its subagents"),
+        "{}",
+        out.stderr
+    );
     let child = session_list(&env)
         .into_iter()
         .find(|s| s["forkKind"] == "task")
@@ -300,7 +320,8 @@ fn a_child_cannot_exceed_the_parents_remaining_turns() {
     let run = &shown["runs"][0];
     assert_eq!(run["result"]["reason"], "budgetExhausted", "{run}");
     assert_eq!(run["result"]["turns"], 2);
-    // The parent got the failure as its call's result and went on.
+    // The parent got the failure as its call's result, then stopped at its own budget: three
+    // model calls in all.
     let parent = parent_of_all(&env);
     let parent_shown = session_show(&env, parent["id"].as_str().unwrap());
     let result = parent_shown["messages"]
@@ -314,6 +335,52 @@ fn a_child_cannot_exceed_the_parents_remaining_turns() {
     assert!(
         result["content"].as_str().unwrap().contains("turn budget"),
         "{result}"
+    );
+    assert_eq!(
+        parent_shown["runs"][0]["result"]["reason"],
+        "budgetExhausted"
+    );
+    assert_eq!(parent_shown["runs"][0]["result"]["turns"], 1);
+}
+
+/// Two children one after the other, each wanting 3 turns, under a parent budget of 4: the
+/// first takes 3 of the 3 left, and the parent (and so the second child) gets no more: the
+/// parent and its children make 4 model calls, never more.
+#[test]
+fn sequential_children_share_the_parents_turn_budget() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = delegator(&env, 4);
+    let work = |d: &str, n: &str| {
+        [
+            child(d, call(&format!("r{n}"), "read", json!({"path": "README"}))),
+            child(d, call(&format!("g{n}"), "glob", json!({"pattern": "*"}))),
+            child(d, answer(&format!("{d} done"))),
+        ]
+    };
+    let mut turns = vec![tasks(&[("t1", "a", "p")])];
+    turns.extend(work("a", "1"));
+    turns.push(tasks(&[("t2", "b", "p")]));
+    turns.extend(work("b", "2"));
+    turns.push(answer("parent done"));
+    let config = script_config(&env, &turns);
+    let out = start(&env, &repo, &agent, &config);
+    out.expect(8);
+    let calls: u64 = session_list(&env)
+        .iter()
+        .map(|s| {
+            let shown = session_show(&env, s["id"].as_str().unwrap());
+            shown["runs"][0]["result"]["turns"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(
+        calls, 4,
+        "the parent's maxTurns bounds parent and children together"
+    );
+    assert_eq!(
+        session_list(&env).len(),
+        2,
+        "no second child: no turns were left"
     );
 }
 
