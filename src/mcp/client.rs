@@ -14,8 +14,8 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,12 @@ pub const SUPPORTED_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-0
 pub const CLEANUP_WINDOW: Duration = Duration::from_secs(2);
 /// The largest message line accepted from a server (the model sees at most 64 KiB anyway).
 const MAX_LINE: usize = 16 * 1024 * 1024;
+/// How many answers and server requests the reader thread holds before it stops reading (the
+/// server then blocks on its stdout). Notifications are never queued: nothing uses them, and a
+/// server writing them while no request waits would otherwise grow our memory without bound.
+const QUEUE: usize = 4;
+/// Requests are written in pieces of this size, so a stalled write says how much got through.
+const WRITE_CHUNK: usize = 64 * 1024;
 /// How much of the server's stderr is kept for error messages.
 const STDERR_TAIL: usize = 2048;
 const POLL: Duration = Duration::from_millis(50);
@@ -69,12 +75,18 @@ pub enum Failure {
     Timeout(Duration),
     /// Canceled; the server did not answer within the cleanup window and was killed.
     Canceled,
+    /// The server stopped reading its stdin while part of the request was written (it was
+    /// killed): it may have read the whole request.
+    Stalled(String),
 }
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::NotSent(why) | Failure::Rpc(why) | Failure::Broken(why) => f.write_str(why),
+            Failure::NotSent(why)
+            | Failure::Rpc(why)
+            | Failure::Broken(why)
+            | Failure::Stalled(why) => f.write_str(why),
             Failure::Timeout(t) => write!(f, "no answer within {} ms", t.as_millis()),
             Failure::Canceled => f.write_str("canceled, and the server did not answer in time"),
         }
@@ -87,11 +99,104 @@ enum Incoming {
     Eof,
 }
 
+/// The writing end of the server's stdin: a thread that writes each line it is given (in
+/// [`WRITE_CHUNK`] pieces, counting the bytes that got through) and acknowledges it, so a
+/// server that stops reading blocks that thread, never the run: the caller waits for the
+/// acknowledgement with its deadline and cancel flag.
+struct Writer {
+    lines: Sender<Vec<u8>>,
+    acks: Receiver<std::io::Result<()>>,
+    /// Bytes of the line in flight written so far (reset before each line).
+    progress: Arc<AtomicUsize>,
+}
+
+/// Why a line was not (entirely) written.
+enum WriteFailure {
+    /// The pipe is closed (the server exited) or the writer is gone.
+    Closed(String),
+    /// The deadline passed, or the run was canceled, before the line was written; `written`
+    /// bytes of `total` got through.
+    Stalled {
+        written: usize,
+        total: usize,
+        canceled: bool,
+    },
+}
+
+impl Writer {
+    fn start(mut stdin: ChildStdin) -> Writer {
+        let (lines, rx) = mpsc::channel::<Vec<u8>>();
+        let (ack_tx, acks) = mpsc::channel();
+        let progress = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&progress);
+        std::thread::spawn(move || {
+            for line in rx {
+                let mut result = Ok(());
+                for chunk in line.chunks(WRITE_CHUNK) {
+                    result = stdin.write_all(chunk);
+                    if result.is_err() {
+                        break;
+                    }
+                    counted.fetch_add(chunk.len(), Ordering::SeqCst);
+                }
+                let failed = result.is_err();
+                if ack_tx.send(result).is_err() || failed {
+                    return; // dropping stdin closes the pipe
+                }
+            }
+        });
+        Writer {
+            lines,
+            acks,
+            progress,
+        }
+    }
+
+    /// Writes `line`, waiting at most until `until` (and, once `cancel` is set, at most
+    /// [`CLEANUP_WINDOW`] more, but never past `until`).
+    fn write(
+        &self,
+        line: Vec<u8>,
+        until: Instant,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<(), WriteFailure> {
+        let total = line.len();
+        self.progress.store(0, Ordering::SeqCst);
+        if self.lines.send(line).is_err() {
+            return Err(WriteFailure::Closed("its stdin is closed".into()));
+        }
+        let mut until = until;
+        let mut canceled = false;
+        loop {
+            let now = Instant::now();
+            if !canceled && cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+                canceled = true;
+                until = until.min(now + CLEANUP_WINDOW);
+            }
+            if now >= until {
+                return Err(WriteFailure::Stalled {
+                    written: self.progress.load(Ordering::SeqCst),
+                    total,
+                    canceled,
+                });
+            }
+            match self.acks.recv_timeout((until - now).min(POLL)) {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) => return Err(WriteFailure::Closed(e.to_string())),
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(WriteFailure::Closed("its stdin is closed".into()));
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+}
+
 /// One running server after a successful handshake.
 pub struct Client {
     server: String,
     child: Child,
-    stdin: Option<ChildStdin>,
+    stdin: Option<Writer>,
     rx: Receiver<Incoming>,
     stderr: Arc<Mutex<Vec<u8>>>,
     /// The thread collecting `stderr`; finished once the server's stderr is closed.
@@ -144,8 +249,8 @@ impl Client {
         };
         let stdout = child.stdout.take().expect("piped");
         let stderr_pipe = child.stderr.take().expect("piped");
-        let stdin = child.stdin.take();
-        let (tx, rx) = mpsc::channel();
+        let stdin = child.stdin.take().map(Writer::start);
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
         std::thread::spawn(move || read_messages(stdout, tx));
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let tail = Arc::clone(&stderr);
@@ -187,8 +292,9 @@ impl Client {
         }
         client.protocol_version = version.to_string();
         client.server_info = init["serverInfo"].clone();
+        let until = Instant::now() + client.timeout;
         client
-            .notify("notifications/initialized", json!({}))
+            .notify("notifications/initialized", json!({}), until)
             .map_err(|f| format!("the initialize handshake failed: {f}"))?;
         Ok(client)
     }
@@ -236,26 +342,66 @@ impl Client {
         self.dead.is_some()
     }
 
-    fn notify(&mut self, method: &str, params: Value) -> Result<(), Failure> {
-        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+    /// Sends a notification, waiting at most until `until` for the server to read it.
+    fn notify(&mut self, method: &str, params: Value, until: Instant) -> Result<(), Failure> {
+        self.send(
+            &json!({"jsonrpc": "2.0", "method": method, "params": params}),
+            until,
+            None,
+        )
     }
 
-    fn send(&mut self, message: &Value) -> Result<(), Failure> {
+    /// Writes `message`, waiting at most until `until` (see [`Writer::write`]). A server that
+    /// does not read it in time is killed: [`Failure::NotSent`] if not one byte got through,
+    /// else [`Failure::Stalled`] (it may have read all of it), or [`Failure::Canceled`].
+    fn send(
+        &mut self,
+        message: &Value,
+        until: Instant,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<(), Failure> {
         if let Some(why) = &self.dead {
             return Err(Failure::NotSent(why.clone()));
         }
         let mut line = serde_json::to_vec(message).expect("a message always serializes");
         line.push(b'\n');
-        let written = match self.stdin.as_mut() {
-            Some(stdin) => stdin.write_all(&line).and_then(|()| stdin.flush()),
-            None => Err(std::io::Error::other("stdin closed")),
+        let written = match self.stdin.as_ref() {
+            Some(stdin) => stdin.write(line, until, cancel),
+            None => Err(WriteFailure::Closed("its stdin is closed".into())),
         };
-        written.map_err(|e| {
-            // A closed stdin is, nearly always, a server that exited: say how (and what its
-            // stderr says) rather than "broken pipe".
-            let why = self.exited();
-            Failure::NotSent(format!("{why} (writing to it failed: {e})"))
-        })
+        match written {
+            Ok(()) => Ok(()),
+            Err(WriteFailure::Closed(e)) => {
+                // A closed stdin is, nearly always, a server that exited: say how (and what
+                // its stderr says) rather than "broken pipe".
+                let why = self.exited();
+                Err(Failure::NotSent(format!(
+                    "{why} (writing to it failed: {e})"
+                )))
+            }
+            Err(WriteFailure::Stalled {
+                written,
+                total,
+                canceled,
+            }) => {
+                let why = self.broke(format!(
+                    "the server stopped reading its stdin: {written} of the {total} bytes of the \
+                     message were written {}; the server was killed",
+                    if canceled {
+                        "when the run was canceled".to_string()
+                    } else {
+                        format!("within {} ms (timeout_ms)", self.timeout.as_millis())
+                    }
+                ));
+                Err(if written == 0 {
+                    Failure::NotSent(why)
+                } else if canceled {
+                    Failure::Canceled
+                } else {
+                    Failure::Stalled(why)
+                })
+            }
+        }
     }
 
     fn request(
@@ -266,8 +412,14 @@ impl Client {
     ) -> Result<Value, Failure> {
         self.next_id += 1;
         let id = self.next_id;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        // The clock starts before the request is written: a server that stops reading its
+        // stdin is a server that does not answer.
         let deadline = Instant::now() + self.timeout;
+        self.send(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+            deadline,
+            cancel,
+        )?;
         let mut cleanup_until: Option<Instant> = None;
         loop {
             let now = Instant::now();
@@ -277,16 +429,26 @@ impl Client {
                     return Err(Failure::Canceled);
                 }
             } else if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
-                let _ = self.notify(
-                    "notifications/cancelled",
-                    json!({"requestId": id, "reason": "canceled by the user"}),
-                );
-                cleanup_until = Some(now + CLEANUP_WINDOW);
+                let until = now + CLEANUP_WINDOW;
+                if self
+                    .notify(
+                        "notifications/cancelled",
+                        json!({"requestId": id, "reason": "canceled by the user"}),
+                        until,
+                    )
+                    .is_err()
+                {
+                    // It stopped reading (and was killed) or is gone: no answer will come.
+                    self.broke("canceled".into());
+                    return Err(Failure::Canceled);
+                }
+                cleanup_until = Some(until);
                 continue;
             } else if now >= deadline {
                 let _ = self.notify(
                     "notifications/cancelled",
                     json!({"requestId": id, "reason": "timed out"}),
+                    now + Duration::from_millis(100),
                 );
                 self.broke(format!("no answer within {} ms", self.timeout.as_millis()));
                 return Err(Failure::Timeout(self.timeout));
@@ -316,9 +478,17 @@ impl Client {
                         json!({"jsonrpc": "2.0", "id": req_id, "error": {
                             "code": -32601, "message": format!("kxen-agent does not support {method}")}})
                     };
-                    let _ = self.send(&reply);
+                    let until = cleanup_until.unwrap_or(deadline);
+                    if let Err(failure) = self.send(&reply, until, None) {
+                        // The server stopped reading while our request was pending: it was
+                        // killed, and the request may have acted.
+                        return Err(match failure {
+                            Failure::NotSent(why) | Failure::Stalled(why) => Failure::Broken(why),
+                            other => other,
+                        });
+                    }
                 }
-                continue; // notifications (progress, logging) are not needed
+                continue;
             }
             if message.get("id").and_then(Value::as_u64) != Some(id) {
                 continue; // an answer to a request we gave up on
@@ -420,7 +590,7 @@ impl Drop for Client {
     }
 }
 
-fn read_messages(stdout: impl Read, tx: mpsc::Sender<Incoming>) {
+fn read_messages(stdout: impl Read, tx: SyncSender<Incoming>) {
     let mut reader = BufReader::new(stdout);
     let mut line = Vec::new();
     loop {
@@ -445,6 +615,9 @@ fn read_messages(stdout: impl Read, tx: mpsc::Sender<Incoming>) {
             continue;
         }
         let incoming = match serde_json::from_str::<Value>(text) {
+            // A notification (progress, logging…): nothing uses them; dropped here, so a
+            // server flooding them costs one line of memory, whether a request waits or not.
+            Ok(v) if v.get("method").is_some() && v.get("id").is_none() => continue,
             Ok(v) if v.is_object() => Incoming::Message(v),
             _ => Incoming::Garbage(text.to_string()),
         };

@@ -9,6 +9,86 @@ use super::{LockedTool, Servers, capability, schema_hash, split_capability};
 use crate::agent::DcpAgentLock;
 use crate::error::{Error, Result};
 
+/// The longest tool description kept; a longer one is cut here (with a warning): the model is
+/// sent every granted tool's description on every turn.
+pub const MAX_DESCRIPTION: usize = 2048;
+/// The longest `mcp__<server>__<tool>` name: what OpenAI-style APIs accept as a function name
+/// (`^[a-zA-Z0-9_-]{1,64}$`).
+pub const MAX_TOOL_NAME: usize = 64;
+
+/// `server`'s tool listing, refused (exit 9) if two tools share a name: which of them a call
+/// would reach, and which one the lock describes, would be a guess.
+fn listing(servers: &Servers, server: &str) -> Result<Vec<Value>> {
+    let tools = servers.list_tools(server)?;
+    let mut seen = BTreeSet::new();
+    for name in tools.iter().filter_map(|t| t["name"].as_str()) {
+        if !seen.insert(name) {
+            return Err(Error::external(format!(
+                "MCP server `{server}` lists tool {name:?} more than once; kxen-agent cannot \
+                 tell which one a call would reach"
+            ))
+            .with_hint(format!(
+                "fix the server (or its [mcp.servers.{server}] entry) so each tool name is listed once"
+            )));
+        }
+    }
+    Ok(tools)
+}
+
+/// Why tool `t` (an entry of a `tools/list` answer) of `server` cannot be offered, or `None`:
+/// its name is not `[A-Za-z0-9_-]` or makes `mcp__<server>__<tool>` longer than
+/// [`MAX_TOOL_NAME`] or ambiguous, or its `inputSchema` is not an object schema. A missing
+/// `inputSchema` stands for `{"type": "object"}`.
+pub fn tool_error(server: &str, t: &Value) -> Option<String> {
+    let Some(name) = t["name"].as_str() else {
+        return Some(format!("a tool's name is not a string: {}", t["name"]));
+    };
+    let shown = crate::run::events::preview(&format!("{name:?}"), 80);
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Some(format!(
+            "tool {shown}: a tool name must be letters, digits, `_` and `-` (what model APIs accept)"
+        ));
+    }
+    let full = capability(server, name);
+    if full.len() > MAX_TOOL_NAME {
+        return Some(format!(
+            "tool {shown}: `mcp__{server}__<tool>` would be {} characters; model APIs accept at \
+             most {MAX_TOOL_NAME} (a shorter server name leaves more room)",
+            full.len()
+        ));
+    }
+    if split_capability(&full) != Some((server, name)) {
+        return Some(format!(
+            "tool {shown}: `{full}` would read as another server's tool (`_` next to the `__`)"
+        ));
+    }
+    match t.get("inputSchema") {
+        None => None,
+        Some(Value::Object(schema)) if schema.get("type") == Some(&Value::from("object")) => None,
+        Some(other) => Some(format!(
+            "tool {shown}: its inputSchema is not a JSON Schema of type \"object\": {}",
+            crate::run::events::preview(&other.to_string(), 80)
+        )),
+    }
+}
+
+/// A description as it is locked: at most [`MAX_DESCRIPTION`] bytes (cut at a character).
+fn description(t: &Value) -> (String, bool) {
+    let text = t["description"].as_str().unwrap_or_default();
+    if text.len() <= MAX_DESCRIPTION {
+        return (text.to_string(), false);
+    }
+    let mut end = MAX_DESCRIPTION;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (text[..end].to_string(), true)
+}
+
 /// Grants the MCP tools of `lock`'s MCP capabilities (already permitted by the policy's
 /// `allowMcp`, allowed and denied lists): starts each server they name, lists its tools, and
 /// records in the lock every tool granted, with its schema's hash and the server entry's hash.
@@ -47,8 +127,7 @@ pub fn grant(lock: &mut DcpAgentLock, servers: &Servers) -> Result<Vec<String>> 
             continue;
         }
         if !listings.contains_key(server) {
-            let tools = servers
-                .list_tools(server)
+            let tools = listing(servers, server)
                 .map_err(|e| e.with_consequence("no session was created"))?;
             listings.insert(server.to_string(), tools);
         }
@@ -82,9 +161,16 @@ pub fn grant(lock: &mut DcpAgentLock, servers: &Servers) -> Result<Vec<String>> 
             continue;
         }
         for t in found {
-            let Some(name) = t["name"].as_str() else {
+            if let Some(why) = tool_error(server, t) {
+                if tool != "*" && required.contains(cap) {
+                    return Err(refuse(format!("`{cap}`: MCP server `{server}`: {why}")));
+                }
+                warnings.push(format!(
+                    "MCP server `{server}`: {why}; the tool is not granted"
+                ));
                 continue;
-            };
+            }
+            let name = t["name"].as_str().expect("checked by tool_error");
             let full = capability(server, name);
             if let Some(why) = crate::agent::capability_name_error(&full) {
                 warnings.push(format!(
@@ -99,13 +185,20 @@ pub fn grant(lock: &mut DcpAgentLock, servers: &Servers) -> Result<Vec<String>> 
                 .get("inputSchema")
                 .cloned()
                 .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+            let (description, cut) = description(t);
+            if cut {
+                warnings.push(format!(
+                    "MCP server `{server}`: the description of tool `{name}` is cut to \
+                     {MAX_DESCRIPTION} bytes"
+                ));
+            }
             granted.insert(
                 full.clone(),
                 LockedTool {
                     name: full,
                     server: server.to_string(),
                     tool: name.to_string(),
-                    description: t["description"].as_str().unwrap_or_default().to_string(),
+                    description,
                     schema_hash: schema_hash(&input_schema),
                     input_schema,
                 },
@@ -153,7 +246,7 @@ pub fn check_drift(lock: &DcpAgentLock, servers: &Servers) -> Result<()> {
         }
     }
     for server in &usable {
-        let listing = servers.list_tools(server)?;
+        let listing = listing(servers, server)?;
         for locked in lock.mcp_tools.iter().filter(|t| t.server == *server) {
             let now = listing
                 .iter()
@@ -234,7 +327,7 @@ pub fn catalog(servers: &Servers, policy: &crate::policy::MergedPolicy) -> Vec<S
     servers
         .configs()
         .keys()
-        .map(|name| match servers.list_tools(name) {
+        .map(|name| match listing(servers, name) {
             Err(e) => ServerView {
                 name: name.clone(),
                 tools: Vec::new(),
@@ -244,10 +337,10 @@ pub fn catalog(servers: &Servers, policy: &crate::policy::MergedPolicy) -> Vec<S
                 name: name.clone(),
                 tools: listing
                     .iter()
-                    .filter_map(|t| t["name"].as_str())
-                    .map(|tool| {
+                    .filter_map(|t| Some((t["name"].as_str()?, tool_error(name, t))))
+                    .map(|(tool, invalid)| {
                         let full = capability(name, tool);
-                        let refused = policy.refusal(&full);
+                        let refused = invalid.or_else(|| policy.refusal(&full));
                         let (rule, pattern) = policy.rule(&full);
                         ToolView {
                             rule: if refused.is_some() && rule != crate::policy::ToolRule::Deny {

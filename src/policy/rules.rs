@@ -63,6 +63,24 @@ pub fn pattern_error(pattern: &str) -> Option<String> {
              name a built-in capability exactly (\"exec\")"
         ));
     }
+    // A key that names nothing (`Exec`, `exce`) would silently leave the capability unruled:
+    // the user asked for `ask` and would get `allow`.
+    if !pattern.starts_with(crate::mcp::PREFIX) && !crate::tools::REGISTRY.implements(pattern) {
+        let builtins: Vec<&str> = crate::tools::REGISTRY
+            .entries()
+            .iter()
+            .filter_map(|e| match e.name() {
+                crate::tools::ToolName::Exact(name) => Some(name),
+                crate::tools::ToolName::Pattern(_) => None,
+            })
+            .collect();
+        return Some(format!(
+            "{pattern:?} names no capability: a key is a built-in capability ({}) or an MCP \
+             pattern (`mcp__<server>__<tool>`, `mcp__<server>__*`, `mcp__*`); names are \
+             case-sensitive",
+            builtins.join(", ")
+        ));
+    }
     None
 }
 
@@ -105,5 +123,16 @@ mod tests {
         assert!(pattern_error("*").is_some());
         assert!(pattern_error("mcp__gh").is_some());
         assert!(pattern_error("").is_some());
+        // Keys that name no capability are refused, not silently unmatched.
+        for typo in ["Exec", "exce", "EXEC", "mcp", "push"] {
+            let why = pattern_error(typo).unwrap_or_else(|| panic!("{typo} accepted"));
+            assert!(
+                why.contains("names no capability") && why.contains("exec"),
+                "{why}"
+            );
+        }
+        for builtin in ["read", "edit", "write", "glob", "grep", "exec", "task"] {
+            assert_eq!(pattern_error(builtin), None, "{builtin}");
+        }
     }
 }

@@ -22,6 +22,7 @@ mod init;
 mod lineage;
 mod mcp;
 mod mcp_fence;
+mod mcp_hostile;
 mod mcp_npm;
 mod policy_check;
 mod run_bad_input;

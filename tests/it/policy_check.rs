@@ -166,3 +166,33 @@ fn bad_policies_and_provider_keys_exit_4() {
     )
     .expect(3);
 }
+
+/// An `mcpTools` key that names no capability (`Exec`, `exce`) would match nothing, so the
+/// `ask` the user wrote would silently be `allow`: refused, exit 4, naming the key.
+#[test]
+fn a_mistyped_mcp_tools_key_exits_4_naming_it() {
+    let env = TestEnv::new();
+    for key in ["Exec", "exce", "git_push"] {
+        std::fs::write(
+            env.path().join("p.json"),
+            format!(r#"{{"allowShell": true, "mcpTools": {{"{key}": "ask"}}}}"#),
+        )
+        .unwrap();
+        let run = env.run("kxen-agent", &["policy", "check", "--policy", "p.json"]);
+        run.expect(4);
+        let message = run.jsonl()[0]["message"].as_str().unwrap().to_string();
+        assert!(
+            message.contains(&format!("{key:?} names no capability")) && message.contains("exec"),
+            "{message}"
+        );
+    }
+    for key in ["exec", "mcp__gh__*", "mcp__gh__create_pr", "mcp__*"] {
+        std::fs::write(
+            env.path().join("p.json"),
+            format!(r#"{{"allowShell": true, "mcpTools": {{"{key}": "ask"}}}}"#),
+        )
+        .unwrap();
+        env.run("kxen-agent", &["policy", "check", "--policy", "p.json"])
+            .expect(0);
+    }
+}
