@@ -1,10 +1,22 @@
 //! The MCP servers of one command: started when first needed, one process each, restarted for
 //! the next call after a crash, all killed when this value is dropped (the run ends).
+//!
+//! Where a server runs: never in the workspace, never with `exec`'s HOME. Its HOME, and its
+//! working directory unless its entry gives `cwd`, is its own directory
+//! `<state>/mcp-home/<ses>/<server>/` (0700), which `exec`'s fence cannot write: a file the model
+//! writes into the workspace, or a start-up file (`usercustomize.py`, `.npmrc`, …) a command
+//! plants in its HOME, is never picked up by a server program. A server started while its
+//! Session is being created (to list its tools, before anything of the Session is written) gets
+//! a throwaway HOME inside its own `TMPDIR` instead. Servers also get `PYTHONSAFEPATH=1` (Python
+//! puts neither the working directory nor the script's directory first on `sys.path`) and
+//! `PYTHONNOUSERSITE=1` (no user site-packages); an entry's `env` may override both. A server
+//! program must not resolve its code from the workspace (no `command = ["python3",
+//! "server.py"]` relative to a checkout the agent edits).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -13,31 +25,84 @@ use serde_json::Value;
 use super::client::{Client, Failure, Spawn};
 use super::config::ServerConfig;
 use crate::error::{Error, Result};
+use crate::process::orphans;
 use crate::tools::ToolOutput;
+
+/// Where the servers of one Session keep their HOMEs.
+#[derive(Debug, Clone)]
+pub struct ServerHomes {
+    /// `<state>/mcp-home/<ses>/`: server `NAME` gets `NAME/` inside.
+    pub root: PathBuf,
+    /// The homes are created only once this path exists (the Session's directory): a server
+    /// started before that gets a throwaway HOME, so a failed Session creation writes nothing.
+    pub once_exists: PathBuf,
+}
+
+impl ServerHomes {
+    /// The homes of Session `session_id` in `state`.
+    pub fn of_session(state: &crate::state::StateDir, session_id: &str) -> ServerHomes {
+        ServerHomes {
+            root: state.mcp_home(session_id),
+            once_exists: state.session(session_id).dir,
+        }
+    }
+}
 
 /// The configured servers and the running ones.
 pub struct Servers {
     configs: BTreeMap<String, ServerConfig>,
-    /// The policy's `passEnv`: a server gets a sensitive variable only if both list it.
-    policy_pass_env: Vec<String>,
-    tool_home: PathBuf,
+    /// Per server, the sensitive names the policy passes it (`passEnv` and its `mcpPassEnv`
+    /// entry): a server gets a sensitive variable only if its entry's `passEnv` lists it too.
+    policy_pass_env: BTreeMap<String, Vec<String>>,
+    homes: ServerHomes,
     workspace_root: PathBuf,
     running: Mutex<BTreeMap<String, Client>>,
+    /// Random; server `NAME`'s processes carry `KXEN_MCP_SERVER_ID=<mark>.NAME`
+    /// ([`orphans::MCP_SERVER_VAR`]) and `KXEN_ATTEMPT_ID=<mark>`.
+    mark: String,
+    /// Whether an attempt at a run took [`mark`](Self::mark) as its attempt mark.
+    mark_claimed: AtomicBool,
 }
 
 impl Servers {
     pub fn new(
         configs: BTreeMap<String, ServerConfig>,
-        policy_pass_env: &[String],
-        tool_home: PathBuf,
+        policy: &crate::policy::MergedPolicy,
+        homes: ServerHomes,
         workspace_root: PathBuf,
     ) -> Servers {
         Servers {
+            policy_pass_env: configs
+                .keys()
+                .map(|name| (name.clone(), policy.server_pass_env(name)))
+                .collect(),
             configs,
-            policy_pass_env: policy_pass_env.to_vec(),
-            tool_home,
+            homes,
             workspace_root,
             running: Mutex::new(BTreeMap::new()),
+            mark: orphans::new_attempt_mark(),
+            mark_claimed: AtomicBool::new(false),
+        }
+    }
+
+    /// The attempt mark the first attempt at a run in this process records (`run.json`): the
+    /// servers' processes carry it as `KXEN_ATTEMPT_ID`, so if kxen-agent is killed, the next
+    /// start of the run stops what they left behind. Later callers (a `task` child sharing the
+    /// servers) get `None` and make their own.
+    pub fn claim_attempt_mark(&self) -> Option<String> {
+        (!self.mark_claimed.swap(true, Ordering::SeqCst)).then(|| self.mark.clone())
+    }
+
+    fn server_mark(&self, server: &str) -> String {
+        format!("{}.{server}", self.mark)
+    }
+
+    /// Stops server `server` (its process group, through the client's drop) and every process
+    /// still carrying its mark (what it detached with `setsid`).
+    fn retire(&self, running: &mut BTreeMap<String, Client>, server: &str) {
+        if let Some(client) = running.remove(server) {
+            drop(client);
+            orphans::stop_marked(orphans::MCP_SERVER_VAR, &[&self.server_mark(server)]);
         }
     }
 
@@ -58,7 +123,7 @@ impl Servers {
             .map_err(|why| failed(server, why))?;
         let listed = client.list_tools().map_err(|why| failed(server, why));
         if listed.is_err() {
-            running.remove(server);
+            self.retire(&mut running, server);
         }
         listed
     }
@@ -87,13 +152,13 @@ impl Servers {
                 ToolOutput::error(format!("MCP server `{server}` refused the call: {why}"))
             }
             Err(Failure::NotSent(why)) => {
-                running.remove(server);
+                self.retire(&mut running, server);
                 ToolOutput::error(format!(
                     "MCP server `{server}` is not running, so the call was not sent: {why}"
                 ))
             }
             Err(failure) => {
-                running.remove(server);
+                self.retire(&mut running, server);
                 let mut out = ToolOutput::error(format!(
                     "MCP server `{server}` gave no answer to `{tool}` ({failure}); the call may \
                      have acted. The server is restarted for later calls."
@@ -110,7 +175,7 @@ impl Servers {
         server: &str,
     ) -> std::result::Result<&'m mut Client, String> {
         if running.get(server).is_some_and(Client::is_dead) {
-            running.remove(server);
+            self.retire(running, server);
         }
         if !running.contains_key(server) {
             let client = self.spawn(server)?;
@@ -131,28 +196,50 @@ impl Servers {
         let pass_env: Vec<String> = config
             .pass_env
             .iter()
-            .filter(|n| self.policy_pass_env.contains(n))
+            .filter(|n| {
+                self.policy_pass_env
+                    .get(server)
+                    .is_some_and(|p| p.contains(n))
+            })
             .cloned()
             .collect();
-        let mut env = crate::tools::child_env(crate::own_env::vars(), &pass_env, &self.tool_home);
-        for (k, v) in &config.env {
-            env.retain(|(name, _)| name != k.as_str());
-            env.push((k.into(), v.into()));
-        }
-        let cwd = config
-            .cwd
-            .clone()
-            .unwrap_or_else(|| self.workspace_root.clone());
-        // The server's own TMPDIR, in the system temp dir: a server may start while the Session
-        // is being created (to list its tools), before anything of the Session is written. Its
-        // HOME (the tool home) is writable to it only if it already exists then (see
-        // `sandbox::FenceSpec::home`).
+        // The server's own TMPDIR, in the system temp dir (see the module doc for its HOME).
         let tmp = tempfile::Builder::new()
             .prefix(&format!("kxen-mcp-{server}-"))
             .tempdir()
             .map_err(|e| format!("cannot create its TMPDIR: {e}"))?;
+        let home = if self.homes.once_exists.is_dir() {
+            let home = self.homes.root.join(server);
+            crate::fsx::create_dir_private(&home)
+                .map_err(|e| format!("cannot create its HOME: {e}"))?;
+            home
+        } else {
+            let home = tmp.path().join("home");
+            crate::fsx::create_dir_private(&home)
+                .map_err(|e| format!("cannot create its HOME: {e}"))?;
+            home
+        };
+        let mut env = crate::tools::child_env(crate::own_env::vars(), &pass_env, &home);
         env.retain(|(name, _)| name != "TMPDIR");
         env.push(("TMPDIR".into(), tmp.path().into()));
+        for (name, value) in SERVER_DEFAULTS {
+            env.retain(|(n, _)| n != name);
+            env.push((name.into(), value.into()));
+        }
+        for (k, v) in &config.env {
+            env.retain(|(name, _)| name != k.as_str());
+            env.push((k.into(), v.into()));
+        }
+        // The marks come last: no entry overrides them.
+        let marks = [
+            (orphans::MCP_SERVER_VAR, self.server_mark(server)),
+            (orphans::ATTEMPT_VAR, self.mark.clone()),
+        ];
+        for (name, value) in marks {
+            env.retain(|(n, _)| n != name);
+            env.push((name.into(), value.into()));
+        }
+        let cwd = config.cwd.clone().unwrap_or_else(|| home.clone());
         Client::start(Spawn {
             server,
             argv,
@@ -161,9 +248,27 @@ impl Servers {
             timeout: Duration::from_millis(config.timeout_ms()),
             fence: config.fence(),
             workspace: &self.workspace_root,
-            home: &self.tool_home,
+            home: &home,
             tmp,
         })
+    }
+}
+
+/// Environment every server gets (an entry's `env` may override it): Python resolves no code
+/// from the working directory, the script's directory or the user site.
+const SERVER_DEFAULTS: [(&str, &str); 2] = [("PYTHONSAFEPATH", "1"), ("PYTHONNOUSERSITE", "1")];
+
+impl Drop for Servers {
+    /// Kills every server's process group (the clients' drop), then whatever they detached.
+    fn drop(&mut self) {
+        let running = std::mem::take(self.running.get_mut().unwrap_or_else(|p| p.into_inner()));
+        if running.is_empty() {
+            return;
+        }
+        let marks: Vec<String> = running.keys().map(|s| self.server_mark(s)).collect();
+        drop(running);
+        let marks: Vec<&str> = marks.iter().map(String::as_str).collect();
+        orphans::stop_marked(orphans::MCP_SERVER_VAR, &marks);
     }
 }
 

@@ -45,6 +45,11 @@ pub struct PolicyFile {
     /// Capability patterns → `allow` | `ask` | `deny` (see [`super::rules`]).
     #[serde(default, deserialize_with = "unique_rules")]
     pub mcp_tools: super::ToolRules,
+    /// Server name → sensitive environment variables only that MCP server may get (when its
+    /// `[mcp.servers.NAME]` entry lists them in its own `passEnv`); never `exec` or any other
+    /// tool.
+    #[serde(default)]
+    pub mcp_pass_env: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// `mcpTools` with a repeated pattern refused (serde_json's map would keep the last silently).
@@ -164,6 +169,14 @@ fn check(p: &PolicyFile) -> std::result::Result<(), String> {
     }
     for (i, name) in p.pass_env.iter().enumerate() {
         check_pass_env(name).map_err(|why| format!("passEnv[{i}]: {why}"))?;
+    }
+    for (server, names) in &p.mcp_pass_env {
+        if let Some(why) = crate::mcp::config::server_name_error(server) {
+            return Err(format!("mcpPassEnv: {why}"));
+        }
+        for (i, name) in names.iter().enumerate() {
+            check_pass_env(name).map_err(|why| format!("mcpPassEnv.{server}[{i}]: {why}"))?;
+        }
     }
     if p.max_turns == Some(0) {
         return Err("maxTurns: must be at least 1 (omit it to keep the definition's)".into());

@@ -69,6 +69,12 @@ pub struct MergedPolicy {
     /// there are rules, so a policy without them hashes as before they existed.
     #[serde(default, skip_serializing_if = "ToolRules::is_empty")]
     pub mcp_tools: ToolRules,
+    /// `mcpPassEnv`: server name → sensitive environment variables only that MCP server may
+    /// get (names sorted and de-duplicated; servers without names left out). Unlike `passEnv`
+    /// (every tool subprocess: `exec` and every server), these never reach `exec`. Written only
+    /// when non-empty, so a policy without it hashes as before it existed.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub mcp_pass_env: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl MergedPolicy {
@@ -95,6 +101,23 @@ impl MergedPolicy {
         let mut text = serde_json::to_string_pretty(self).expect("a policy always serializes");
         text.push('\n');
         text
+    }
+
+    /// The sensitive variables MCP server `server` may get from the policy: `passEnv` (shared
+    /// with `exec`) and its own `mcpPassEnv` entry. Its config entry's `passEnv` must list a
+    /// name too.
+    pub fn server_pass_env(&self, server: &str) -> Vec<String> {
+        let mut names = self.pass_env.clone();
+        names.extend(self.mcp_pass_env.get(server).into_iter().flatten().cloned());
+        sorted(names)
+    }
+
+    /// Every sensitive name the policy passes to anything: `passEnv` and every `mcpPassEnv`
+    /// list (for the checks against the config's provider keys).
+    pub fn all_pass_env(&self) -> Vec<String> {
+        let mut names = self.pass_env.clone();
+        names.extend(self.mcp_pass_env.values().flatten().cloned());
+        sorted(names)
     }
 
     /// The `mcpTools` rule of `capability` and the pattern that decided it (`None`: no rule).
@@ -181,6 +204,12 @@ pub fn merge_with(file: PolicyFile, flags: &PolicyFlags) -> Result<MergedPolicy>
         sandbox,
         allow_network: file.allow_network || flags.allow_network,
         mcp_tools: file.mcp_tools,
+        mcp_pass_env: file
+            .mcp_pass_env
+            .into_iter()
+            .map(|(server, names)| (server, sorted(names)))
+            .filter(|(_, names)| !names.is_empty())
+            .collect(),
     })
 }
 

@@ -400,3 +400,43 @@ fn mcp_tools_rules_deny_ask_and_hash() {
             .contains("pattern \"exec\" appears twice")
     );
 }
+
+#[test]
+fn mcp_pass_env_is_per_server_hashed_and_absent_keeps_the_old_hash() {
+    let none = policy("{}");
+    // An empty map, or servers with no names, hash exactly as a policy without the field.
+    for same in [r#"{"mcpPassEnv": {}}"#, r#"{"mcpPassEnv": {"gh": []}}"#] {
+        let p = policy(same);
+        assert_eq!(p.policy_hash(), none.policy_hash(), "{same}");
+        assert!(!p.canonical_json().contains("mcpPassEnv"), "{same}");
+    }
+    let p = policy(
+        r#"{"passEnv": ["NPM_TOKEN"], "mcpPassEnv": {"gh": ["GITHUB_TOKEN", "GH_HOST_TOKEN", "GITHUB_TOKEN"]}}"#,
+    );
+    assert_ne!(p.policy_hash(), none.policy_hash());
+    assert!(
+        p.canonical_json()
+            .ends_with(r#""mcpPassEnv":{"gh":["GH_HOST_TOKEN","GITHUB_TOKEN"]}}"#),
+        "{}",
+        p.canonical_json()
+    );
+    // exec gets passEnv only; the server its own list as well.
+    assert_eq!(p.pass_env, ["NPM_TOKEN"]);
+    assert_eq!(
+        p.server_pass_env("gh"),
+        ["GH_HOST_TOKEN", "GITHUB_TOKEN", "NPM_TOKEN"]
+    );
+    assert_eq!(p.server_pass_env("other"), ["NPM_TOKEN"]);
+    assert_eq!(
+        p.all_pass_env(),
+        ["GH_HOST_TOKEN", "GITHUB_TOKEN", "NPM_TOKEN"]
+    );
+    let other = policy(
+        r#"{"passEnv": ["NPM_TOKEN"], "mcpPassEnv": {"gl": ["GITHUB_TOKEN", "GH_HOST_TOKEN"]}}"#,
+    );
+    assert_ne!(p.policy_hash(), other.policy_hash());
+    // Names and servers are checked like passEnv and server names.
+    assert!(invalid(r#"{"mcpPassEnv": {"GH": ["A"]}}"#).contains("mcpPassEnv: MCP server name"));
+    assert!(invalid(r#"{"mcpPassEnv": {"gh": ["OPENAI_API_KEY"]}}"#).contains("mcpPassEnv.gh[0]:"));
+    assert!(invalid(r#"{"mcpPassEnv": ["A"]}"#).contains("invalid type"));
+}

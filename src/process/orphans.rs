@@ -11,17 +11,21 @@
 //! [`ATTEMPT_VAR`] (a random id of the runtime process's attempt at the run, recorded in
 //! `run.json`) and [`OPERATION_VAR`] (the tool-journal operation), plus the Session and run ids
 //! for the command's own use. A `command` model provider carries the attempt mark too.
-//! - When `exec` stopped a command from outside (timeout or cancel), every process still carrying
-//!   the operation's mark is stopped before the outcome is recorded; `run resolve` does the same
+//! - When an `exec` command ends (by itself, on timeout or on cancel), every process still
+//!   carrying the operation's mark is stopped before the outcome is recorded: a daemon started
+//!   from `exec` never outlives its call; `run resolve` does the same
 //!   before it records an operator's resolution. A cancel that abandons a `command` model call
 //!   stops that call's processes ([`MODEL_CALL_VAR`]).
 //! - At the start of every execution, under the Session's run lease, the attempts that crashed
 //!   (ended without closing their attempt record) have their leftovers stopped, by attempt mark.
-//!   An attempt that ended normally is never scanned for, so a daemon a command started on
-//!   purpose survives later runs; and a random per-attempt mark never matches the live processes
+//!   An attempt that ended normally is never scanned for, so a daemon a `command` model provider
+//!   started on purpose survives later runs; and a random per-attempt mark never matches the live processes
 //!   of a copy of the Session in another state dir (an imported bundle keeps the ids). Only the
 //!   leftovers of an attempt that crashed *before* the export can be stopped by the importing side
 //!   (on the same machine): they are leftovers there too.
+//! - MCP servers carry [`MCP_SERVER_VAR`] and the attempt mark: when a server is stopped (run
+//!   over, restart after a crash or timeout) what it detached is stopped by the first; after a
+//!   SIGKILL of kxen-agent, by the second at the run's next start.
 //!
 //! Each kill goes through a pidfd that is re-checked for the mark first, so a pid reused between
 //! the scan and the kill is never signaled. The mark survives `setsid` and double forks; only a
@@ -34,6 +38,9 @@ pub const ATTEMPT_VAR: &str = "KXEN_ATTEMPT_ID";
 pub const MODEL_CALL_VAR: &str = "KXEN_MODEL_CALL_ID";
 /// The tool-journal operation of an `exec` child.
 pub const OPERATION_VAR: &str = "KXEN_OPERATION_ID";
+/// One MCP server of one kxen-agent process (`<random>.<server>`): what the server detached is
+/// stopped when the server is ([`crate::mcp::servers`]).
+pub const MCP_SERVER_VAR: &str = "KXEN_MCP_SERVER_ID";
 /// The Session of an `exec` child (for the command's own use; never a reason to kill).
 pub const SESSION_VAR: &str = "KXEN_SESSION_ID";
 /// The run of an `exec` child (for the command's own use; never a reason to kill).

@@ -144,7 +144,11 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         conv.push(task);
     }
     let crashed_marks = close_crashed_attempts(&mut run, &conv);
-    let attempt_mark = orphans::new_attempt_mark();
+    // The MCP servers' processes carry the attempt mark of the first attempt of this process.
+    let attempt_mark = ex
+        .mcp
+        .and_then(crate::mcp::Servers::claim_attempt_mark)
+        .unwrap_or_else(orphans::new_attempt_mark);
     let schemas = tools::REGISTRY.schemas(ex.capabilities, ex.mcp_tools);
     let repeats = RepeatGuard::from_history(
         ex.definition.spec.execution.max_repeated_calls,

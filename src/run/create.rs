@@ -63,7 +63,7 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
     let (binding, mut warnings) = git::capture(&req.workspace)?;
     let merged = policy::merge(&req.policy)?;
     let config = ModelConfig::load(req.config.as_deref())?;
-    config.check_pass_env(&merged.pass_env)?;
+    config.check_pass_env(&merged.all_pass_env())?;
     let (definition, built): (AgentDefinition, bool) = match &req.agent {
         Some(path) => (agent::load_definition(path)?, false),
         None => {
@@ -137,8 +137,8 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
 }
 
 /// Starts the MCP servers the lock's `mcp__…` capabilities name and grants their tools (see
-/// [`crate::mcp::grant`]); still writes nothing. `state` gives the servers' HOME (the tool
-/// home; it is not created here).
+/// [`crate::mcp::grant`]); still writes nothing. `state` gives the servers' HOMEs
+/// (`mcp-home/<ses>/<server>`; not created here: these servers get throwaway ones).
 pub fn grant_mcp(prepared: &mut Prepared, state: &StateDir) -> Result<()> {
     if !prepared
         .lock
@@ -150,8 +150,8 @@ pub fn grant_mcp(prepared: &mut Prepared, state: &StateDir) -> Result<()> {
     }
     let servers = crate::mcp::Servers::new(
         prepared.mcp_configs.clone(),
-        &prepared.merged.pass_env,
-        state.tool_home(&prepared.new.meta.id),
+        &prepared.merged,
+        crate::mcp::servers::ServerHomes::of_session(state, &prepared.new.meta.id),
         prepared.binding.root.clone(),
     );
     let warnings = crate::mcp::grant(&mut prepared.lock, &servers)?;

@@ -124,7 +124,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
     }
     let role = &meta.lock.definition.spec.execution.model_role;
     let config = ModelConfig::load(req.config.as_deref())?;
-    config.check_pass_env(&merged.pass_env)?;
+    config.check_pass_env(&merged.all_pass_env())?;
     let provider: Arc<dyn Provider> = Arc::from(config.provider_for(role)?);
     let provider_info = config
         .provider_info(role)
@@ -135,8 +135,8 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
     } else {
         let servers = crate::mcp::Servers::new(
             config.mcp_servers().clone(),
-            &merged.pass_env,
-            state.tool_home(&meta.id),
+            &merged,
+            crate::mcp::servers::ServerHomes::of_session(state, &meta.id),
             meta.workspace.root.clone(),
         );
         crate::mcp::check_drift(&meta.lock, &servers)?;

@@ -164,6 +164,12 @@ impl StateDir {
     pub fn tool_home(&self, session_id: &str) -> PathBuf {
         self.root.join("tool-home").join(session_id)
     }
+
+    /// `mcp-home/<ses>/`: the HOMEs of one Session's MCP servers, one directory per server
+    /// ([`crate::mcp::servers`]). Outside `tool-home/`, so `exec`'s fence cannot write them.
+    pub fn mcp_home(&self, session_id: &str) -> PathBuf {
+        self.root.join("mcp-home").join(session_id)
+    }
 }
 
 /// The files of one Session directory.

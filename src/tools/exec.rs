@@ -140,15 +140,11 @@ fn run_with_env(
         Duration::from_millis(timeout_ms),
         Some(ctx.cancel),
     );
-    if matches!(
-        waited,
-        Ok(Waited::TimedOut | Waited::CanceledKilled | Waited::CanceledExited(_))
-    ) {
-        // Stopped from outside (timeout or cancel): the group is dead, and what left it
-        // (`setsid`) still carries the operation's mark. A command that ends by itself keeps
-        // what it detached on purpose.
-        orphans::stop_marked(orphans::OPERATION_VAR, &[ctx.mark.op_id]);
-    }
+    // However the command ended, nothing of it outlives the call: the group is dead, and what
+    // left it (`setsid`, a double fork) still carries the operation's mark. A daemon started
+    // from `exec` would otherwise go on acting with the workspace's write access after the
+    // outcome is recorded (and after the run ends).
+    orphans::stop_marked(orphans::OPERATION_VAR, &[ctx.mark.op_id]);
     let captured = capture.finish();
     let mut text = String::from_utf8_lossy(&captured.bytes).into_owned();
     if !text.is_empty() && !text.ends_with('\n') {

@@ -926,3 +926,328 @@ fn a_call_past_timeout_ms_is_unknown_and_the_server_restarts() {
     );
     assert_eq!(calls(&env).iter().filter(|l| *l == "slow").count(), 1);
 }
+
+/// A server entry for the fixture started as a module (`python -m server`, the `uvx`/`-m` form,
+/// which puts the working directory first on `sys.path`), with `extra` lines.
+fn module_server(python: &str, extra: &str) -> String {
+    format!(
+        "[mcp.servers.fx]\ncommand = [{python:?}, \"-m\", \"server\"]\ntimeout_ms = 30000\n{extra}",
+    )
+}
+
+fn fixture_dir() -> String {
+    server_script()
+        .parent()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// A workspace file named like a module the server imports (`json.py`) never runs inside the
+/// server: the server's working directory is its own directory under the state dir, not the
+/// workspace, and servers get `PYTHONSAFEPATH=1` and `PYTHONNOUSERSITE=1`.
+#[test]
+fn a_workspace_module_never_runs_inside_a_server() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let marker = env.path().join("shadowed.txt");
+    let shadow = format!(
+        "import os, sys\nopen({:?}, 'w').write(os.getcwd())\ndel sys.modules['json']\n\
+         sys.path = [p for p in sys.path if p not in ('', os.getcwd())]\nimport json as _j\n\
+         sys.modules['json'] = _j\nglobals().update(_j.__dict__)\n",
+        marker.to_str().unwrap()
+    );
+    let repo = env.git_repo("repo", &[("README", "x\n"), ("json.py", &shadow)]);
+    let turns = [
+        call("c1", "mcp__fx__echo", json!({"text": "hi"})),
+        call("c2", "mcp__fx__has_env", json!({"name": "PYTHONSAFEPATH"})),
+        call(
+            "c3",
+            "mcp__fx__has_env",
+            json!({"name": "PYTHONNOUSERSITE"}),
+        ),
+        answer("done"),
+    ];
+    // PYTHONSAFEPATH set empty (Python then ignores it) isolates the working-directory default.
+    let cfg = config(
+        &env,
+        &turns,
+        &module_server(
+            &py,
+            &format!(
+                "sandbox = \"off\"\nenv = {{ PYTHONPATH = {:?}, PYTHONSAFEPATH = \"\" }}\n",
+                fixture_dir()
+            ),
+        ),
+    );
+    let agent = text_agent(&env, "mcp__fx__echo, mcp__fx__has_env", "");
+    let run = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    run.expect(0);
+    assert!(
+        !marker.exists(),
+        "the workspace's json.py ran in the server (cwd {:?})",
+        std::fs::read_to_string(&marker).unwrap_or_default()
+    );
+    let outs = tool_outputs(&run);
+    assert_eq!(outs[0].1, "hi");
+    assert_eq!(outs[2].1, "present");
+
+    // Without the override, PYTHONSAFEPATH=1 reaches the server.
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n"), ("json.py", &shadow)]);
+    let cfg = config(
+        &env,
+        &turns,
+        &module_server(
+            &py,
+            &format!("env = {{ PYTHONPATH = {:?} }}\n", fixture_dir()),
+        ),
+    );
+    let run = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    run.expect(0);
+    let outs = tool_outputs(&run);
+    assert_eq!(outs[1].1, "present", "PYTHONSAFEPATH");
+    assert_eq!(outs[2].1, "present", "PYTHONNOUSERSITE");
+}
+
+/// `exec` and the MCP servers never share a HOME: a Python `usercustomize.py` that `exec`
+/// plants in its HOME's user site never runs in a server (even one with `sandbox = "off"` and
+/// the user site enabled), and `exec`'s fence cannot write the server's own HOME.
+#[test]
+fn exec_cannot_plant_code_in_a_servers_home() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let marker = env.path().join("planted-ran.txt");
+    let plant = format!(
+        "d=$({py} -c 'import site;print(site.getusersitepackages())') && mkdir -p $d && \
+         echo 'open({:?}, \"w\").write(\"ran\")' > $d/usercustomize.py && echo planted",
+        marker.to_str().unwrap()
+    );
+    let server_home = env.state_dir().join("mcp-home");
+    let touch = format!(
+        "touch {}/$KXEN_SESSION_ID/fx/planted; echo exit=$?",
+        server_home.to_str().unwrap()
+    );
+    let turns = [
+        call("c1", "exec", json!({ "command": plant })),
+        answer("planted"),
+        call("c2", "mcp__fx__echo", json!({"text": "hi"})),
+        call("c3", "exec", json!({ "command": touch })),
+        answer("done"),
+    ];
+    let cfg = config(
+        &env,
+        &turns,
+        &format!(
+            "[mcp.servers.fx]\ncommand = [{py:?}, {:?}]\nsandbox = \"off\"\n\
+             env = {{ PYTHONNOUSERSITE = \"\" }}\n",
+            server_script().to_str().unwrap()
+        ),
+    );
+    let agent = text_agent(&env, "mcp__fx__echo", "exec");
+    let run = run_new(
+        &env,
+        &repo,
+        "t",
+        &agent,
+        &cfg,
+        &["--allow-mcp", "--allow-shell"],
+    );
+    run.expect(0);
+    assert!(
+        tool_outputs(&run)[0].1.contains("planted"),
+        "{:?}",
+        tool_outputs(&run)
+    );
+    let id = session_json(&env)["id"].as_str().unwrap().to_string();
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &id,
+            "--task",
+            "again",
+            "--allow-mcp",
+            "--allow-shell",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    let outs = tool_outputs(&run);
+    assert_eq!(outs[0].1, "hi");
+    assert!(!marker.exists(), "code exec planted ran in the MCP server");
+    assert!(
+        server_home.join(&id).join("fx").is_dir(),
+        "the server has its own HOME under the state dir"
+    );
+    assert!(!outs[1].1.contains("exit=0"), "{}", outs[1].1);
+    assert!(!server_home.join(&id).join("fx/planted").exists());
+}
+
+fn daemon_server(env: &TestEnv, python: &str) -> String {
+    fixture_server(env, python, COUNTING).replace(
+        "env = { KXEN_MCP_COUNT_FILE",
+        "env = { KXEN_MCP_DAEMON_TOOL = \"1\", KXEN_MCP_COUNT_FILE",
+    )
+}
+
+/// A process an MCP server detaches (`setsid`, out of its process group) is stopped when the
+/// run ends; after a kill -9 of kxen-agent (the server dies with it, its daemon does not), the
+/// next start of the run stops it by the crashed attempt's mark.
+#[test]
+fn what_a_server_detaches_never_outlives_the_run() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "mcp__fx__daemon", json!({"text": "a"})),
+            answer("done"),
+        ],
+        &daemon_server(&env, &py),
+    );
+    let agent = text_agent(&env, "mcp__fx__daemon, mcp__fx__slow", "");
+    let run = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    run.expect(0);
+    let pid = tool_outputs(&run)[0].1.clone();
+    assert!(pid.parse::<u32>().is_ok(), "{pid}");
+    assert!(
+        process_gone(&pid),
+        "the server's daemon {pid} outlived the run"
+    );
+
+    // kill -9 during a later call: the daemon survives the runtime, the resume stops it.
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "mcp__fx__daemon", json!({"text": "a"})),
+            call("c2", "mcp__fx__slow", json!({"text": "s", "seconds": 60})),
+            answer("done"),
+        ],
+        &daemon_server(&env, &py),
+    );
+    let mut child = spawn_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    wait_for_calls(&env, 1);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let count_mark = format!("KXEN_MCP_COUNT_FILE={}", count_file(&env).to_str().unwrap());
+    let daemons: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|e| e.split(|b| *b == 0).any(|v| v == count_mark.as_bytes()))
+                && std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.starts_with("sleep\0300"))
+        })
+        .collect();
+    assert_eq!(
+        daemons.len(),
+        1,
+        "the daemon survives the kill: {daemons:?}"
+    );
+    let id = session_json(&env)["id"].as_str().unwrap().to_string();
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &id,
+            "--allow-mcp",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+    );
+    run.expect(7);
+    assert!(
+        process_gone(&daemons[0]),
+        "the crashed run's server daemon {} still runs after the resume",
+        daemons[0]
+    );
+}
+
+/// `mcpPassEnv` hands a sensitive variable to one MCP server (whose entry's `passEnv` lists it)
+/// and never to `exec`; another server's entry in `mcpPassEnv` gives this one nothing.
+#[test]
+fn mcp_pass_env_reaches_only_its_server_and_never_exec() {
+    let Some(py) = python() else { return };
+    let turns = [
+        call(
+            "c1",
+            "mcp__fx__has_env",
+            json!({"name": "KXEN_CANARY_TOKEN"}),
+        ),
+        call(
+            "c2",
+            "exec",
+            json!({"command": "echo ${KXEN_CANARY_TOKEN:-absent}; env | grep -c canary-7f''3a"}),
+        ),
+        answer("done"),
+    ];
+    for (grant, expected) in [("fx", "present"), ("other", "absent")] {
+        let env = TestEnv::new();
+        let repo = env.git_repo("repo", &[("README", "x\n")]);
+        let cfg = config(
+            &env,
+            &turns,
+            &fixture_server(&env, &py, "passEnv = [\"KXEN_CANARY_TOKEN\"]\n"),
+        );
+        let policy = env.path().join("policy.json");
+        std::fs::write(
+            &policy,
+            format!(
+                r#"{{"allowMcp": true, "allowShell": true, "mcpPassEnv": {{"{grant}": ["KXEN_CANARY_TOKEN"]}}}}"#
+            ),
+        )
+        .unwrap();
+        let agent = text_agent(&env, "mcp__fx__has_env, exec", "");
+        let out = env
+            .cmd("kxen-agent")
+            .args([
+                "run",
+                "--workspace",
+                repo.to_str().unwrap(),
+                "--task",
+                "t",
+                "--agent",
+                agent.to_str().unwrap(),
+                "--config",
+                cfg.to_str().unwrap(),
+                "--policy",
+                policy.to_str().unwrap(),
+            ])
+            .env("KXEN_CANARY_TOKEN", "canary-7f3a")
+            .output()
+            .unwrap();
+        let run = crate::env::Run::from(out);
+        run.expect(0);
+        let outs = tool_outputs(&run);
+        assert_eq!(outs[0].1, expected, "mcpPassEnv for {grant}");
+        assert!(
+            outs[1].1.starts_with("absent\n0\n"), // (the value split: arguments are redacted)
+            "exec got the server's token: {}",
+            outs[1].1
+        );
+        // policy check shows the grant, and it is part of the hash.
+        let check = env.run(
+            "kxen-agent",
+            &["policy", "check", "--policy", policy.to_str().unwrap()],
+        );
+        check.expect(0);
+        let shown = check.jsonl().remove(0);
+        assert_eq!(
+            shown["policy"]["mcpPassEnv"][grant],
+            json!(["KXEN_CANARY_TOKEN"])
+        );
+        let plain = env.run(
+            "kxen-agent",
+            &["policy", "check", "--allow-mcp", "--allow-shell"],
+        );
+        assert_ne!(shown["policyHash"], plain.jsonl()[0]["policyHash"]);
+    }
+}

@@ -1,8 +1,9 @@
 //! Nothing of an operation runs on while an operator resolves it: a SIGKILLed runtime's `exec`
 //! (or model command) may leave programs running — the shell dies with the runtime, what it
 //! started does not — and the next start stops them before it records the operation as UNKNOWN;
-//! a killed command's detached descendants are stopped too. Only crashed attempts are cleaned up
-//! after, and never another state dir's copy of the Session.
+//! a detached descendant of a command is stopped when the command ends. Only crashed attempts are
+//! scanned for by attempt mark (a model command's daemon survives), and never another state
+//! dir's copy of the Session.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -511,4 +512,49 @@ fn assert_released_changes_nothing(release: &Path, late: &Path) {
         assert!(!late.exists(), "a stopped process acted after the cancel");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A daemon an `exec` command detaches (`setsid`) does not outlive the call, even when the
+/// command ends by itself: it is stopped before the outcome is recorded.
+#[test]
+fn a_daemon_started_from_exec_is_stopped_when_the_command_ends() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "exec",
+                json!({"command": "setsid sh -c 'echo $$ > daemon.pid; while [ ! -e release ]; do sleep 0.05; done; touch late.txt' >/dev/null 2>&1 </dev/null & while [ ! -s daemon.pid ]; do sleep 0.02; done; echo started"}),
+            ),
+            answer("done"),
+        ],
+    );
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "Start a daemon",
+            "--agent",
+            fixer(&env).to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ],
+    );
+    run.expect(0);
+    let pid = std::fs::read_to_string(repo.join("daemon.pid")).unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{}/cmdline", pid.trim())).exists()
+            || std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).is_ok_and(|s| s
+                .rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))),
+        "the daemon {pid} outlived its exec call"
+    );
+    assert_released_changes_nothing(&repo.join("release"), &repo.join("late.txt"));
 }

@@ -189,8 +189,9 @@ pub fn policy_check(
     Ok(ExitStatus::Success)
 }
 
-/// Every server of the config at `path`, started in the current directory with a throwaway
-/// HOME (nothing is written to the state dir), and what `policy` does with each tool.
+/// Every server of the config at `path`, started with a throwaway HOME and working directory
+/// (nothing is written to the state dir; the current directory stands for the workspace of its
+/// fence), and what `policy` does with each tool.
 fn mcp_catalog(path: &Path, merged: &policy::MergedPolicy) -> Result<Vec<crate::mcp::ServerView>> {
     let config = crate::provider::ModelConfig::load(Some(path))?;
     let cwd = std::env::current_dir()
@@ -199,8 +200,11 @@ fn mcp_catalog(path: &Path, merged: &policy::MergedPolicy) -> Result<Vec<crate::
         .map_err(|e| Error::io("create a temporary HOME", &std::env::temp_dir(), e))?;
     let servers = crate::mcp::Servers::new(
         config.mcp_servers().clone(),
-        &merged.pass_env,
-        home.path().to_path_buf(),
+        merged,
+        crate::mcp::servers::ServerHomes {
+            root: home.path().to_path_buf(),
+            once_exists: home.path().to_path_buf(),
+        },
         cwd,
     );
     Ok(crate::mcp::catalog(&servers, merged))
