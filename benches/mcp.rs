@@ -248,8 +248,11 @@ fn kxen_start(root: &Path, argv: &[String]) -> f64 {
     .unwrap();
     let servers = kxen::mcp::Servers::new(
         [("fx".to_string(), config)].into_iter().collect(),
-        &[],
-        root.join("tool-home"),
+        &kxen::policy::MergedPolicy::default(),
+        kxen::mcp::servers::ServerHomes {
+            root: root.join("mcp-home"),
+            once_exists: root.to_path_buf(),
+        },
         root.to_path_buf(),
     );
     let start = Instant::now();

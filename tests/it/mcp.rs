@@ -1144,7 +1144,7 @@ fn what_a_server_detaches_never_outlives_the_run() {
             std::fs::read(format!("/proc/{pid}/environ"))
                 .is_ok_and(|e| e.split(|b| *b == 0).any(|v| v == count_mark.as_bytes()))
                 && std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|c| c.starts_with("sleep\0300"))
+                    .is_ok_and(|c| c.starts_with("sleep\x00300"))
         })
         .collect();
     assert_eq!(
