@@ -132,6 +132,20 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 /// Body fields the runtime writes itself; `extra_body` may not replace them.
 const OWN_BODY_FIELDS: &[&str] = &["model", "messages", "tools", "stream"];
+/// Request fields that change what a reply looks like or when a tool is called, which the
+/// runtime's reply reading and turn loop rely on: `n` (several choices; only the first would be
+/// read, the others paid for), `tool_choice` (forcing or forbidding tools is the agent's and
+/// the runtime's decision), the legacy `functions`/`function_call` (replies would come as
+/// `function_call`, which is not read as a tool call) and `stream_options` (only with
+/// `stream`, which the runtime owns). `response_format` stays allowed: the reply is still text
+/// in `content`.
+const REPLY_SHAPE_FIELDS: &[&str] = &[
+    "n",
+    "tool_choice",
+    "functions",
+    "function_call",
+    "stream_options",
+];
 
 /// The request options of an `openai` provider, as sent (and as run records show them).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -200,6 +214,12 @@ impl OpenAiConfig {
                      for server-specific options such as `cache_prompt` or `top_k`)"
                 ));
             }
+            if REPLY_SHAPE_FIELDS.contains(&key.as_str()) {
+                return Err(format!(
+                    "{at} extra_body cannot set `{key}`: it changes how replies are read or \
+                     when tools are called, which the runtime decides"
+                ));
+            }
             if typed.iter().any(|(name, set)| *set && name == key) {
                 return Err(format!(
                     "{at} sets `{key}` both directly and in extra_body; keep one"
@@ -212,8 +232,52 @@ impl OpenAiConfig {
                 ));
             }
         }
+        if let Some(body) = &self.extra_body
+            && let Some(path) = credential_in(body)
+        {
+            // The value is not shown: it is the secret.
+            return Err(format!(
+                "{at} extra_body.{path} looks like a credential; a config holds no secret \
+                 (it would be recorded in run.json): give the key with api_key_env instead"
+            ));
+        }
         Ok(())
     }
+}
+
+/// The dotted path of the first string in `body` that the `[mcp.servers].env` credential check
+/// ([`crate::tools::env::secret_value`], by its key and value) calls a secret.
+fn credential_in(body: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    use serde_json::Value;
+    let mut stack: Vec<(String, String, &Value)> = body
+        .iter()
+        .map(|(k, v)| (k.clone(), k.clone(), v))
+        .collect();
+    while let Some((path, key, value)) = stack.pop() {
+        match value {
+            Value::String(text) => {
+                // The name rules alone only for values long enough to be a secret: a
+                // `stop_token = "</s>"` is no credential.
+                let by_name = text.len() >= crate::redact::MIN_SECRET_LEN
+                    && crate::tools::env::secret_value(&key, std::ffi::OsStr::new(text));
+                if by_name || crate::tools::env::sensitive_value(text) {
+                    return Some(path);
+                }
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    stack.push((format!("{path}[{i}]"), key.clone(), item));
+                }
+            }
+            Value::Object(map) => {
+                for (k, v) in map {
+                    stack.push((format!("{path}.{k}"), k.clone(), v));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -674,6 +738,30 @@ demo = "demo"
             (
                 "[providers.a]\nkind = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\napi_key_env = \"sk-abc\"\n",
                 "api_key_env",
+            ),
+            (
+                "[providers.a]\nkind = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\nextra_body = { api_key = \"sk-abcdefgh12345678\" }\n",
+                "extra_body.api_key",
+            ),
+            (
+                "[providers.a]\nkind = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\nextra_body = { headers = { Authorization = \"Bearer sk-abcdefgh12345678\" } }\n",
+                "extra_body.headers.Authorization",
+            ),
+            (
+                "[providers.a]\nkind = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\nextra_body = { n = 2 }\n",
+                "`n`",
+            ),
+            (
+                "[providers.a]\nkind = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\nextra_body = { tool_choice = \"none\" }\n",
+                "tool_choice",
+            ),
+            (
+                "[providers.a]\nkind = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\nextra_body = { functions = [] }\n",
+                "functions",
+            ),
+            (
+                "[providers.a]\nkind = \"openai\"\nbase_url = \"http://x\"\nmodel = \"m\"\nextra_body = { function_call = \"auto\" }\n",
+                "function_call",
             ),
             ("[providers.a]\nkind = \"command\"\nargv = []\n", "argv"),
             (

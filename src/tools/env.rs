@@ -201,13 +201,84 @@ fn sensitive_name(name: &str) -> bool {
         || SENSITIVE_PREFIXES.iter().any(|p| upper.starts_with(p))
 }
 
-/// The value rules: user info, connection-string secrets, private keys.
+/// The value rules: user info, connection-string secrets, private keys, and values shaped like
+/// a known key format ([`key_shaped`]) whatever the variable is called (`KXEN_CANARY=sk-…`).
 pub(crate) fn sensitive_value(value: &str) -> bool {
     let lower = value.to_ascii_lowercase();
     url_with_userinfo(value)
         || authority_with_password(value)
         || SECRET_VALUE_PARTS.iter().any(|p| lower.contains(p))
         || private_key_block(value)
+        || key_shaped(value)
+}
+
+/// Known key formats, each as a prefix at the start of a token (a run of `[A-Za-z0-9_-]`) and a
+/// minimum body, plus two URL shapes. The bodies are long enough, and (for `sk-`) must hold a
+/// digit, so ordinary words are not caught: `sk-learn`, `ghp_test`, `pypi-server`, `AKIAB` and
+/// `xoxo` stay plain values (tests below); a false positive only hides a variable from a tool
+/// and a value from a message, a miss leaks a key.
+///
+/// - `sk-…` (OpenAI; `sk-ant-…`, `sk-proj-…` included): at least 8 more characters, a digit
+///   among them;
+/// - GitHub `ghp_ gho_ ghu_ ghs_ ghr_` (20+), `github_pat_` (20+);
+/// - Slack `xoxb- xoxp- xoxa- xoxr- xoxs-` (10+) and webhook URLs (`hooks.slack.com/services/`);
+/// - AWS access key ids `AKIA`/`ASIA` + exactly 16 of `[A-Z0-9]`;
+/// - GitLab `glpat-` (20+), Google `AIza` (35), PyPI `pypi-` (16+);
+/// - a URL query parameter `sig=` or `token=` with a value (signed URLs, SAS tokens).
+pub(crate) fn key_shaped(value: &str) -> bool {
+    const PREFIXES: &[(&str, usize)] = &[
+        ("ghp_", 20),
+        ("gho_", 20),
+        ("ghu_", 20),
+        ("ghs_", 20),
+        ("ghr_", 20),
+        ("github_pat_", 20),
+        ("xoxb-", 10),
+        ("xoxp-", 10),
+        ("xoxa-", 10),
+        ("xoxr-", 10),
+        ("xoxs-", 10),
+        ("glpat-", 20),
+        ("AIza", 35),
+        ("pypi-", 16),
+    ];
+    let token_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let tokens = value
+        .split(|c: char| !token_char(c))
+        .filter(|t| !t.is_empty());
+    for token in tokens {
+        if let Some(body) = token.strip_prefix("sk-")
+            && body.len() >= 8
+            && body.bytes().any(|b| b.is_ascii_digit())
+        {
+            return true;
+        }
+        if PREFIXES
+            .iter()
+            .any(|(p, min)| token.strip_prefix(p).is_some_and(|body| body.len() >= *min))
+        {
+            return true;
+        }
+        if (token.starts_with("AKIA") || token.starts_with("ASIA"))
+            && token.len() == 20
+            && token
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+        {
+            return true;
+        }
+    }
+    if value.contains("hooks.slack.com/services/") {
+        return true;
+    }
+    ["?sig=", "&sig=", "?token=", "&token="].iter().any(|p| {
+        value.match_indices(p).any(|(i, m)| {
+            value[i + m.len()..]
+                .chars()
+                .next()
+                .is_some_and(|c| c != '&' && c != '#' && !c.is_whitespace())
+        })
+    })
 }
 
 /// `scheme://user[:pass]@host…` anywhere in the value.
@@ -295,6 +366,57 @@ pub fn child_env(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_shaped_values_are_caught_and_ordinary_ones_are_not() {
+        for key in [
+            "sk-canary-123",
+            "sk-ant-api03-abcdefgh12345678",
+            "sk-proj-Ab3dEfGh",
+            "Bearer sk-abcdef123456",
+            "ghp_abcdefghijklmnopqrst0123",
+            "github_pat_11ABCDEFG0abcdefghijklmn",
+            "xoxb-1234567890-abcdef",
+            "AKIAIOSFODNN7EXAMPLE",
+            "ASIAIOSFODNN7EXAMPLE",
+            "glpat-abcdefghij0123456789",
+            "AIzaSyA-abcdefghijklmnopqrstuvwxyz01234",
+            "pypi-AgEIcHlwaS5vcmcCJDAw",
+            "https://hooks.slack.com/services/T000/B000/XXXX",
+            "https://x.blob.core.windows.net/c/f?sv=2020&sig=abc%2Fdef",
+            "https://api.example.com/feed?token=abc123",
+        ] {
+            assert!(key_shaped(key), "{key}");
+            assert!(sensitive_value(key), "{key}");
+        }
+        for plain in [
+            "/usr/local/bin:/usr/bin:/bin",
+            "sk-learn",
+            "sk-learn-intro",
+            "risk-assessment-2024",
+            "ghp_test",
+            "pypi-server",
+            "xoxo",
+            "AKIAB",
+            "AKIAIOSFODNN7EXAMPLEX",
+            "en_US.UTF-8",
+            "https://example.com/search?q=token",
+            "https://example.com/?token=",
+            "xterm-256color",
+        ] {
+            assert!(!key_shaped(plain), "{plain}");
+        }
+    }
+
+    #[test]
+    fn a_key_in_an_innocent_name_is_filtered_out_of_a_tool_env() {
+        let got = names(
+            &[("KXEN_CANARY", "sk-canary-123"), ("LANG", "en_US.UTF-8")],
+            &[],
+        );
+        assert!(!got.iter().any(|n| n == "KXEN_CANARY"), "{got:?}");
+        assert!(got.iter().any(|n| n == "LANG"), "{got:?}");
+    }
 
     fn names(vars: &[(&str, &str)], pass: &[&str]) -> Vec<String> {
         let pass: Vec<String> = pass.iter().map(|s| s.to_string()).collect();
