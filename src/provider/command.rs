@@ -195,6 +195,8 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             attempt_mark: None,
             call_mark: None,
             task: None,
+            observer: None,
+            cancel: None,
         };
         let r = p.complete(&req, 0).unwrap();
         assert_eq!(r.text, "thinking");
@@ -222,6 +224,8 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             attempt_mark: None,
             call_mark: None,
             task: None,
+            observer: None,
+            cancel: None,
         };
         let (_t, p) = setup("echo 'rate limited' >&2; exit 3", "");
         let e = p.complete(&req, 0).unwrap_err();
@@ -266,6 +270,8 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
             attempt_mark: None,
             call_mark: None,
             task: None,
+            observer: None,
+            cancel: None,
         };
         assert_eq!(p.complete(&req, 0).unwrap().text, "hi");
     }

@@ -17,6 +17,7 @@
 //! max_tokens = 4096                    # optional, default 4096
 //! seed = 7
 //! extra_body = { cache_prompt = true } # optional, merged into the request body
+//! max_transport_retries = 5            # optional: HTTP 408/429/5xx and resets, with backoff
 //! [providers.bridge]
 //! kind = "command"                     # argv; request JSON on stdin, response JSON on stdout
 //! argv = ["my-llm-bridge", "--json"]
@@ -124,6 +125,10 @@ pub struct OpenAiConfig {
     /// Server-specific request fields, merged into the top level of the body.
     #[serde(default)]
     pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Transient failures (HTTP 408/429/5xx, reset connections) one call retries, with backoff
+    /// ([`super::http`]); default [`super::http::DEFAULT_MAX_TRANSPORT_RETRIES`].
+    #[serde(default)]
+    pub max_transport_retries: Option<u32>,
 }
 
 /// `max_tokens` of an `openai` provider that does not set it: enough for a long edit, and a
@@ -483,6 +488,7 @@ impl ModelConfig {
                         )));
                     }
                     o.check_options(&at).map_err(|why| self.invalid(why))?;
+                    check_retries(&at, o.max_transport_retries).map_err(|why| self.invalid(why))?;
                     o.timeout_ms
                 }
                 ProviderConfig::Command(c) => {
@@ -641,7 +647,11 @@ impl ModelConfig {
                     o.api_key_env.clone(),
                     timeout(o.timeout_ms),
                 )
-                .with_options(o.options()),
+                .with_options(o.options())
+                .with_max_transport_retries(
+                    o.max_transport_retries
+                        .unwrap_or(super::http::DEFAULT_MAX_TRANSPORT_RETRIES),
+                ),
             ),
             ProviderConfig::Command(c) => Box::new(CommandProvider::new(
                 name,
@@ -651,6 +661,17 @@ impl ModelConfig {
             )),
             ProviderConfig::Script(s) => Box::new(ScriptProvider::new(dir.join(&s.path))),
         })
+    }
+}
+
+/// Why `max_transport_retries` is out of range (`at` names the table).
+fn check_retries(at: &str, n: Option<u32>) -> std::result::Result<(), String> {
+    match n {
+        Some(n) if n > super::http::MAX_TRANSPORT_RETRIES => Err(format!(
+            "{at} max_transport_retries = {n} is above {}",
+            super::http::MAX_TRANSPORT_RETRIES
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -9,9 +9,13 @@
 
 pub mod command;
 pub mod config;
+pub mod http;
+#[cfg(test)]
+pub(crate) mod loopback;
 pub mod openai;
 pub mod script;
 
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -162,6 +166,53 @@ pub struct ModelRequest<'a> {
     /// top-level Session): the script provider answers a child from the lines tagged with it,
     /// a command provider gets it as `task` in its input.
     pub task: Option<&'a str>,
+    /// Told what happens while the call is under way (transport retries, streamed text); the
+    /// run turns it into events. `None`: nobody listens (the Builder, tests).
+    pub observer: Option<Observer<'a>>,
+    /// Set when the run is canceled: a provider waiting out a backoff stops at once.
+    pub cancel: Option<&'a AtomicBool>,
+}
+
+impl ModelRequest<'_> {
+    /// Reports `event` to the observer, if any.
+    pub fn report(&self, event: CallEvent) {
+        if let Some(observer) = self.observer {
+            (observer.0)(event)
+        }
+    }
+
+    /// Whether the run was canceled.
+    pub fn canceled(&self) -> bool {
+        self.cancel
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+/// What a provider reports while one call is under way. Nothing of it is durable: a call that
+/// fails or is abandoned leaves only these events behind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallEvent {
+    /// A transient failure (HTTP 408/429/5xx, a reset connection): the call is sent again after
+    /// `wait`. `attempt` counts the retries of this call from 1, up to `max`
+    /// (`max_transport_retries`). Text streamed before it is void.
+    Retry {
+        attempt: u32,
+        max: u32,
+        wait: Duration,
+        reason: String,
+    },
+    /// A piece of the answer's text as it streams in.
+    TextDelta(String),
+}
+
+/// The listener of a [`ModelRequest`].
+#[derive(Clone, Copy)]
+pub struct Observer<'a>(pub &'a (dyn Fn(CallEvent) + Sync));
+
+impl std::fmt::Debug for Observer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
 }
 
 /// A model client. `responses_so_far` is the number of model responses already recorded in the

@@ -12,10 +12,8 @@ use serde_json::{Map, Value, json};
 
 use super::command::excerpt;
 use super::config::RequestOptions;
-use super::{
-    ChatMessage, ChatRole, ModelRequest, ModelResponse, Provider, ToolCall, Usage,
-    effective_timeout,
-};
+use super::http::{Endpoint, Failure};
+use super::{ChatMessage, ChatRole, ModelRequest, ModelResponse, Provider, ToolCall, Usage};
 use crate::error::{Error, Result};
 
 /// Largest response body accepted.
@@ -23,11 +21,9 @@ const MAX_BODY: u64 = 32 * 1024 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct OpenAiProvider {
-    name: String,
-    endpoint: String,
+    endpoint: Endpoint,
     model: String,
     api_key_env: Option<String>,
-    timeout: Duration,
     options: RequestOptions,
 }
 
@@ -39,12 +35,16 @@ impl OpenAiProvider {
         api_key_env: Option<String>,
         timeout: Duration,
     ) -> Self {
+        let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
         OpenAiProvider {
-            name: name.to_string(),
-            endpoint: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            endpoint: Endpoint::new(
+                name,
+                url,
+                timeout,
+                super::http::DEFAULT_MAX_TRANSPORT_RETRIES,
+            ),
             model: model.to_string(),
             api_key_env,
-            timeout,
             options: RequestOptions::default(),
         }
     }
@@ -55,8 +55,10 @@ impl OpenAiProvider {
         self
     }
 
-    fn what(&self) -> String {
-        format!("model provider `{}` ({})", self.name, self.endpoint)
+    /// Retries transient failures of one call at most `n` times ([`super::http`]).
+    pub fn with_max_transport_retries(mut self, n: u32) -> Self {
+        self.endpoint = self.endpoint.with_max_retries(n);
+        self
     }
 
     /// The chat-completions request body.
@@ -190,85 +192,33 @@ fn parse_response(body: &Value, call_number: usize) -> std::result::Result<Model
     })
 }
 
-/// Whether `endpoint`'s host is this machine (`localhost`, `127.x.x.x`, `[::1]`); an endpoint
-/// that is not a URL is not.
-fn is_loopback(endpoint: &str) -> bool {
-    let Ok(url) = url::Url::parse(endpoint) else {
-        return false;
-    };
-    match url.host() {
-        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => false,
-    }
-}
-
 impl Provider for OpenAiProvider {
     fn complete(&self, request: &ModelRequest, responses_so_far: usize) -> Result<ModelResponse> {
-        let key = match &self.api_key_env {
-            None => None,
-            Some(var) => {
-                // The start-up snapshot: the process's own copy was wiped (`own_env`).
-                match crate::own_env::var_os(var).and_then(|k| k.into_string().ok()) {
-                    Some(k) if !k.is_empty() => Some(k),
-                    _ => {
-                        return Err(Error::invalid(format!(
-                        "{}: the environment variable {var} (api_key_env) is not set",
-                        self.what()
-                    ))
-                    .with_hint(format!("export {var}=… before running, or remove api_key_env from the model config")));
-                    }
-                }
-            }
-        };
-        let timeout = effective_timeout(self.timeout, request.timeout);
-        let mut config = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false);
-        if is_loopback(&self.endpoint) {
-            // A local server (ollama, llama.cpp) is never reached through an HTTP(S)_PROXY from
-            // the environment, whether or not NO_PROXY lists it.
-            config = config.proxy(None);
-        }
-        let agent: ureq::Agent = config.build().into();
-        let mut call = agent
-            .post(&self.endpoint)
-            .header("Content-Type", "application/json");
-        if let Some(k) = &key {
-            call = call.header("Authorization", format!("Bearer {k}"));
+        let key = super::http::api_key(self.api_key_env.as_deref(), &self.endpoint.what)?;
+        let auth = key.map(|k| format!("Bearer {k}"));
+        let mut headers = Vec::new();
+        if let Some(a) = &auth {
+            headers.push(("Authorization", a.as_str()));
         }
         let body = self.body(request).to_string();
-        // `Error::new` redacts (`crate::redact`): the key, any URL user info in the endpoint.
-        let external = Error::external;
-        let mut response = call
-            .send(body.as_bytes())
-            .map_err(|e| external(format!("{}: request failed: {e}", self.what())))?;
-        let status = response.status();
-        let bytes = response
-            .body_mut()
-            .with_config()
-            .limit(MAX_BODY)
-            .read_to_vec()
-            .map_err(|e| external(format!("{}: reading the response failed: {e}", self.what())))?;
-        if !status.is_success() {
-            let text = String::from_utf8_lossy(&bytes);
-            return Err(external(format!(
-                "{} returned HTTP {}: {}",
-                self.what(),
-                status.as_u16(),
-                excerpt(text.trim(), 300)
-            )));
-        }
-        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            external(format!(
-                "{}: the response is not JSON ({e}): {}",
-                self.what(),
-                excerpt(String::from_utf8_lossy(&bytes).trim(), 200)
-            ))
-        })?;
-        parse_response(&value, responses_so_far)
-            .map_err(|e| external(format!("{}: {e}", self.what())))
+        let what = &self.endpoint.what;
+        self.endpoint
+            .post(request, &headers, body.as_bytes(), false, |mut response| {
+                let bytes = response
+                    .body_mut()
+                    .with_config()
+                    .limit(MAX_BODY)
+                    .read_to_vec()
+                    .map_err(|e| Failure::reading(what, &e))?;
+                let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+                    Failure::Fatal(Error::external(format!(
+                        "{what}: the response is not JSON ({e}): {}",
+                        excerpt(String::from_utf8_lossy(&bytes).trim(), 200)
+                    )))
+                })?;
+                parse_response(&value, responses_so_far)
+                    .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
+            })
     }
 }
 
@@ -406,6 +356,8 @@ mod tests {
                 attempt_mark: None,
                 call_mark: None,
                 task: None,
+                observer: None,
+                cancel: None,
             },
             0,
         )
@@ -547,6 +499,8 @@ mod tests {
                     attempt_mark: None,
                     call_mark: None,
                     task: None,
+                    observer: None,
+                    cancel: None,
                 },
                 0,
             )
@@ -603,6 +557,8 @@ mod tests {
                     attempt_mark: None,
                     call_mark: None,
                     task: None,
+                    observer: None,
+                    cancel: None,
                 },
                 1,
             )
@@ -650,6 +606,8 @@ mod tests {
             attempt_mark: None,
             call_mark: None,
             task: None,
+            observer: None,
+            cancel: None,
         };
         let e = p.complete(&req, 0).unwrap_err();
         assert!(e.message.contains("HTTP 401"), "{}", e.message);
@@ -682,6 +640,8 @@ mod tests {
             attempt_mark: None,
             call_mark: None,
             task: None,
+            observer: None,
+            cancel: None,
         };
         let e = p.complete(&req, 0).unwrap_err();
         assert_eq!(e.kind, ErrorKind::External);
@@ -719,6 +679,8 @@ mod tests {
             attempt_mark: None,
             call_mark: None,
             task: None,
+            observer: None,
+            cancel: None,
         };
         assert_eq!(p.complete(&req, 0).unwrap_err().kind, ErrorKind::External);
         let p = provider(
@@ -740,7 +702,7 @@ mod tests {
             "http://user@127.0.0.2:1/x",
             "http://user:pw@[0:0:0:0:0:0:0:1]/v1",
         ] {
-            assert!(is_loopback(yes), "{yes}");
+            assert!(super::super::http::is_loopback(yes), "{yes}");
         }
         for no in [
             "https://api.openai.com/v1",
@@ -750,7 +712,7 @@ mod tests {
             "http://evil.com/?next=http://127.0.0.1/",
             "not a url",
         ] {
-            assert!(!is_loopback(no), "{no}");
+            assert!(!super::super::http::is_loopback(no), "{no}");
         }
     }
 

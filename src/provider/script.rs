@@ -175,6 +175,8 @@ mod tests {
             attempt_mark: None,
             call_mark: None,
             task: None,
+            observer: None,
+            cancel: None,
         }
     }
 

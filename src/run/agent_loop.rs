@@ -28,7 +28,7 @@ use crate::fsx::failpoint;
 use crate::ids::{self, IdKind};
 use crate::journal::{BlobPointer, Journal, JournalRecord, OpPhase, ToolOutcome};
 use crate::process::orphans;
-use crate::provider::{ModelRequest, ModelResponse, Provider, ToolCall};
+use crate::provider::{CallEvent, ModelRequest, ModelResponse, Observer, Provider, ToolCall};
 use crate::run::conversation::Conversation;
 use crate::run::events::{Event, EventSink, preview};
 use crate::run::repeat::RepeatGuard;
@@ -260,7 +260,7 @@ impl Loop<'_, '_> {
                 };
                 return self.fail(run, FailReason::BudgetExhausted, why, sink);
             }
-            let mut response = match self.call_model(run)? {
+            let mut response = match self.call_model(run, sink)? {
                 Ok(response) => response,
                 Err(Stop::Fail(reason, why)) => return self.fail(run, reason, why, sink),
                 Err(Stop::Canceled) => return self.cancel(run, sink),
@@ -360,12 +360,20 @@ impl Loop<'_, '_> {
         Ok(())
     }
 
-    /// One model call on its own thread, so a cancel can abandon it without waiting.
+    /// One model call on its own thread, so a cancel can abandon it without waiting. What the
+    /// provider reports meanwhile (retries, streamed text) becomes events as it arrives.
     fn complete_cancelable(
         &self,
+        run_id: &str,
         timeout: Option<Duration>,
         responses_so_far: usize,
+        sink: &mut dyn EventSink,
     ) -> std::result::Result<Result<ModelResponse>, Stop> {
+        /// What the call's thread sends back.
+        enum FromCall {
+            Event(CallEvent),
+            Done(Result<ModelResponse>),
+        }
         let provider = Arc::clone(&self.ex.provider);
         let history = Arc::clone(self.conv.history());
         let schemas = Arc::clone(&self.schemas);
@@ -373,8 +381,14 @@ impl Loop<'_, '_> {
         let attempt_mark = self.attempt_mark.clone();
         let call_mark = orphans::new_attempt_mark();
         let call_mark_sent = call_mark.clone();
+        let canceled = Arc::new(AtomicBool::new(false));
+        let canceled_seen = Arc::clone(&canceled);
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
+            let events = tx.clone();
+            let observe = move |event: CallEvent| {
+                let _ = events.send(FromCall::Event(event));
+            };
             let result = {
                 let request = ModelRequest {
                     role: &role,
@@ -384,19 +398,24 @@ impl Loop<'_, '_> {
                     attempt_mark: Some(&attempt_mark),
                     call_mark: Some(&call_mark_sent),
                     task: None,
+                    observer: Some(Observer(&observe)),
+                    cancel: Some(&canceled_seen),
                 };
                 provider.complete(&request, responses_so_far)
             };
             // Release the shared history before answering, so the loop appends to it in place.
             drop(history);
-            let _ = tx.send(result);
+            let _ = tx.send(FromCall::Done(result));
         });
         loop {
             match rx.recv_timeout(CANCEL_POLL) {
-                Ok(result) => return Ok(result),
+                Ok(FromCall::Done(result)) => return Ok(result),
+                Ok(FromCall::Event(event)) => sink.emit(call_event(run_id, event)),
                 Err(RecvTimeoutError::Timeout) if self.canceled() => {
                     // The call is abandoned (nothing of it is journaled); a command provider's
-                    // processes stop with it rather than outliving the run.
+                    // processes stop with it rather than outliving the run, and a network
+                    // provider's backoff wait ends.
+                    canceled.store(true, Ordering::SeqCst);
                     orphans::stop_marked(orphans::MODEL_CALL_VAR, &[&call_mark]);
                     return Err(Stop::Canceled);
                 }
@@ -462,7 +481,11 @@ impl Loop<'_, '_> {
     /// One model call, retried while it fails and `maxPureRetries` allows (a failed call
     /// produced nothing, so retrying it cannot repeat a side effect). The outer `Result` is an
     /// I/O failure of ours; the inner error ends the run.
-    fn call_model(&mut self, run: &RunState) -> Result<std::result::Result<ModelResponse, Stop>> {
+    fn call_model(
+        &mut self,
+        run: &RunState,
+        sink: &mut dyn EventSink,
+    ) -> Result<std::result::Result<ModelResponse, Stop>> {
         let execution = &self.ex.definition.spec.execution;
         let retries = execution.max_pure_retries;
         let responses_so_far = self.messages.model_responses();
@@ -480,7 +503,7 @@ impl Loop<'_, '_> {
                 }
                 other => other,
             };
-            let answer = match self.complete_cancelable(timeout, responses_so_far) {
+            let answer = match self.complete_cancelable(&run.id, timeout, responses_so_far, sink) {
                 Ok(answer) => answer,
                 Err(stop) => return Ok(Err(stop)),
             };
@@ -1006,6 +1029,28 @@ impl Loop<'_, '_> {
         settle::settle(run, &self.run_paths, &mut self.messages, result.clone())?;
         sink.emit(finished_event(self.ex.session_id, &run.id, &result));
         Ok(Ending::Finished(result))
+    }
+}
+
+/// The event a provider's report of a call under way becomes.
+fn call_event(run_id: &str, event: CallEvent) -> Event {
+    match event {
+        CallEvent::Retry {
+            attempt,
+            max,
+            wait,
+            reason,
+        } => Event::ModelRetry {
+            run_id: run_id.to_string(),
+            attempt,
+            max_attempts: max,
+            wait_ms: crate::clock::duration_millis(wait),
+            reason,
+        },
+        CallEvent::TextDelta(text) => Event::ModelTextDelta {
+            run_id: run_id.to_string(),
+            text,
+        },
     }
 }
 

@@ -40,6 +40,8 @@ pub fn build_definition(
         attempt_mark: None,
         call_mark: None,
         task: None,
+        observer: None,
+        cancel: None,
     };
     let response = provider.complete(&request, 0).map_err(|e| {
         let kind = if e.kind == ErrorKind::InvalidInput {

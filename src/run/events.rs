@@ -75,6 +75,20 @@ pub enum Event {
         message_id: String,
         text: String,
     },
+    /// A model call failed in a transient way (HTTP 408/429/5xx, a reset connection) and is
+    /// sent again after `waitMs`: retry `attempt` of at most `maxAttempts`
+    /// (`max_transport_retries`). These retries are not `maxPureRetries`. Text streamed by the
+    /// failed attempt is void.
+    ModelRetry {
+        run_id: String,
+        attempt: u32,
+        max_attempts: u32,
+        wait_ms: u64,
+        reason: String,
+    },
+    /// A piece of the model's text as it streams in (streaming providers). Nothing of it is
+    /// durable: the whole response is recorded once complete (then `modelText`).
+    ModelTextDelta { run_id: String, text: String },
     /// A tool call is about to run (its `Started` record is durable).
     ToolStarted {
         run_id: String,

@@ -16,6 +16,8 @@ mod dwp_onboard;
 mod dwp_resources;
 #[allow(dead_code)] // helpers used by some test modules only
 mod env;
+#[allow(dead_code)] // helpers used by some test modules only
+mod fake_model;
 mod fence;
 mod help_exit_codes;
 mod init;
@@ -36,6 +38,7 @@ mod run_secrets;
 mod run_show;
 mod run_sigkill;
 mod run_support;
+mod run_transient;
 #[allow(dead_code)] // shared with benches/bundle.rs
 mod session_builder;
 mod session_bundle;

@@ -12,6 +12,8 @@ pub struct Renderer {
     format: Format,
     /// Text view: the arguments of started tool calls, shown on their one line when they finish.
     started: HashMap<String, Value>,
+    /// Text view: streamed model text is on the screen and its line is not ended yet.
+    streaming: bool,
 }
 
 impl Renderer {
@@ -19,11 +21,33 @@ impl Renderer {
         Renderer {
             format,
             started: HashMap::new(),
+            streaming: false,
         }
     }
 
     fn text(&mut self, event: Event) {
+        if let Event::ModelTextDelta { text, .. } = &event {
+            output::raw(&output::terminal_safe(text));
+            self.streaming = !text.is_empty() || self.streaming;
+            return;
+        }
+        let streamed = std::mem::take(&mut self.streaming);
+        if streamed {
+            output::raw("\n");
+        }
         match event {
+            Event::ModelTextDelta { .. } => {}
+            Event::ModelRetry {
+                attempt,
+                max_attempts,
+                wait_ms,
+                reason,
+                ..
+            } => say(&format!(
+                "  model call failed, retry {attempt}/{max_attempts} in {:.1} s: {}",
+                wait_ms as f64 / 1000.0,
+                preview(&reason, 200)
+            )),
             Event::SessionCreated {
                 session_id,
                 agent,
@@ -66,6 +90,8 @@ impl Renderer {
             )),
             Event::Warning { message } => output::Diagnostics::kxen(Format::Text).warning(&message),
             Event::RunStarted { run_id, .. } => say(&format!("run {run_id} started")),
+            // Streamed already: its line was ended above.
+            Event::ModelText { .. } if streamed => {}
             Event::ModelText { text, .. } => say(text.trim_end()),
             Event::ToolStarted {
                 op_id, arguments, ..

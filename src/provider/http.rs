@@ -1,0 +1,566 @@
+//! One model call over HTTP, with the transient-failure policy both network providers share.
+//!
+//! A call is sent again, after a wait, when it failed in a way that says nothing about the
+//! request itself: HTTP 408, 429 and 5xx, or a connection that was reset or closed before the
+//! answer was complete. Other 4xx answers are the request's fault and fail at once, and so do a
+//! refused connection, an unknown host and a timeout (a wrong `base_url` or a dead server should
+//! not cost minutes of waiting; the provider's `timeout_ms` already waited).
+//!
+//! The wait is the server's when it gives one (`retry-after-ms`, then `Retry-After` in seconds
+//! or as an HTTP date), otherwise exponential backoff with jitter. Retries of one call are
+//! bounded by `max_transport_retries` and by the call's time limit (the run's remaining
+//! wall-clock budget): a wait that would pass it is not started. A cancel ends a wait within
+//! [`CANCEL_POLL`]. These retries happen inside one model call, so the runtime counts a call
+//! that still fails after them as one failure against `maxPureRetries`.
+
+use std::time::{Duration, Instant};
+
+use super::command::excerpt;
+use super::{CallEvent, ModelRequest, effective_timeout};
+use crate::error::{Error, Result};
+
+/// Retries of one call when the config does not say.
+pub const DEFAULT_MAX_TRANSPORT_RETRIES: u32 = 5;
+/// The most `max_transport_retries` may be.
+pub const MAX_TRANSPORT_RETRIES: u32 = 20;
+/// The first backoff wait; each retry doubles it, up to [`BACKOFF_CAP`].
+const BACKOFF_BASE: Duration = Duration::from_millis(500);
+const BACKOFF_CAP: Duration = Duration::from_secs(30);
+/// A server asking for a longer wait than this is not waited for: the call fails, saying so.
+pub const MAX_SERVER_WAIT: Duration = Duration::from_secs(600);
+/// How often a backoff wait looks at the cancel flag.
+const CANCEL_POLL: Duration = Duration::from_millis(20);
+/// How much of an error body is read (its excerpt is shorter still).
+const MAX_ERROR_BODY: u64 = 64 * 1024;
+
+/// Why one attempt failed.
+pub enum Failure {
+    /// Worth sending again; `wait` is the server's request, if it made one.
+    Transient { why: String, wait: Option<Duration> },
+    /// The call fails.
+    Fatal(Error),
+}
+
+impl Failure {
+    /// A failure of reading the answer: transient when the connection broke.
+    pub fn reading(what: &str, e: &ureq::Error) -> Failure {
+        let why = format!("{what}: reading the response failed: {e}");
+        if broken_connection(e) {
+            Failure::Transient { why, wait: None }
+        } else {
+            Failure::Fatal(Error::external(why))
+        }
+    }
+}
+
+/// A POST endpoint of one provider.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// `model provider `NAME` (URL)`, the start of every error message.
+    pub what: String,
+    pub url: String,
+    agent: ureq::Agent,
+    /// The provider's own limit for one attempt (`timeout_ms`).
+    timeout: Duration,
+    max_retries: u32,
+}
+
+impl Endpoint {
+    pub fn new(name: &str, url: String, timeout: Duration, max_retries: u32) -> Endpoint {
+        let mut config = ureq::Agent::config_builder().http_status_as_error(false);
+        if is_loopback(&url) {
+            // A local server (ollama, llama.cpp) is never reached through an HTTP(S)_PROXY from
+            // the environment, whether or not NO_PROXY lists it.
+            config = config.proxy(None);
+        }
+        Endpoint {
+            what: format!("model provider `{name}` ({url})"),
+            url,
+            agent: config.build().into(),
+            timeout,
+            max_retries,
+        }
+    }
+
+    /// The same endpoint, retrying transient failures at most `n` times.
+    pub fn with_max_retries(mut self, n: u32) -> Endpoint {
+        self.max_retries = n;
+        self
+    }
+
+    /// Sends `body` with `headers` until an attempt succeeds or the policy (module docs) gives
+    /// up; `read` turns a 2xx response into the answer. With `idle`, the time limit of one
+    /// attempt applies to each read of the response (a stream), not to the whole exchange.
+    pub fn post<T>(
+        &self,
+        request: &ModelRequest,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        idle: bool,
+        mut read: impl FnMut(ureq::http::Response<ureq::Body>) -> std::result::Result<T, Failure>,
+    ) -> Result<T> {
+        let deadline = request.timeout.map(|t| Instant::now() + t);
+        let mut retries = 0;
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Err(Error::external(format!(
+                    "{}: the call's time limit ran out",
+                    self.what
+                )));
+            }
+            let why = match self.attempt(effective_timeout(self.timeout, left), idle, headers, body)
+            {
+                Ok(response) => match read(response) {
+                    Ok(answer) => return Ok(answer),
+                    Err(Failure::Fatal(e)) => return Err(e),
+                    Err(Failure::Transient { why, wait }) => (why, wait),
+                },
+                Err(Failure::Fatal(e)) => return Err(e),
+                Err(Failure::Transient { why, wait }) => (why, wait),
+            };
+            let (why, asked) = why;
+            if retries >= self.max_retries {
+                let tries = if self.max_retries == 0 {
+                    String::new()
+                } else {
+                    format!(
+                        " (after {} transport retr{}, max_transport_retries {})",
+                        retries,
+                        if retries == 1 { "y" } else { "ies" },
+                        self.max_retries
+                    )
+                };
+                return Err(Error::external(format!("{why}{tries}")));
+            }
+            let wait = asked.unwrap_or_else(|| backoff(retries));
+            if wait > MAX_SERVER_WAIT {
+                return Err(Error::external(format!(
+                    "{why} (the server asks to wait {} s, more than the {} s kxen-agent waits)",
+                    wait.as_secs(),
+                    MAX_SERVER_WAIT.as_secs()
+                )));
+            }
+            if let Some(d) = deadline
+                && Instant::now() + wait >= d
+            {
+                return Err(Error::external(format!(
+                    "{why} (not retried: waiting {} ms would pass the call's time limit, the \
+                     run's wall-clock budget)",
+                    wait.as_millis()
+                )));
+            }
+            retries += 1;
+            request.report(CallEvent::Retry {
+                attempt: retries,
+                max: self.max_retries,
+                wait,
+                reason: crate::redact::redact(&why),
+            });
+            if !sleep_unless_canceled(wait, request) {
+                return Err(Error::external(format!(
+                    "{}: canceled while waiting to retry",
+                    self.what
+                )));
+            }
+        }
+    }
+
+    /// One exchange: a 2xx response, or why not.
+    fn attempt(
+        &self,
+        limit: Duration,
+        idle: bool,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> std::result::Result<ureq::http::Response<ureq::Body>, Failure> {
+        let mut call = self.agent.post(&self.url).config();
+        call = if idle {
+            // A stream may go on for long; what must not last is a silence.
+            call.timeout_per_read(Some(limit))
+                .timeout_connect(Some(limit))
+        } else {
+            call.timeout_global(Some(limit))
+        };
+        let mut call = call.build().header("Content-Type", "application/json");
+        for (name, value) in headers {
+            call = call.header(*name, *value);
+        }
+        let mut response = match call.send(body) {
+            Ok(r) => r,
+            Err(e) => {
+                // `Error::new` redacts (`crate::redact`): the key, any URL user info.
+                let why = format!("{}: request failed: {e}", self.what);
+                return Err(if broken_connection(&e) {
+                    Failure::Transient { why, wait: None }
+                } else {
+                    Failure::Fatal(Error::external(why))
+                });
+            }
+        };
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(response);
+        }
+        let wait = retry_after(response.headers(), crate::clock::now_millis());
+        let bytes = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_ERROR_BODY)
+            .read_to_vec()
+            .unwrap_or_default();
+        // Redacted whole before it is cut: a key straddling the cut goes too.
+        let text = crate::redact::redact(String::from_utf8_lossy(&bytes).trim());
+        let why = format!(
+            "{} returned HTTP {status}: {}",
+            self.what,
+            excerpt(&text, 300)
+        );
+        Err(if transient_status(status) {
+            Failure::Transient { why, wait }
+        } else {
+            Failure::Fatal(Error::external(why))
+        })
+    }
+}
+
+/// The key in the variable `api_key_env` names (the start-up snapshot: the process's own copy
+/// was wiped, see [`crate::own_env`]); `None` without `api_key_env`. Unset or empty is exit 4.
+pub fn api_key(api_key_env: Option<&str>, what: &str) -> Result<Option<String>> {
+    let Some(var) = api_key_env else {
+        return Ok(None);
+    };
+    match crate::own_env::var_os(var).and_then(|k| k.into_string().ok()) {
+        Some(k) if !k.is_empty() => Ok(Some(k)),
+        _ => Err(Error::invalid(format!(
+            "{what}: the environment variable {var} (api_key_env) is not set"
+        ))
+        .with_hint(format!(
+            "export {var}=… before running, or remove api_key_env from the model config"
+        ))),
+    }
+}
+
+/// HTTP statuses worth a retry: timeout, rate limit, server trouble (Anthropic's 529
+/// "overloaded" included).
+pub fn transient_status(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500..=599)
+}
+
+/// Whether `e` is a connection that broke under the exchange (reset, closed early).
+fn broken_connection(e: &ureq::Error) -> bool {
+    use std::io::ErrorKind as K;
+    match e {
+        ureq::Error::Io(io) => matches!(
+            io.kind(),
+            K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof
+        ),
+        _ => false,
+    }
+}
+
+/// The wait before retry `retry + 1`: `BACKOFF_BASE · 2^retry` capped at `BACKOFF_CAP`, of which
+/// a random half is taken off ("equal jitter": many clients hit by one outage spread out, and
+/// each still waits at least half the step).
+pub fn backoff(retry: u32) -> Duration {
+    let step = BACKOFF_BASE
+        .saturating_mul(1u32.checked_shl(retry.min(16)).unwrap_or(u32::MAX))
+        .min(BACKOFF_CAP);
+    let mut bits = [0u8; 8];
+    let unit = match getrandom::fill(&mut bits) {
+        Ok(()) => (u64::from_le_bytes(bits) >> 11) as f64 / (1u64 << 53) as f64,
+        Err(_) => 0.5,
+    };
+    step / 2 + step.div_f64(2.0).mul_f64(unit)
+}
+
+/// The wait a server asks for: `retry-after-ms` (milliseconds, OpenAI's), else `Retry-After` as
+/// seconds or as an HTTP date (RFC 9110 §10.2.3; a date in the past means now). `now_ms` is the
+/// wall clock. Unreadable values are ignored (the backoff applies).
+pub fn retry_after(headers: &ureq::http::HeaderMap, now_ms: i64) -> Option<Duration> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
+        && ms.is_finite()
+        && ms >= 0.0
+    {
+        return Some(Duration::from_secs_f64((ms / 1000.0).min(1e9)));
+    }
+    let value = text("retry-after")?;
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs.min(1_000_000_000)));
+    }
+    let at = http_date_millis(value)?;
+    Some(Duration::from_millis(at.saturating_sub(now_ms).max(0) as u64))
+}
+
+/// Milliseconds since the epoch of an HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`; the obsolete
+/// RFC 850 and asctime forms are not sent by model APIs and are not read).
+fn http_date_millis(value: &str) -> Option<i64> {
+    let zoned = jiff::fmt::rfc2822::parse(value).ok()?;
+    Some(zoned.timestamp().as_millisecond())
+}
+
+/// Sleeps `wait`, or less when the request is canceled; false when it was.
+fn sleep_unless_canceled(wait: Duration, request: &ModelRequest) -> bool {
+    let until = Instant::now() + wait;
+    loop {
+        if request.canceled() {
+            return false;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(CANCEL_POLL));
+    }
+}
+
+/// Whether `endpoint`'s host is this machine (`localhost`, `127.x.x.x`, `[::1]`); an endpoint
+/// that is not a URL is not.
+pub fn is_loopback(endpoint: &str) -> bool {
+    let Ok(url) = url::Url::parse(endpoint) else {
+        return false;
+    };
+    match url.host() {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ureq::http::{HeaderMap, HeaderValue};
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn retry_after_reads_ms_seconds_and_dates() {
+        let now = http_date_millis("Wed, 02 Dec 2026 04:00:00 GMT").unwrap();
+        let at = |pairs: &[(&'static str, &str)]| retry_after(&headers(pairs), now);
+        assert_eq!(
+            at(&[("retry-after-ms", "1500")]),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            at(&[("retry-after-ms", "250.5"), ("retry-after", "9")]),
+            Some(Duration::from_micros(250_500))
+        );
+        assert_eq!(at(&[("retry-after", " 7 ")]), Some(Duration::from_secs(7)));
+        assert_eq!(
+            at(&[("retry-after", "Wed, 02 Dec 2026 04:00:03 GMT")]),
+            Some(Duration::from_secs(3))
+        );
+        // A date already past: retry now.
+        assert_eq!(
+            at(&[("retry-after", "Wed, 02 Dec 2026 03:59:00 GMT")]),
+            Some(Duration::ZERO)
+        );
+        for junk in ["-1", "soon", "", "1e3x", "Wed, 99 Dec 2026 04:00:03 GMT"] {
+            assert_eq!(at(&[("retry-after", junk)]), None, "{junk:?}");
+        }
+        assert_eq!(at(&[("retry-after-ms", "-5")]), None);
+        assert_eq!(at(&[]), None);
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_is_capped() {
+        for retry in 0..40 {
+            let step = (BACKOFF_BASE * 2u32.pow(retry.min(10))).min(BACKOFF_CAP);
+            for _ in 0..20 {
+                let wait = backoff(retry);
+                assert!(wait >= step / 2 && wait <= step, "{retry}: {wait:?}");
+            }
+        }
+        // Jitter: not every draw is the same.
+        let draws: std::collections::HashSet<_> = (0..20).map(|_| backoff(3)).collect();
+        assert!(draws.len() > 1);
+    }
+
+    #[test]
+    fn which_statuses_are_retried() {
+        for yes in [408, 429, 500, 502, 503, 504, 529] {
+            assert!(transient_status(yes), "{yes}");
+        }
+        for no in [200, 400, 401, 403, 404, 409, 413, 422] {
+            assert!(!transient_status(no), "{no}");
+        }
+    }
+
+    use super::super::loopback::{Reply, serve};
+    use super::super::openai::OpenAiProvider;
+    use super::super::{ChatMessage, ModelResponse, Observer, Provider};
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    const DONE: &str = r#"{"choices":[{"message":{"role":"assistant","content":"ok"}}]}"#;
+
+    fn provider(url: &str, retries: u32) -> OpenAiProvider {
+        OpenAiProvider::new("p", &format!("{url}/v1"), "m", None, Duration::from_secs(10))
+            .with_max_transport_retries(retries)
+    }
+
+    /// One call with `timeout` and `cancel`; returns the answer and the events it reported.
+    fn call(
+        p: &OpenAiProvider,
+        timeout: Option<Duration>,
+        cancel: &AtomicBool,
+    ) -> (crate::error::Result<ModelResponse>, Vec<CallEvent>) {
+        let events = Mutex::new(Vec::new());
+        let observe = |e: CallEvent| events.lock().unwrap().push(e);
+        let messages = [ChatMessage::user("hi")];
+        let request = ModelRequest {
+            role: "execution",
+            messages: &messages,
+            tools: &[],
+            timeout,
+            attempt_mark: None,
+            call_mark: None,
+            task: None,
+            observer: Some(Observer(&observe)),
+            cancel: Some(cancel),
+        };
+        let answer = p.complete(&request, 0);
+        (answer, events.into_inner().unwrap())
+    }
+
+    fn waits(events: &[CallEvent]) -> Vec<Duration> {
+        events
+            .iter()
+            .map(|e| match e {
+                CallEvent::Retry { wait, .. } => *wait,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rate_limits_and_server_errors_are_retried_as_the_server_asks() {
+        let (url, seen) = serve(|n, _| match n {
+            0 => Reply::Hangup,
+            1 => Reply::Full {
+                status: 429,
+                headers: vec![("retry-after-ms", "120".into()), ("retry-after", "9".into())],
+                body: r#"{"error":"slow down"}"#.into(),
+            },
+            2 => Reply::Full {
+                status: 503,
+                headers: vec![("Retry-After", "0".into())],
+                body: "overloaded".into(),
+            },
+            _ => Reply::json(200, DONE),
+        });
+        let started = Instant::now();
+        let (answer, events) = call(&provider(&url, 5), None, &AtomicBool::new(false));
+        assert_eq!(answer.unwrap().text, "ok");
+        let w = waits(&events);
+        // The hang-up had no server wait: the first backoff step, jittered.
+        assert!(w[0] >= BACKOFF_BASE / 2 && w[0] <= BACKOFF_BASE, "{w:?}");
+        assert_eq!(w[1..], [Duration::from_millis(120), Duration::ZERO]);
+        assert!(started.elapsed() >= Duration::from_millis(120) + BACKOFF_BASE / 2);
+        match &events[1] {
+            CallEvent::Retry {
+                attempt,
+                max,
+                reason,
+                ..
+            } => {
+                assert_eq!((*attempt, *max), (2, 5));
+                assert!(reason.contains("HTTP 429") && reason.contains("slow down"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(seen.try_iter().count(), 4);
+    }
+
+    #[test]
+    fn other_client_errors_are_not_retried_and_retries_are_bounded() {
+        let (url, seen) = serve(|_, _| Reply::json(400, r#"{"error":"bad field"}"#));
+        let (answer, events) = call(&provider(&url, 5), None, &AtomicBool::new(false));
+        let e = answer.unwrap_err();
+        assert!(e.message.contains("HTTP 400") && e.message.contains("bad field"));
+        assert!(events.is_empty());
+        assert_eq!(seen.try_iter().count(), 1);
+
+        let (url, seen) = serve(|_, _| Reply::Full {
+            status: 500,
+            headers: vec![("retry-after", "0".into())],
+            body: "boom".into(),
+        });
+        let (answer, events) = call(&provider(&url, 2), None, &AtomicBool::new(false));
+        let e = answer.unwrap_err();
+        assert!(
+            e.message.contains("HTTP 500")
+                && e.message.contains("after 2 transport retries, max_transport_retries 2"),
+            "{}",
+            e.message
+        );
+        assert_eq!(events.len(), 2);
+        assert_eq!(seen.try_iter().count(), 3);
+        // max_transport_retries = 0: one attempt.
+        let (answer, events) = call(&provider(&url, 0), None, &AtomicBool::new(false));
+        assert!(answer.unwrap_err().message.contains("HTTP 500"));
+        assert!(events.is_empty());
+    }
+
+    #[test]
+    fn a_wait_past_the_time_limit_or_too_long_is_not_started() {
+        let (url, _seen) = serve(|n, _| Reply::Full {
+            status: 429,
+            headers: vec![("retry-after", if n == 0 { "5" } else { "100000" }.into())],
+            body: "later".into(),
+        });
+        let started = Instant::now();
+        let (answer, events) = call(
+            &provider(&url, 5),
+            Some(Duration::from_secs(2)),
+            &AtomicBool::new(false),
+        );
+        let e = answer.unwrap_err();
+        assert!(e.message.contains("wall-clock budget"), "{}", e.message);
+        assert!(events.is_empty());
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let (answer, _) = call(&provider(&url, 5), None, &AtomicBool::new(false));
+        assert!(answer.unwrap_err().message.contains("asks to wait 100000 s"));
+    }
+
+    #[test]
+    fn a_cancel_ends_a_backoff_wait_at_once() {
+        let (url, _seen) = serve(|_, _| Reply::Full {
+            status: 429,
+            headers: vec![("retry-after", "60".into())],
+            body: "later".into(),
+        });
+        let cancel = AtomicBool::new(false);
+        let started = Instant::now();
+        let (answer, events) = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                cancel.store(true, Ordering::SeqCst);
+            });
+            call(&provider(&url, 5), None, &cancel)
+        });
+        assert!(answer.unwrap_err().message.contains("canceled"));
+        assert_eq!(waits(&events), [Duration::from_secs(60)]);
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    }
+
+    proptest::proptest! {
+        /// Whatever a server puts in the headers, reading them never panics.
+        #[test]
+        fn retry_after_never_panics(ms in "[ -~]{0,40}", secs in "[ -~]{0,40}") {
+            let mut map = HeaderMap::new();
+            if let Ok(v) = HeaderValue::from_str(&ms) { map.insert("retry-after-ms", v); }
+            if let Ok(v) = HeaderValue::from_str(&secs) { map.insert("retry-after", v); }
+            let _ = retry_after(&map, 0);
+        }
+    }
+}
