@@ -278,7 +278,12 @@ pub fn backoff(retry: u32) -> Duration {
 /// seconds or as an HTTP date (RFC 9110 §10.2.3; a date in the past means now). `now_ms` is the
 /// wall clock. Unreadable values are ignored (the backoff applies).
 pub fn retry_after(headers: &ureq::http::HeaderMap, now_ms: i64) -> Option<Duration> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
         && ms.is_finite()
         && ms >= 0.0
@@ -290,7 +295,9 @@ pub fn retry_after(headers: &ureq::http::HeaderMap, now_ms: i64) -> Option<Durat
         return Some(Duration::from_secs(secs.min(1_000_000_000)));
     }
     let at = http_date_millis(value)?;
-    Some(Duration::from_millis(at.saturating_sub(now_ms).max(0) as u64))
+    Some(Duration::from_millis(
+        at.saturating_sub(now_ms).max(0) as u64
+    ))
 }
 
 /// Milliseconds since the epoch of an HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`; the obsolete
@@ -404,8 +411,14 @@ mod tests {
     const DONE: &str = r#"{"choices":[{"message":{"role":"assistant","content":"ok"}}]}"#;
 
     fn provider(url: &str, retries: u32) -> OpenAiProvider {
-        OpenAiProvider::new("p", &format!("{url}/v1"), "m", None, Duration::from_secs(10))
-            .with_max_transport_retries(retries)
+        OpenAiProvider::new(
+            "p",
+            &format!("{url}/v1"),
+            "m",
+            None,
+            Duration::from_secs(10),
+        )
+        .with_max_transport_retries(retries)
     }
 
     /// One call with `timeout` and `cancel`; returns the answer and the events it reported.
@@ -448,7 +461,10 @@ mod tests {
             0 => Reply::Hangup,
             1 => Reply::Full {
                 status: 429,
-                headers: vec![("retry-after-ms", "120".into()), ("retry-after", "9".into())],
+                headers: vec![
+                    ("retry-after-ms", "120".into()),
+                    ("retry-after", "9".into()),
+                ],
                 body: r#"{"error":"slow down"}"#.into(),
             },
             2 => Reply::Full {
@@ -474,7 +490,10 @@ mod tests {
                 ..
             } => {
                 assert_eq!((*attempt, *max), (2, 5));
-                assert!(reason.contains("HTTP 429") && reason.contains("slow down"), "{reason}");
+                assert!(
+                    reason.contains("HTTP 429") && reason.contains("slow down"),
+                    "{reason}"
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -499,7 +518,8 @@ mod tests {
         let e = answer.unwrap_err();
         assert!(
             e.message.contains("HTTP 500")
-                && e.message.contains("after 2 transport retries, max_transport_retries 2"),
+                && e.message
+                    .contains("after 2 transport retries, max_transport_retries 2"),
             "{}",
             e.message
         );
@@ -529,7 +549,12 @@ mod tests {
         assert!(events.is_empty());
         assert!(started.elapsed() < Duration::from_secs(2));
         let (answer, _) = call(&provider(&url, 5), None, &AtomicBool::new(false));
-        assert!(answer.unwrap_err().message.contains("asks to wait 100000 s"));
+        assert!(
+            answer
+                .unwrap_err()
+                .message
+                .contains("asks to wait 100000 s")
+        );
     }
 
     #[test]
@@ -550,7 +575,11 @@ mod tests {
         });
         assert!(answer.unwrap_err().message.contains("canceled"));
         assert_eq!(waits(&events), [Duration::from_secs(60)]);
-        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     proptest::proptest! {

@@ -37,7 +37,9 @@ fn rate_limits_and_server_errors_are_retried_with_the_servers_wait() {
             &json!({"path": "a.txt"}),
         ))),
         3 => Reply::Hangup,
-        _ => Reply::json(&completion(json!({"role": "assistant", "content": "It says alpha."}))),
+        _ => Reply::json(&completion(
+            json!({"role": "assistant", "content": "It says alpha."}),
+        )),
     });
     let config = config(
         &env,
@@ -50,21 +52,38 @@ fn rate_limits_and_server_errors_are_retried_with_the_servers_wait() {
     let out = env
         .cmd("kxen-agent")
         .env("KXEN_TEST_TRANSIENT_KEY", KEY)
-        .args(["run", "--workspace", repo.to_str().unwrap(), "--task", "Read a.txt"])
-        .args(["--agent", agent.to_str().unwrap(), "--config", config.to_str().unwrap()])
+        .args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "Read a.txt",
+        ])
+        .args([
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let run = crate::env::Run::from(out);
     run.expect(0);
     assert!(started.elapsed() >= Duration::from_millis(1050));
     let events = run.jsonl();
-    let retries: Vec<_> = events.iter().filter(|e| e["type"] == "modelRetry").collect();
+    let retries: Vec<_> = events
+        .iter()
+        .filter(|e| e["type"] == "modelRetry")
+        .collect();
     assert_eq!(retries.len(), 3, "{events:#?}");
     assert_eq!(retries[0]["attempt"], 1);
     assert_eq!(retries[0]["maxAttempts"], 5);
     assert_eq!(retries[0]["waitMs"], 1000);
     let reason = retries[0]["reason"].as_str().unwrap();
-    assert!(reason.contains("HTTP 429") && reason.contains("[redacted]"), "{reason}");
+    assert!(
+        reason.contains("HTTP 429") && reason.contains("[redacted]"),
+        "{reason}"
+    );
     assert_eq!(retries[1]["waitMs"], 50);
     assert!(retries[1]["reason"].as_str().unwrap().contains("HTTP 502"));
     // The hang-up came on the second model call: its retries count from 1 again.
@@ -100,7 +119,9 @@ fn a_call_that_still_fails_counts_once_against_max_pure_retries() {
     });
     let config = config(
         &env,
-        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nmax_transport_retries = 2"),
+        &format!(
+            "kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nmax_transport_retries = 2"
+        ),
     );
     // maxPureRetries 1 (the default): two calls, each sent three times.
     let run = run_new(&env, &repo, "Read a.txt", &fixer(&env), &config, &[]);
@@ -123,10 +144,17 @@ fn a_call_that_still_fails_counts_once_against_max_pure_retries() {
         headers: vec![],
         body: "{\"error\":\"invalid key\"}".into(),
     });
-    let config = crate::fake_model::config(&env, &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""));
+    let config = crate::fake_model::config(
+        &env,
+        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""),
+    );
     let run = run_new(&env, &repo, "Read a.txt", &fixer(&env), &config, &[]);
     run.expect(9);
-    assert_eq!(seen.lock().unwrap().len(), 2, "one per pure retry, none by transport");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        2,
+        "one per pure retry, none by transport"
+    );
     assert!(!run.jsonl().iter().any(|e| e["type"] == "modelRetry"));
 }
 
@@ -139,7 +167,10 @@ fn ctrl_c_ends_a_backoff_wait_at_once() {
         headers: vec![("Retry-After", "120".into())],
         body: "later".into(),
     });
-    let config = crate::fake_model::config(&env, &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""));
+    let config = crate::fake_model::config(
+        &env,
+        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""),
+    );
     let child = spawn_new(&env, &repo, "Read a.txt", &fixer(&env), &config, &[]);
     while seen.lock().unwrap().is_empty() {
         std::thread::sleep(Duration::from_millis(20));
@@ -148,7 +179,11 @@ fn ctrl_c_ends_a_backoff_wait_at_once() {
     let interrupted = Instant::now();
     interrupt(&child);
     let out = child.wait_with_output().unwrap();
-    assert!(interrupted.elapsed() < Duration::from_secs(3), "{:?}", interrupted.elapsed());
+    assert!(
+        interrupted.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        interrupted.elapsed()
+    );
     let run = crate::env::Run::from(out);
     run.expect(130);
     let events = run.jsonl();
@@ -167,7 +202,10 @@ fn a_wait_past_the_wall_clock_budget_is_not_started() {
         headers: vec![("Retry-After", "30".into())],
         body: "later".into(),
     });
-    let config = crate::fake_model::config(&env, &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""));
+    let config = crate::fake_model::config(
+        &env,
+        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""),
+    );
     let agent = fixer(&env);
     let yaml = std::fs::read_to_string(&agent).unwrap();
     std::fs::write(
@@ -177,7 +215,11 @@ fn a_wait_past_the_wall_clock_budget_is_not_started() {
     .unwrap();
     let started = Instant::now();
     let run = run_new(&env, &repo, "Read a.txt", &agent, &config, &[]);
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     let fin = finished(&run.jsonl()).clone();
     assert_eq!(fin["status"], "failed", "{fin}");
     assert!(
