@@ -109,9 +109,12 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
         .clone()
         .unwrap_or_else(|| meta.workspace.root.clone());
     let verified = git::verify(&meta.workspace, &workspace, req.rebind)?;
-    if verified.binding != meta.workspace {
-        // The workspace was rebound (or its location re-resolved): the binding records where it
-        // is now, and a rebind leaves a `workspaceRebound` entry in the same atomic replace.
+    // The workspace was rebound (or its location re-resolved): the binding records where it is
+    // now, and a rebind leaves a `workspaceRebound` entry in the same atomic replace. Applied in
+    // memory here and written only after every other check passed, so a resume refused for its
+    // config, provider or MCP drift leaves session.json as it was.
+    let rebound = verified.binding != meta.workspace;
+    if rebound {
         if let Some(from) = &verified.rebound_from {
             meta.history.push(HistoryEntry::WorkspaceRebound {
                 from: from.display().to_string(),
@@ -120,7 +123,6 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
             });
         }
         meta.workspace = verified.binding.clone();
-        fsx::write_atomic_json(&paths.session_json(), &meta, fsx::STATE_FILE_MODE)?;
     }
     let role = &meta.lock.definition.spec.execution.model_role;
     let config = ModelConfig::load(req.config.as_deref())?;
@@ -142,6 +144,9 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
         crate::mcp::check_drift(&meta.lock, &servers)?;
         Some(servers)
     };
+    if rebound {
+        fsx::write_atomic_json(&paths.session_json(), &meta, fsx::STATE_FILE_MODE)?;
+    }
     let (run_id, new_run) = pick_run(&paths, &meta, req.task.as_deref())?;
     Ok(Resumed {
         lease,
@@ -168,6 +173,9 @@ fn pick_run(
     if let Some(last) = runs.last() {
         if !last.status.is_terminal() {
             if task.is_some() {
+                // An unfinished run whose files were edited (say, a finished run's status set
+                // back to `running`) is corrupt state (exit 10), not a usage error.
+                verify::check_consistency(paths, &meta.id, None)?;
                 return Err(Error::usage(format!(
                     "run {} of session {} is unfinished ({}); continue it before giving a new task",
                     last.id,

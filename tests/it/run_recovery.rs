@@ -1021,6 +1021,19 @@ fn resume_refuses_state_that_verify_refuses_and_changes_nothing() {
     let again = resume(&env, &session, &config, &["--allow-shell"]);
     again.expect(10);
     assert!(again.stderr.contains("run.json"), "{}", again.stderr);
+    // With a new task it is the same corrupt state (exit 10), not "continue the unfinished run".
+    let with_task = resume(
+        &env,
+        &session,
+        &config,
+        &["--allow-shell", "--task", "More"],
+    );
+    with_task.expect(10);
+    assert!(
+        with_task.stderr.contains("run.json"),
+        "{}",
+        with_task.stderr
+    );
     assert_eq!(counted(), 1);
 }
 

@@ -186,6 +186,51 @@ fn a_moved_remote_less_repository_can_be_rebound_and_another_cannot() {
     s.resume(Some(&s.repo), false).expect(5);
 }
 
+/// A rebind is written only once the whole resume checked out: a resume refused later (here for
+/// a config file that does not parse) leaves session.json byte for byte as it was.
+#[test]
+fn a_rebind_refused_for_a_later_reason_changes_nothing() {
+    let s = setup();
+    let clone = s.env.path().join("moved");
+    git(
+        s.env.path(),
+        &[
+            "clone",
+            "-q",
+            s.repo.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    let session_json = s
+        .env
+        .state_dir()
+        .join("sessions")
+        .join(&s.session)
+        .join("session.json");
+    let before = std::fs::read_to_string(&session_json).unwrap();
+    let bad_config = s.env.path().join("bad.toml");
+    std::fs::write(&bad_config, "[providers.x\n").unwrap();
+    let run = s.env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &s.session,
+            "--task",
+            "next",
+            "--config",
+            bad_config.to_str().unwrap(),
+            "--workspace",
+            clone.to_str().unwrap(),
+            "--rebind-workspace",
+        ],
+    );
+    run.expect(4);
+    assert_eq!(std::fs::read_to_string(&session_json).unwrap(), before);
+    // With a good config the same rebind goes through.
+    s.resume(Some(&clone), true).expect(0);
+    assert_ne!(std::fs::read_to_string(&session_json).unwrap(), before);
+}
+
 #[test]
 fn a_vanished_workspace_is_not_found_naming_the_stored_path() {
     let s = setup();
