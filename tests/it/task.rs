@@ -773,6 +773,14 @@ fn a_child_awaiting_approval_is_approved_through_the_child_never_resolved_in_the
         .as_str()
         .unwrap()
         .to_string();
+    // The error names the waiting subagent, not an unknown side effect of the parent's call.
+    assert!(
+        out.stderr.contains(&format!(
+            "task call {pop} (subagent session {cid}) waits for a subagent that needs input"
+        )) && !out.stderr.contains("may have had its effect"),
+        "{}",
+        out.stderr
+    );
     // The hint names the child's approve command, not a resolve of the parent's call.
     assert!(
         out.stderr

@@ -295,12 +295,29 @@ pub fn exit_status(session_id: &str, run_id: &str, ending: &Ending, hints: &Hint
                 [one] => one.as_str(),
                 _ => "OP",
             };
-            Error::input_required(format!(
-                "run {run_id} needs input: the outcome of {} is unknown (the tool may have had its effect)",
-                ops.join(", ")
-            ))
+            let children = waiting_children(state, session_id, run_id, ops);
+            // A task call waiting for a subagent is not an unknown side effect: its child's
+            // durable state says how far it got; name the child, not "may have had its effect".
+            let message = if !children.is_empty() && children.len() == ops.len() {
+                let waiting: Vec<String> = children
+                    .iter()
+                    .map(|(op, child)| format!("{op} (subagent session {})", child.session_id))
+                    .collect();
+                format!(
+                    "run {run_id} needs input: task call{} {} wait{} for a subagent that needs input",
+                    if ops.len() == 1 { "" } else { "s" },
+                    waiting.join(", "),
+                    if ops.len() == 1 { "s" } else { "" },
+                )
+            } else {
+                format!(
+                    "run {run_id} needs input: the outcome of {} is unknown (the tool may have had its effect)",
+                    ops.join(", ")
+                )
+            };
+            Error::input_required(message)
             .with_id(run_id)
-            .with_hint(match waiting_children(state, session_id, run_id, ops).as_slice() {
+            .with_hint(match children.as_slice() {
                 // A task call waits for its subagent: the child's command is the next step, and
                 // resuming the parent then takes the child's result.
                 [(op, child), ..] => format!(
