@@ -17,6 +17,9 @@
 //!   off) in a window, that repeat is answered too and the run ends `loopDetected`; the calls
 //!   after it in the same response are answered as not run.
 //!
+//! - A stop for a human (a call that waited for approval, an UNKNOWN outcome resolved by an
+//!   operator) starts a new window too: the workspace may have been edited by hand meanwhile.
+//!
 //! Nothing here is durable state of its own: the guard of an execution is rebuilt from the run's
 //! conversation and journal ([`RepeatGuard::from_history`]), so a kill and a resume in the middle
 //! of a loop keep the count.
@@ -79,6 +82,14 @@ impl RepeatGuard {
             .collect();
         for (message_id, index, call, answered) in conv.calls() {
             let op = ops.get(&(message_id, index));
+            if op.is_some_and(|op| {
+                let phases = op.history.as_slice();
+                phases.contains(&OpPhase::AwaitingApproval) || phases.contains(&OpPhase::Resolved)
+            }) {
+                // The run stopped for a human here (an approval, a resolved UNKNOWN), who may
+                // have changed the workspace by hand: nothing made before is a repeat any more.
+                guard.made.clear();
+            }
             match op.filter(|op| op.history.as_slice().contains(&OpPhase::Started)) {
                 Some(op) => guard.made(&call.name, &call.arguments, op.output.as_ref()),
                 None if answered => {

@@ -615,3 +615,41 @@ fn sigkills_around_approvals_repeat_nothing() {
     s.kxen(&["session", "verify", &session]).expect(0);
     eprintln!("approval kill loop: {kills} kills");
 }
+
+/// A stop for a human starts a new repeat window: after a decision the workspace may have been
+/// edited by hand, so a read made before the stop runs again instead of being answered from the
+/// record (src/run/repeat.rs).
+#[test]
+fn a_read_after_a_decision_runs_again_and_sees_the_human_edit() {
+    let s = setup(&[
+        call("c1", "read", json!({"path": "README"})),
+        call("c2", "exec", json!({"command": "echo ran >> counter.txt"})),
+        call("c3", "read", json!({"path": "README"})),
+        answer("done"),
+    ]);
+    s.start(None).expect(7);
+    let (session, run) = s.session().unwrap();
+    let op = s.show(&session, &run)["pendingApprovals"][0]["opId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(s.repo.join("README"), "edited by hand\n").unwrap();
+    s.kxen(&["run", "deny", &session, &run, &op, "--reason", "I fixed it"])
+        .expect(0);
+    s.resume(&session, None).expect(0);
+    let show = s.kxen(&["session", "show", &session]);
+    let tools: Vec<Value> = show.jsonl()[0]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .cloned()
+        .collect();
+    assert_eq!(tools.len(), 3, "{tools:?}");
+    let last = tools[2]["content"].as_str().unwrap();
+    assert!(
+        last.contains("edited by hand") && !last.contains("already made"),
+        "{last}"
+    );
+    assert!(s.counter().is_empty(), "the denied call never ran");
+}
