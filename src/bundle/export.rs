@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::json::write_string_body;
-use super::{BlobSum, FORMAT, FileSum, Manifest};
+use super::{BlobSum, FORMAT, FileSum, Manifest, tree};
 use crate::error::{Error, Result};
 use crate::fsx;
 use crate::session::verify::{self, Mode};
-use crate::session::{Lease, store};
+use crate::session::{Lease, SessionMeta, store};
+use crate::state::SessionPaths;
 use crate::state::StateDir;
 
 /// What an export wrote.
@@ -24,6 +25,8 @@ pub struct Exported {
     pub blobs: usize,
     pub messages: usize,
     pub runs: usize,
+    /// The exported Session's `task` children (recursively) in the bundle with it.
+    pub tasks: Vec<String>,
     /// Torn last lines left by a crash that the bundle leaves out.
     pub torn_tails: Vec<String>,
 }
@@ -95,10 +98,9 @@ fn check_output(output: &Path, session_id: &str) -> Result<()> {
 /// leftover) is not part of the bundle.
 pub fn export(state: &StateDir, session_id: &str, output: &Path) -> Result<Exported> {
     check_output(output, session_id)?;
-    let paths = store::session_paths(state, session_id)?;
-    let _lease = Lease::acquire(&paths.dir, session_id)?;
     let blobs_dir = state.blobs_dir();
-    let report = verify::verify(&paths, session_id, &blobs_dir, Mode::InPlace)?;
+    let tree = collect(state, session_id, &blobs_dir)?;
+    let report = &tree[0].report;
 
     // (path in the bundle, file on disk, bytes to copy)
     let mut files: Vec<(String, PathBuf, u64)> = Vec::new();
@@ -107,31 +109,41 @@ pub fn export(state: &StateDir, session_id: &str, output: &Path) -> Result<Expor
             .map_err(|e| Error::io("stat", p, e))?
             .len())
     };
-    let prefix = |p: &Path| report.complete_lengths.get(p).copied().unwrap_or(0);
-    files.push((
-        "session.json".into(),
-        paths.session_json(),
-        full(&paths.session_json())?,
-    ));
-    files.push((
-        "messages.jsonl".into(),
-        paths.messages(),
-        prefix(&paths.messages()),
-    ));
-    for run_id in &report.runs {
-        let run = paths.run(run_id);
+    let mut blob_names = std::collections::BTreeSet::new();
+    for member in &tree {
+        let (paths, report) = (&member.paths, &member.report);
+        let prefix = if member.report.session_id == session_id {
+            String::new()
+        } else {
+            tree::child_prefix(&member.report.session_id)
+        };
+        let complete = |p: &Path| report.complete_lengths.get(p).copied().unwrap_or(0);
         files.push((
-            format!("runs/{run_id}/run.json"),
-            run.run_json(),
-            full(&run.run_json())?,
+            format!("{prefix}session.json"),
+            paths.session_json(),
+            full(&paths.session_json())?,
         ));
-        if run.journal().exists() {
+        files.push((
+            format!("{prefix}messages.jsonl"),
+            paths.messages(),
+            complete(&paths.messages()),
+        ));
+        for run_id in &report.runs {
+            let run = paths.run(run_id);
             files.push((
-                format!("runs/{run_id}/journal.jsonl"),
-                run.journal(),
-                prefix(&run.journal()),
+                format!("{prefix}runs/{run_id}/run.json"),
+                run.run_json(),
+                full(&run.run_json())?,
             ));
+            if run.journal().exists() {
+                files.push((
+                    format!("{prefix}runs/{run_id}/journal.jsonl"),
+                    run.journal(),
+                    complete(&run.journal()),
+                ));
+            }
         }
+        blob_names.extend(report.blobs.iter().cloned());
     }
 
     fsx::write_atomic_stream_owned(output, fsx::STATE_FILE_MODE, |out| {
@@ -169,8 +181,8 @@ pub fn export(state: &StateDir, session_id: &str, output: &Path) -> Result<Expor
             sums.push(sum);
         }
         w(out, "],\n\"blobs\":[")?;
-        let mut blob_sums = Vec::with_capacity(report.blobs.len());
-        for (i, name) in report.blobs.iter().enumerate() {
+        let mut blob_sums = Vec::with_capacity(blob_names.len());
+        for (i, name) in blob_names.iter().enumerate() {
             let path = blobs_dir.join(name);
             let bytes = full(&path)?;
             w(out, if i == 0 { "\n" } else { ",\n" })?;
@@ -205,11 +217,79 @@ pub fn export(state: &StateDir, session_id: &str, output: &Path) -> Result<Expor
         session_id: session_id.to_string(),
         output: output.to_path_buf(),
         files: files.len(),
-        blobs: report.blobs.len(),
+        blobs: blob_names.len(),
         messages: report.messages,
         runs: report.runs.len(),
-        torn_tails: report.torn_tails,
+        tasks: tree[1..]
+            .iter()
+            .map(|m| m.report.session_id.clone())
+            .collect(),
+        torn_tails: tree
+            .iter()
+            .flat_map(|m| m.report.torn_tails.iter().cloned())
+            .collect(),
     })
+}
+
+/// One Session of an export, verified, with its lease held until the bundle is written.
+struct Member {
+    paths: SessionPaths,
+    report: verify::Verified,
+    _lease: Lease,
+}
+
+/// The exported Session and its `task` children, recursively (parents before their children),
+/// each under its run lease (one in use: exit 5 naming the holder) and verified end to end (exit
+/// 10). A child named by a journal but never created (a crash in between) is not part of the
+/// tree; one that exists must name its parent back (exit 10 otherwise).
+fn collect(state: &StateDir, session_id: &str, blobs_dir: &Path) -> Result<Vec<Member>> {
+    let mut tree: Vec<Member> = Vec::new();
+    let mut seen = std::collections::HashSet::from([session_id.to_string()]);
+    let mut pending = vec![session_id.to_string()];
+    while let Some(id) = pending.pop() {
+        let paths = store::session_paths(state, &id)?;
+        let lease = Lease::acquire(&paths.dir, &id).map_err(|e| {
+            if id == session_id {
+                e
+            } else {
+                let mut e = Error::wrap(
+                    e.kind,
+                    format!("cannot export session {session_id}: its task child {id} is in use"),
+                    e,
+                );
+                e.hints.clear();
+                e.with_hint("wait for the run to stop, then export again")
+            }
+        })?;
+        let report = verify::verify(&paths, &id, blobs_dir, Mode::InPlace)?;
+        let named = tree::named_children(&paths, &report.runs)?;
+        let mut children = Vec::new();
+        for n in named {
+            let child = state.session(&n.child.session_id);
+            if !child.session_json().is_file() {
+                continue;
+            }
+            let meta = SessionMeta::read(&child, &n.child.session_id)?;
+            if meta.parent_id.as_deref() != Some(id.as_str()) || !seen.insert(meta.id.clone()) {
+                return Err(Error::corrupt(format!(
+                    "{}: session {id}'s journal names {} as its task child, but that Session \
+                     does not name {id} as its parent (or appears twice in the tree)",
+                    child.session_json().display(),
+                    meta.id
+                ))
+                .with_hint("check it with `kxen-agent session verify`; restore it from a bundle"));
+            }
+            children.push(meta.id);
+        }
+        // Depth first, in journal order.
+        pending.extend(children.into_iter().rev());
+        tree.push(Member {
+            paths,
+            report,
+            _lease: lease,
+        });
+    }
+    Ok(tree)
 }
 
 fn json_str(s: &str) -> String {

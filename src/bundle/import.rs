@@ -11,7 +11,10 @@
 //! lock, blobs; each chained file is read ahead on a second thread as soon as it is staged).
 //! Only once the whole bundle has passed (exit 4 or 10 otherwise) come the checks against the
 //! target: no Session with this id exists, and PATH has the bundle's workspace identity and
-//! branch (exit 5). Then blobs are moved into `blobs/` and the Session renamed into place. Any
+//! branch (exit 5). Then blobs are moved into `blobs/` and the Session renamed into place. A
+//! task tree's children are staged in `.import-tasks/<child>/` of the staging directory, verified
+//! the same way, their links checked ([`super::tree::check`]), and moved into place before the
+//! exported Session (a killed import's children are taken back by its retry). Any
 //! failure removes the staging directory (and a state dir this import created), so the target
 //! is left as it was.
 
@@ -24,7 +27,7 @@ use base64::Engine as _;
 use serde::Serialize;
 
 use super::reader::{ReadError, ReadResult, Reader};
-use super::{BlobSum, FORMAT, FileSum, Manifest, is_run_file};
+use super::{BlobSum, FORMAT, FileSum, Manifest, is_run_file, tree};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fsx::{self, failpoint};
 use crate::git;
@@ -54,6 +57,8 @@ pub struct Imported {
     pub blobs: usize,
     pub messages: usize,
     pub runs: usize,
+    /// The `task` children (recursively) imported with it, ids unchanged.
+    pub tasks: Vec<String>,
 }
 
 /// `imported.json`, written into the imported Session: where it came from.
@@ -65,7 +70,18 @@ struct ImportRecord<'a> {
     exported_by: &'a str,
     previous_workspace: &'a Path,
     workspace: &'a Path,
+    /// Random, shared by every Session of one import: a retry of a killed import recognises the
+    /// task children that import had already moved into place (and only those).
+    import_id: &'a str,
+    /// The imported Session's `task` children (recursively) imported with it; in the root's
+    /// record only.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    tasks: &'a [String],
 }
+
+/// Where a staged task child lives inside the root's staging directory until it is moved into
+/// `sessions/<child>/`.
+const TASKS_DIR: &str = ".import-tasks";
 
 /// The top-level members of a bundle, in the only order they may appear.
 const MEMBERS: [&str; 7] = [
@@ -97,6 +113,7 @@ pub fn import(state: &StateDir, req: &ImportRequest) -> Result<Imported> {
         header: Header::default(),
         staging: None,
         paths_seen: HashSet::new(),
+        children: Vec::new(),
         files: Vec::new(),
         blobs: Vec::new(),
         blob_names: HashSet::new(),
@@ -175,43 +192,104 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Imported> {
         .map(|b| (b.sha256.clone(), b.bytes))
         .collect();
     let early = std::mem::replace(&mut ctx.early, verify::Prefetch::none());
+    let staged_name = |e: Error, dir: &Path, prefix: &str| {
+        // Name the file as the bundle knows it, not by its staging path; the check's hints
+        // (restore from a bundle) do not apply to a bundle, re-exporting does.
+        let mut e = e;
+        if !prefix.is_empty() {
+            e.message = e.message.replace(&format!("{}/", dir.display()), prefix);
+        }
+        let kind = e.kind;
+        let inner = e.relative_to(dir);
+        let mut err = Error::wrap(kind, ctx.req.bundle.display().to_string(), inner);
+        err.hints.clear();
+        err.with_hint("the bundle is damaged; export it again from the original")
+    };
     let report = verify::verify_with(&paths, &id, &staging.blobs, Mode::Strict, &hashed, early)
-        .map_err(|e| {
-            // Name the file as the bundle knows it, not by its staging path; the check's hints
-            // (restore from a bundle) do not apply to a bundle, re-exporting does.
-            let mut err = Error::wrap(
-                e.kind,
-                ctx.req.bundle.display().to_string(),
-                e.relative_to(&staging.dir),
-            );
-            err.hints.clear();
-            err.with_hint("the bundle is damaged; export it again from the original")
-        })?;
-    if let Some(extra) = ctx.blob_names.iter().find(|b| !report.blobs.contains(*b)) {
+        .map_err(|e| staged_name(e, &staging.dir, ""))?;
+    // Every task child, verified exactly as the exported Session is.
+    let mut sessions = vec![(id.clone(), paths, report.runs.clone())];
+    let mut referenced = report.blobs.clone();
+    for child in &ctx.children {
+        let paths = SessionPaths {
+            dir: staging.child(child),
+        };
+        let prefix = tree::child_prefix(child);
+        let child_report = verify::verify_with(
+            &paths,
+            child,
+            &staging.blobs,
+            Mode::Strict,
+            &hashed,
+            verify::Prefetch::none(),
+        )
+        .map_err(|e| staged_name(e, &paths.dir, &prefix))?;
+        referenced.extend(child_report.blobs);
+        sessions.push((child.clone(), paths, child_report.runs));
+    }
+    if let Some(extra) = ctx.blob_names.iter().find(|b| !referenced.contains(*b)) {
         return Err(invalid(
             ctx.req,
             format!("blob {extra} is not referenced by any journal"),
         ));
     }
+    let mut metas = Vec::with_capacity(sessions.len());
+    let mut named = Vec::with_capacity(sessions.len());
+    for (sid, paths, runs) in &sessions {
+        metas.push(SessionMeta::read(paths, sid)?);
+        named.push(tree::named_children(paths, runs)?);
+    }
+    let members: Vec<(&str, tree::Member)> = sessions
+        .iter()
+        .zip(metas.iter().zip(&named))
+        .map(|((sid, _, _), (meta, named))| (sid.as_str(), tree::Member { meta, named }))
+        .collect();
+    tree::check(&id, &members).map_err(|why| tree::broken(&ctx.req.bundle, why))?;
+    drop(members);
 
     // Only now, with the whole bundle read and verified, the checks against this state dir and
-    // PATH; then bind the Session to PATH.
-    let mut meta: SessionMeta = SessionMeta::read(&paths, &id)?;
-    let binding = ctx.check_target(&id, &meta)?;
-    let previous = std::mem::replace(&mut meta.workspace, binding).root;
-    fsx::write_atomic_json(&paths.session_json(), &meta, fsx::STATE_FILE_MODE)?;
-    let record = ImportRecord {
-        imported_at: crate::clock::now_rfc3339(),
-        exported_at: &ctx.header.exported_at,
-        exported_by: &ctx.header.exported_by,
-        previous_workspace: &previous,
-        workspace: &meta.workspace.root,
-    };
-    fsx::write_atomic_json(
-        &paths.dir.join("imported.json"),
-        &record,
-        fsx::STATE_FILE_MODE,
-    )?;
+    // PATH (every Session of the tree: none exists here, each has PATH's identity); then bind
+    // each Session to PATH.
+    let mut bindings = Vec::with_capacity(metas.len());
+    for ((sid, _, _), meta) in sessions.iter().zip(&metas) {
+        bindings.push(ctx.check_target(sid, meta)?);
+    }
+    let import_id = hash::hex(&ids::random_bytes::<16>());
+    let mut previous_root = PathBuf::new();
+    let mut root_workspace = PathBuf::new();
+    for (i, (((_, paths, _), meta), binding)) in sessions
+        .iter()
+        .zip(metas.iter_mut())
+        .zip(bindings)
+        .enumerate()
+    {
+        let previous = std::mem::replace(&mut meta.workspace, binding).root;
+        fsx::write_atomic_json(&paths.session_json(), &*meta, fsx::STATE_FILE_MODE)?;
+        let record = ImportRecord {
+            imported_at: crate::clock::now_rfc3339(),
+            exported_at: &ctx.header.exported_at,
+            exported_by: &ctx.header.exported_by,
+            previous_workspace: &previous,
+            workspace: &meta.workspace.root,
+            import_id: &import_id,
+            tasks: if i == 0 { &ctx.children } else { &[] },
+        };
+        fsx::write_atomic_json(
+            &paths.dir.join("imported.json"),
+            &record,
+            fsx::STATE_FILE_MODE,
+        )?;
+        if i == 0 {
+            previous_root = previous;
+            root_workspace = meta.workspace.root.clone();
+        }
+    }
+    // Each child's lease is held from its staging directory on (the lock follows the inode), so
+    // nothing runs a child that is in place before the rest of its tree is.
+    let mut child_leases = Vec::with_capacity(ctx.children.len());
+    for (sid, paths, _) in &sessions[1..] {
+        child_leases.push(Lease::acquire(&paths.dir, sid)?);
+    }
     failpoint::hit("import.after-staging");
 
     // Blobs are content-addressed: one already present is the same bytes.
@@ -233,15 +311,39 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Imported> {
     }
     fsx::remove_staging_dir(&staging.blobs)?;
     failpoint::hit("import.before-rename");
-    fsx::rename_dir_into_place(&staging.dir, &ctx.state.session(&id).dir)?;
+    // The children first (deepest first), the exported Session last: a visible Session's
+    // children are always in place. A kill in between leaves children whose parent is not (yet)
+    // here; they carry this import's id, and the retried import takes them back (see `begin`).
+    let mut moved: Vec<&(String, SessionPaths, Vec<String>)> = Vec::new();
+    let moving = sessions[1..].iter().rev().try_for_each(|session| {
+        fsx::rename_dir_into_place(&session.1.dir, &ctx.state.session(&session.0).dir)?;
+        moved.push(session);
+        failpoint::hit("import.after-task-renamed");
+        Ok::<(), Error>(())
+    });
+    let placed = moving.and_then(|()| {
+        fsx::remove_staging_dir(&staging.dir.join(TASKS_DIR))?;
+        fsx::rename_dir_into_place(&staging.dir, &ctx.state.session(&id).dir)
+    });
+    if let Err(e) = placed {
+        // Not a crash: put the children moved so far back, so the failure leaves nothing.
+        let _ = fsx::create_staged_dir(&staging.dir.join(TASKS_DIR));
+        for (sid, paths, _) in moved {
+            let _ = fsx::rename_file_unsynced(&ctx.state.session(sid).dir, &paths.dir);
+        }
+        let _ = fsx::fsync_dir(&ctx.state.sessions_dir());
+        return Err(e);
+    }
+    drop(child_leases);
     Ok(Imported {
         session_id: id,
-        workspace: meta.workspace.root.clone(),
-        previous_workspace: previous,
+        workspace: root_workspace,
+        previous_workspace: previous_root,
         files: ctx.files.len(),
         blobs: ctx.blobs.len(),
         messages: report.messages,
         runs: report.runs.len(),
+        tasks: ctx.children.clone(),
     })
 }
 
@@ -261,18 +363,83 @@ struct Staging {
     created: Vec<PathBuf>,
 }
 
+impl Staging {
+    /// Where the task child `id` is staged.
+    fn child(&self, id: &str) -> PathBuf {
+        self.dir.join(TASKS_DIR).join(id)
+    }
+
+    /// Where the file `rel` of the bundle's Session `member` (`None`: the exported Session) is
+    /// staged.
+    fn file(&self, member: Option<&str>, rel: &Path) -> PathBuf {
+        match member {
+            None => self.dir.join(rel),
+            Some(id) => self.child(id).join(rel),
+        }
+    }
+}
+
 struct Ctx<'a> {
     state: &'a StateDir,
     req: &'a ImportRequest,
     header: Header,
     staging: Option<Staging>,
     paths_seen: HashSet<String>,
+    /// The task children in the bundle, in the order their files appear.
+    children: Vec<String>,
     files: Vec<FileSum>,
     blobs: Vec<BlobSum>,
     blob_names: HashSet<String>,
     manifest: Option<Manifest>,
     /// Chained files already staged, being read ahead of the final verification.
     early: verify::Prefetch,
+}
+
+/// Undoes what a killed import of a task tree left visible: the children it had already moved
+/// into `sessions/` (its root's staged `imported.json` lists them; each carries the same
+/// `importId`, so a Session that merely has the same id is never touched) are moved back into
+/// the stale staging directory `dir`, which is then removed with them. A child in use (someone
+/// resumed it meanwhile) is refused, exit 5, and nothing is taken back.
+fn take_back_children(state: &StateDir, dir: &Path) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Record {
+        import_id: Option<String>,
+        #[serde(default)]
+        tasks: Vec<String>,
+    }
+    let read =
+        |path: &Path| -> Option<Record> { serde_json::from_slice(&std::fs::read(path).ok()?).ok() };
+    let Some(Record {
+        import_id: Some(import_id),
+        tasks,
+    }) = read(&dir.join("imported.json"))
+    else {
+        return Ok(());
+    };
+    let back = dir.join(TASKS_DIR);
+    let mut leases = Vec::new();
+    let mut ours = Vec::new();
+    for child in tasks {
+        if ids::validate_kind(&child, IdKind::Session).is_err() {
+            continue;
+        }
+        let placed = state.session(&child);
+        let mine = read(&placed.dir.join("imported.json"))
+            .is_some_and(|r| r.import_id.as_deref() == Some(import_id.as_str()));
+        if mine {
+            leases.push(Lease::acquire(&placed.dir, &child)?);
+            ours.push((child, placed.dir));
+        }
+    }
+    if ours.is_empty() {
+        return Ok(());
+    }
+    fsx::create_staged_dir(&back)?;
+    for (child, placed) in &ours {
+        fsx::rename_file_unsynced(placed, &back.join(child))?;
+    }
+    fsx::fsync_dir(&state.sessions_dir())
 }
 
 /// [`invalid`] for a failed check of the bundle's `what` (the check's error is the source).
@@ -322,13 +489,15 @@ impl Ctx<'_> {
         let dir = self.state.sessions_dir().join(format!(".staging-{id}"));
         if dir.exists() {
             // A killed import or creation left it; its lease tells whether it is still alive.
-            drop(Lease::acquire(&dir, &id).map_err(|_| {
+            let stale = Lease::acquire(&dir, &id).map_err(|_| {
                 Error::conflict(format!(
                     "session {id} is being imported or created by another process ({})",
                     dir.display()
                 ))
                 .with_hint("wait for it to finish, then retry")
-            })?);
+            })?;
+            take_back_children(self.state, &dir)?;
+            drop(stale);
             fsx::remove_staging_dir(&dir)?;
         }
         fsx::create_dir_private(&dir)?;
@@ -388,8 +557,10 @@ impl Ctx<'_> {
     }
 
     /// Checks a file entry's path as soon as it is read: session.json first (and only first),
-    /// a path a Session holds (ids validated before a path is built), no path twice.
-    fn check_path(&mut self, name: &str) -> Result<PathBuf> {
+    /// a path a Session holds (ids validated before a path is built), no path twice; a task
+    /// child's files after the exported Session's, together, its `session.json` first, its id
+    /// not the exported Session's.
+    fn check_path(&mut self, name: &str) -> Result<Target> {
         let first = self.files.is_empty();
         if first != (name == "session.json") {
             return Err(invalid(
@@ -397,18 +568,45 @@ impl Ctx<'_> {
                 format!("file {name:?}: session.json must be the first file, and only the first"),
             ));
         }
-        let rel = safe_path(name).ok_or_else(|| {
+        let (member, rel) = safe_path(name).ok_or_else(|| {
             invalid(
                 self.req,
                 format!(
-                    "file path {name:?} is not one a Session holds (session.json, messages.jsonl, runs/<run id>/run.json or journal.jsonl)"
+                    "file path {name:?} is not one a Session holds (session.json, messages.jsonl, runs/<run id>/run.json or journal.jsonl, each optionally under sessions/<task child's session id>/)"
                 ),
             )
         })?;
         if !self.paths_seen.insert(name.to_string()) {
             return Err(invalid(self.req, format!("file {name} appears twice")));
         }
-        Ok(rel)
+        let current = self.children.last();
+        match &member {
+            None if current.is_some() => {
+                return Err(invalid(
+                    self.req,
+                    format!(
+                        "file {name}: the exported Session's files come before its task children's"
+                    ),
+                ));
+            }
+            Some(id) if current != Some(id) => {
+                let why = if *id == self.header.session_id {
+                    Some("names the exported Session itself as a task child")
+                } else if self.children.contains(id) {
+                    Some("a task child's files must be together")
+                } else if rel != Path::new("session.json") {
+                    Some("a task child's session.json must be its first file")
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    return Err(invalid(self.req, format!("file {name}: {why}")));
+                }
+                self.children.push(id.clone());
+            }
+            _ => {}
+        }
+        Ok((member, rel))
     }
 
     /// Where a file's content goes while it is decoded: straight into its staging file once the
@@ -416,16 +614,19 @@ impl Ctx<'_> {
     /// into a pending file in the staging directory when the content comes before the path
     /// (moved into place once the entry is complete); into memory only before staging exists
     /// (the first file, session.json), and then at most [`MAX_HELD_BYTES`].
-    fn content_sink(&self, rel: Option<&Path>) -> Result<Sink> {
-        match (rel, &self.staging) {
-            (Some(rel), Some(staging)) => {
-                let path = staging.dir.join(rel);
+    fn content_sink(&self, target: Option<&Target>) -> Result<Sink> {
+        match (target, &self.staging) {
+            (Some((member, rel)), Some(staging)) => {
+                let path = staging.file(member.as_deref(), rel);
                 if let Some(parent) = path.parent() {
                     fsx::create_staged_dir(parent)?;
                 }
                 let mut sink = Sink::staged(fsx::StagedFile::create(&path, fsx::STATE_FILE_MODE)?);
-                // A chained file's bytes also go to the chain check as they are written.
-                sink.feed = chained(rel).and_then(|journal| self.early.stream(&path, journal));
+                // A chained file's bytes also go to the chain check as they are written (the
+                // exported Session's; its children's are read when they are verified).
+                if member.is_none() {
+                    sink.feed = chained(rel).and_then(|journal| self.early.stream(&path, journal));
+                }
                 Ok(sink)
             }
             (None, Some(staging)) => Sink::pending(staging.dir.join(PENDING_FILE)),
@@ -438,7 +639,7 @@ impl Ctx<'_> {
     fn accept_file(
         &mut self,
         name: String,
-        rel: PathBuf,
+        (member, rel): Target,
         content: Sunk,
         bytes: u64,
         sha256: String,
@@ -458,12 +659,12 @@ impl Ctx<'_> {
                 .staging
                 .as_ref()
                 .expect("a pending file lives in staging");
-            let path = staging.dir.join(&rel);
+            let path = staging.file(member.as_deref(), &rel);
             if let Some(parent) = path.parent() {
                 fsx::create_staged_dir(parent)?;
             }
             fsx::rename_file_unsynced(&pending, &path)?;
-            if let Some(journal) = chained(&rel) {
+            if let (None, Some(journal)) = (&member, chained(&rel)) {
                 self.early.file(&path, journal);
             }
         }
@@ -474,13 +675,13 @@ impl Ctx<'_> {
                 self.begin(text)?;
             }
             let staging = self.staging.as_ref().expect("created by begin");
-            let path = staging.dir.join(&rel);
+            let path = staging.file(member.as_deref(), &rel);
             if let Some(parent) = path.parent() {
                 fsx::create_staged_dir(parent)?;
             }
             fsx::write_staged(&path, &held, fsx::STATE_FILE_MODE)?;
             // Complete on disk: its chain can be checked while the rest arrives.
-            if let Some(journal) = chained(&rel) {
+            if let (None, Some(journal)) = (&member, chained(&rel)) {
                 self.early.file(&path, journal);
             }
         }
@@ -849,7 +1050,7 @@ fn required<T, R: Read>(r: &Reader<R>, slot: Option<T>, field: &str) -> ReadResu
 /// a pending staging file that is moved into place once the entry is complete).
 fn file_entry<R: Read>(ctx: &mut Ctx, r: &mut Reader<R>) -> ReadResult<()> {
     open_entry(r, "FileEntry")?;
-    let mut path: Option<(String, PathBuf)> = None;
+    let mut path: Option<(String, Target)> = None;
     let mut content: Option<Sunk> = None;
     let mut bytes: Option<u64> = None;
     let mut sha256: Option<String> = None;
@@ -860,8 +1061,8 @@ fn file_entry<R: Read>(ctx: &mut Ctx, r: &mut Reader<R>) -> ReadResult<()> {
             "path" => {
                 once(r, &path, "path")?;
                 let name = small_string(r)?;
-                let rel = ctx.check_path(&name).map_err(ReadError::Sink)?;
-                path = Some((name, rel));
+                let target = ctx.check_path(&name).map_err(ReadError::Sink)?;
+                path = Some((name, target));
             }
             "content" => {
                 once(r, &content, "content")?;
@@ -869,7 +1070,7 @@ fn file_entry<R: Read>(ctx: &mut Ctx, r: &mut Reader<R>) -> ReadResult<()> {
                     r.value::<String>()?;
                 }
                 let mut sink = ctx
-                    .content_sink(path.as_ref().map(|(_, rel)| rel.as_path()))
+                    .content_sink(path.as_ref().map(|(_, target)| target))
                     .map_err(ReadError::Sink)?;
                 r.string(&mut |chunk| sink.write(chunk))?;
                 content = Some(sink.finish().map_err(ReadError::Sink)?);
@@ -889,11 +1090,11 @@ fn file_entry<R: Read>(ctx: &mut Ctx, r: &mut Reader<R>) -> ReadResult<()> {
             }
         }
     }
-    let (name, rel) = required(r, path, "path")?;
+    let (name, target) = required(r, path, "path")?;
     let content = required(r, content, "content")?;
     let bytes = required(r, bytes, "bytes")?;
     let sha256 = required(r, sha256, "sha256")?;
-    ctx.accept_file(name, rel, content, bytes, sha256)
+    ctx.accept_file(name, target, content, bytes, sha256)
         .map_err(ReadError::Sink)
 }
 
@@ -976,9 +1177,24 @@ fn chained(rel: &Path) -> Option<bool> {
     }
 }
 
-/// The relative path for a bundle file name, or `None` if a Session never holds it. The run id
-/// is validated before it becomes part of a path.
-fn safe_path(name: &str) -> Option<PathBuf> {
+/// A file entry's Session (`None`: the exported one; else a task child's id) and its path
+/// inside that Session.
+type Target = (Option<String>, PathBuf);
+
+/// The Session and relative path for a bundle file name, or `None` if a Session never holds it:
+/// a Session's path, or `sessions/<child id>/` and a Session's path. Every id is validated
+/// before it becomes part of a path.
+fn safe_path(name: &str) -> Option<Target> {
+    if let Some(rest) = name.strip_prefix("sessions/") {
+        let (id, inner) = rest.split_once('/')?;
+        ids::validate_kind(id, IdKind::Session).ok()?;
+        return Some((Some(id.to_string()), session_path(inner)?));
+    }
+    Some((None, session_path(name)?))
+}
+
+/// The relative path for a file name inside one Session, or `None` if a Session never holds it.
+fn session_path(name: &str) -> Option<PathBuf> {
     match name {
         "session.json" | "messages.jsonl" => Some(PathBuf::from(name)),
         _ => {
@@ -1046,6 +1262,18 @@ mod tests {
         assert!(safe_path("messages.jsonl").is_some());
         assert!(safe_path(&format!("runs/{run}/run.json")).is_some());
         assert!(safe_path(&format!("runs/{run}/journal.jsonl")).is_some());
+        let child = crate::ids::new_id(IdKind::Session);
+        assert_eq!(
+            safe_path(&format!("sessions/{child}/runs/{run}/run.json")),
+            Some((
+                Some(child.clone()),
+                Path::new("runs").join(&run).join("run.json")
+            ))
+        );
+        assert_eq!(
+            safe_path("session.json"),
+            Some((None, "session.json".into()))
+        );
         for bad in [
             "../session.json".to_string(),
             "/etc/passwd".into(),
@@ -1056,6 +1284,13 @@ mod tests {
             "runs/run_../run.json".into(),
             "lease.json".into(),
             "".into(),
+            "sessions/../session.json".into(),
+            format!("sessions/{child}/../../session.json"),
+            format!("sessions/{child}/sessions/{child}/session.json"),
+            format!("/sessions/{child}/session.json"),
+            format!("sessions/{child}"),
+            format!("sessions/{child}/"),
+            format!("sessions/{run}/session.json"),
         ] {
             assert!(safe_path(&bad).is_none(), "{bad}");
         }

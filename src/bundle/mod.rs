@@ -3,7 +3,8 @@
 //!
 //! A bundle is "these files, checksummed": the exact text of the Session's state files
 //! (`session.json`, `messages.jsonl`, each `runs/<run>/run.json` and `journal.jsonl`), the blobs
-//! its journals reference, and a manifest. It never holds what a Session does not hold (no auth
+//! its journals reference, and a manifest. A Session's `task` children travel with it, their
+//! files under `sessions/<child>/` ([`tree`]). It never holds what a Session does not hold (no auth
 //! store, provider key, CLI token, process or OS credential), nor the lease files.
 //!
 //! - [`export`] runs under the Session's run lease, verifies the Session first and streams the
@@ -16,6 +17,7 @@ mod export;
 mod import;
 mod json;
 mod reader;
+mod tree;
 
 pub use export::{Exported, export};
 pub use import::{ImportRequest, Imported, import};

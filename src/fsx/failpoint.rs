@@ -34,9 +34,11 @@ pub const ALL: &[&str] = &[
     "settle.after-result",
     "settle.after-final-message",
     "settle.after-settled",
-    // `session import` (bundle::import): staged and verified, blobs moved, Session renamed.
+    // `session import` (bundle::import): staged and verified, blobs moved, each task child
+    // moved into place (once per child), the exported Session renamed.
     "import.after-staging",
     "import.before-rename",
+    "import.after-task-renamed",
     // `session export` (fsx::write_atomic_stream_owned): its temp beside --output is created
     // and locked, nothing written yet; a killed export's temp is removed by the next export.
     "export.after-temp-created",

@@ -82,7 +82,7 @@ fn export_good(env: &TestEnv, repo: &Path) -> String {
     std::fs::read_to_string(bundle).unwrap()
 }
 
-fn file_index(bundle: &Value, suffix: &str) -> usize {
+pub fn file_index(bundle: &Value, suffix: &str) -> usize {
     bundle["files"]
         .as_array()
         .unwrap()
@@ -93,7 +93,7 @@ fn file_index(bundle: &Value, suffix: &str) -> usize {
 
 /// Replaces a file's content and fixes its size, hash and the manifest, so that deeper checks
 /// (chains, cross-references, the lock) are what must catch the change.
-fn rewrite(bundle: &mut Value, suffix: &str, f: impl Fn(&str) -> String) {
+pub fn rewrite(bundle: &mut Value, suffix: &str, f: impl Fn(&str) -> String) {
     let i = file_index(bundle, suffix);
     let content = f(bundle["files"][i]["content"].as_str().unwrap());
     let sha = kxen::hash::sha256_prefixed(content.as_bytes());

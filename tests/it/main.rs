@@ -45,4 +45,5 @@ mod session_bundle;
 mod session_verify;
 mod state_damage;
 mod task;
+mod task_bundle;
 mod workspace_resume;

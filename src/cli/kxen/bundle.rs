@@ -56,8 +56,9 @@ pub fn export(
     match format {
         Format::Jsonl => output::json_line(&tagged("sessionExported", &done)),
         Format::Text => output::line(&format!(
-            "exported {} to {} ({} files, {} blobs); it holds task text, tool arguments and outputs: keep it private",
+            "exported {}{} to {} ({} files, {} blobs); it holds task text, tool arguments and outputs: keep it private",
             done.session_id,
+            with_tasks(&done.tasks),
             done.output.display(),
             done.files,
             done.blobs
@@ -82,16 +83,26 @@ pub fn import(
     match format {
         Format::Jsonl => output::json_line(&tagged("sessionImported", &done)),
         Format::Text => output::line(&format!(
-            "imported {} ({} messages, {} runs), bound to {}; continue with `kxen-agent --resume {} --workspace {}`",
+            "imported {} ({} messages, {} runs){}, bound to {}; continue with `kxen-agent --resume {} --workspace {}`",
             done.session_id,
             done.messages,
             done.runs,
+            with_tasks(&done.tasks),
             done.workspace.display(),
             done.session_id,
             done.workspace.display()
         )),
     }
     Ok(ExitStatus::Success)
+}
+
+/// ` with its N task children`, or nothing.
+fn with_tasks(tasks: &[String]) -> String {
+    match tasks.len() {
+        0 => String::new(),
+        1 => " with its task child".into(),
+        n => format!(" with its {n} task children"),
+    }
 }
 
 fn tagged<T: serde::Serialize>(kind: &str, value: &T) -> serde_json::Value {
