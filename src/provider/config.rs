@@ -18,6 +18,13 @@
 //! seed = 7
 //! extra_body = { cache_prompt = true } # optional, merged into the request body
 //! max_transport_retries = 5            # optional: HTTP 408/429/5xx and resets, with backoff
+//! [providers.claude]
+//! kind = "anthropic"                   # the Messages API (/v1/messages) with tool use
+//! model = "claude-sonnet-4-5"
+//! api_key_env = "ANTHROPIC_API_KEY"    # sent as x-api-key
+//! base_url = "https://api.anthropic.com" # optional (a proxy or gateway)
+//! max_tokens = 4096                    # optional, default 4096
+//! cache = true                         # optional: prompt-cache breakpoints, default true
 //! [providers.bridge]
 //! kind = "command"                     # argv; request JSON on stdin, response JSON on stdout
 //! argv = ["my-llm-bridge", "--json"]
@@ -41,6 +48,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Provider;
 use super::command::CommandProvider;
+use super::anthropic::AnthropicProvider;
 use super::openai::OpenAiProvider;
 use super::script::ScriptProvider;
 use crate::error::{Error, ErrorKind, Result};
@@ -98,8 +106,20 @@ struct ToolsSection {
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ProviderConfig {
     Openai(OpenAiConfig),
+    Anthropic(AnthropicConfig),
     Command(CommandConfig),
     Script(ScriptConfig),
+}
+
+impl ProviderConfig {
+    /// The variable holding the provider's key, if it has one.
+    pub fn api_key_env(&self) -> Option<&str> {
+        match self {
+            ProviderConfig::Openai(o) => o.api_key_env.as_deref(),
+            ProviderConfig::Anthropic(a) => a.api_key_env.as_deref(),
+            ProviderConfig::Command(_) | ProviderConfig::Script(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -129,6 +149,118 @@ pub struct OpenAiConfig {
     /// ([`super::http`]); default [`super::http::DEFAULT_MAX_TRANSPORT_RETRIES`].
     #[serde(default)]
     pub max_transport_retries: Option<u32>,
+}
+
+/// One `[providers.NAME]` table of `kind = "anthropic"` (the Messages API).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnthropicConfig {
+    /// The API root (default `https://api.anthropic.com`); a proxy or gateway's address.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    pub model: String,
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// The `anthropic-version` header (default [`super::anthropic::DEFAULT_ANTHROPIC_VERSION`]).
+    #[serde(default)]
+    pub anthropic_version: Option<String>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Sampling: 0 to 1.
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    /// The output cap of one call, which the API requires ([`DEFAULT_MAX_TOKENS`] when absent).
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// Prompt-cache breakpoints on system + tools and on the last message (default true).
+    #[serde(default)]
+    pub cache: Option<bool>,
+    #[serde(default)]
+    pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
+    pub max_transport_retries: Option<u32>,
+}
+
+/// Body fields an `anthropic` provider writes itself, or that change how replies are read.
+const ANTHROPIC_OWN_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "tools",
+    "stream",
+    "system",
+    "tool_choice",
+];
+
+impl AnthropicConfig {
+    /// The options every request carries (`max_tokens` always; `seed` does not exist here).
+    pub fn options(&self) -> RequestOptions {
+        RequestOptions {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            max_tokens: Some(self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
+            seed: None,
+            extra_body: self.extra_body.clone().unwrap_or_default(),
+            cache: Some(self.cache.unwrap_or(true)),
+        }
+    }
+
+    fn check(&self, at: &str) -> std::result::Result<(), String> {
+        if let Some(url) = &self.base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(format!("{at} base_url `{url}` must start with http:// or https://"));
+        }
+        if self.model.trim().is_empty() {
+            return Err(format!("{at} model is empty"));
+        }
+        if let Some(t) = self.temperature
+            && !(t.is_finite() && (0.0..=1.0).contains(&t))
+        {
+            return Err(format!("{at} temperature must be between 0 and 1, found {t}"));
+        }
+        if let Some(p) = self.top_p
+            && !(p.is_finite() && p > 0.0 && p <= 1.0)
+        {
+            return Err(format!("{at} top_p must be above 0 and at most 1, found {p}"));
+        }
+        if self.max_tokens == Some(0) {
+            return Err(format!("{at} max_tokens must be at least 1"));
+        }
+        if let Some(v) = &self.anthropic_version
+            && (v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+        {
+            return Err(format!("{at} anthropic_version `{v}` is not a version (e.g. 2023-06-01)"));
+        }
+        let typed = [
+            ("temperature", self.temperature.is_some()),
+            ("top_p", self.top_p.is_some()),
+            ("max_tokens", true),
+        ];
+        for key in self.extra_body.iter().flat_map(|b| b.keys()) {
+            if ANTHROPIC_OWN_FIELDS.contains(&key.as_str()) {
+                return Err(format!(
+                    "{at} extra_body cannot set `{key}`: the runtime writes it or decides it \
+                     (extra_body is for server-specific options such as `top_k`)"
+                ));
+            }
+            if typed.iter().any(|(name, set)| *set && name == key) {
+                return Err(format!(
+                    "{at} extra_body cannot set `{key}`: set it directly (max_tokens = …)"
+                ));
+            }
+        }
+        if let Some(body) = &self.extra_body
+            && let Some(path) = credential_in(body)
+        {
+            return Err(format!(
+                "{at} extra_body.{path} looks like a credential; a config holds no secret \
+                 (it would be recorded in run.json): give the key with api_key_env instead"
+            ));
+        }
+        check_retries(at, self.max_transport_retries)
+    }
 }
 
 /// `max_tokens` of an `openai` provider that does not set it: enough for a long edit, and a
@@ -167,6 +299,9 @@ pub struct RequestOptions {
     pub seed: Option<i64>,
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// Prompt-cache breakpoints (`anthropic` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<bool>,
 }
 
 impl OpenAiConfig {
@@ -184,6 +319,7 @@ impl OpenAiConfig {
             max_tokens,
             seed: self.seed,
             extra_body,
+            cache: None,
         }
     }
 
@@ -442,9 +578,7 @@ impl ModelConfig {
         };
         config.validate()?;
         for p in config.providers.values() {
-            if let ProviderConfig::Openai(o) = p
-                && let Some(name) = &o.api_key_env
-            {
+            if let Some(name) = p.api_key_env() {
                 crate::tools::register_provider_key_env(name);
                 crate::own_env::forget(name)?;
             }
@@ -490,6 +624,21 @@ impl ModelConfig {
                     o.check_options(&at).map_err(|why| self.invalid(why))?;
                     check_retries(&at, o.max_transport_retries).map_err(|why| self.invalid(why))?;
                     o.timeout_ms
+                }
+                ProviderConfig::Anthropic(a) => {
+                    if let Some(env) = &a.api_key_env
+                        && !valid_env_name(env)
+                    {
+                        // Never echo it: what fails this check is often a pasted key.
+                        return Err(self.invalid(format!(
+                            "{at} api_key_env ({} characters, not shown) is not an environment \
+                             variable name (if it is the key itself, move it to the environment); \
+                             name the variable that holds the key, e.g. api_key_env = \"ANTHROPIC_API_KEY\"",
+                            env.chars().count()
+                        )));
+                    }
+                    a.check(&at).map_err(|why| self.invalid(why))?;
+                    a.timeout_ms
                 }
                 ProviderConfig::Command(c) => {
                     if c.argv.first().is_none_or(|a| a.is_empty()) {
@@ -594,6 +743,11 @@ impl ModelConfig {
                 Some(o.model.clone()),
                 serde_json::to_value(o.options()).ok(),
             ),
+            ProviderConfig::Anthropic(a) => (
+                "anthropic",
+                Some(a.model.clone()),
+                serde_json::to_value(a.options()).ok(),
+            ),
             ProviderConfig::Command(_) => ("command", None, None),
             ProviderConfig::Script(_) => ("script", None, None),
         };
@@ -611,8 +765,7 @@ impl ModelConfig {
     /// than letting the filter drop the variable silently.
     pub fn check_pass_env(&self, pass_env: &[String]) -> Result<()> {
         for (name, p) in &self.providers {
-            if let ProviderConfig::Openai(o) = p
-                && let Some(key) = &o.api_key_env
+            if let Some(key) = p.api_key_env()
                 && let Some(listed) = pass_env.iter().find(|n| n.eq_ignore_ascii_case(key))
             {
                 return Err(Error::invalid(format!(
@@ -650,6 +803,28 @@ impl ModelConfig {
                 .with_options(o.options())
                 .with_max_transport_retries(
                     o.max_transport_retries
+                        .unwrap_or(super::http::DEFAULT_MAX_TRANSPORT_RETRIES),
+                ),
+            ),
+            ProviderConfig::Anthropic(a) => Box::new(
+                AnthropicProvider::new(
+                    name,
+                    a.base_url
+                        .as_deref()
+                        .unwrap_or(super::anthropic::DEFAULT_BASE_URL),
+                    &a.model,
+                    a.api_key_env.clone(),
+                    timeout(a.timeout_ms),
+                )
+                .with_options(a.options())
+                .with_cache(a.cache.unwrap_or(true))
+                .with_version(
+                    a.anthropic_version
+                        .as_deref()
+                        .unwrap_or(super::anthropic::DEFAULT_ANTHROPIC_VERSION),
+                )
+                .with_max_transport_retries(
+                    a.max_transport_retries
                         .unwrap_or(super::http::DEFAULT_MAX_TRANSPORT_RETRIES),
                 ),
             ),

@@ -7,6 +7,7 @@
 //! replays recorded responses ([`script`]). The definition never names a provider or a model;
 //! credentials are read from the environment at call time and never stored.
 
+pub mod anthropic;
 pub mod command;
 pub mod config;
 pub mod http;
@@ -15,6 +16,7 @@ pub mod http;
 pub(crate) mod loopback;
 pub mod openai;
 pub mod script;
+pub mod wire;
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -129,8 +131,15 @@ fn depth(value: &Value) -> usize {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Usage {
+    /// Every prompt token, cached ones included.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of `input_tokens`, those read from the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "crate::session::is_zero")]
+    pub cache_read_tokens: u64,
+    /// Of `input_tokens`, those written to the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "crate::session::is_zero")]
+    pub cache_write_tokens: u64,
 }
 
 /// What a model answered: text, tool calls, or both. This is also the line format of script
@@ -321,7 +330,8 @@ mod tests {
             r.usage,
             Some(Usage {
                 input_tokens: 3,
-                output_tokens: 4
+                output_tokens: 4,
+                ..Usage::default()
             })
         );
         assert!(serde_json::from_str::<ModelResponse>(r#"{"txt":"hi"}"#).is_err());

@@ -25,6 +25,8 @@ pub struct OpenAiProvider {
     model: String,
     api_key_env: Option<String>,
     options: RequestOptions,
+    /// The serialized messages of recent calls ([`super::wire`]).
+    wire: super::wire::WireCache,
 }
 
 impl OpenAiProvider {
@@ -46,6 +48,7 @@ impl OpenAiProvider {
             model: model.to_string(),
             api_key_env,
             options: RequestOptions::default(),
+            wire: super::wire::WireCache::default(),
         }
     }
 
@@ -61,12 +64,29 @@ impl OpenAiProvider {
         self
     }
 
-    /// The chat-completions request body.
-    fn body(&self, request: &ModelRequest) -> Value {
-        let messages: Vec<Value> = request.messages.iter().map(wire_message).collect();
-        let mut body = json!({"model": self.model, "messages": messages, "stream": false});
+    /// The chat-completions request body: the fixed fields, then the messages, last
+    /// ([`super::wire`]: turn N+1's body is turn N's plus the new messages).
+    fn body(&self, request: &ModelRequest) -> String {
+        let mut head = Map::new();
+        head.insert("model".into(), json!(self.model));
+        let o = &self.options;
+        if let Some(t) = o.temperature {
+            head.insert("temperature".into(), json!(t));
+        }
+        if let Some(p) = o.top_p {
+            head.insert("top_p".into(), json!(p));
+        }
+        if let Some(n) = o.max_tokens {
+            head.insert("max_tokens".into(), json!(n));
+        }
+        if let Some(seed) = o.seed {
+            head.insert("seed".into(), json!(seed));
+        }
+        // The config refused keys the runtime writes, so this adds and never replaces.
+        head.extend(o.extra_body.clone());
+        head.insert("stream".into(), json!(false));
         if !request.tools.is_empty() {
-            body["tools"] = request
+            let tools: Vec<Value> = request
                 .tools
                 .iter()
                 .map(|t| {
@@ -74,25 +94,31 @@ impl OpenAiProvider {
                         "name": t.name, "description": t.description, "parameters": t.parameters}})
                 })
                 .collect();
+            head.insert("tools".into(), Value::Array(tools));
         }
-        let o = &self.options;
-        if let Some(t) = o.temperature {
-            body["temperature"] = json!(t);
+        let mut out = Value::Object(head).to_string();
+        out.pop(); // the closing brace: the messages come last
+        out.push_str(",\"messages\":[");
+        self.wire.render(&ChatFormat, request.messages, &mut out);
+        out.push_str("]}");
+        out
+    }
+}
+
+/// The chat-completions message layout: one wire message per message.
+struct ChatFormat;
+
+impl super::wire::WireFormat for ChatFormat {
+    fn merges(&self, _: &ChatMessage, _: &ChatMessage) -> bool {
+        false
+    }
+    fn write_group(&self, group: &[ChatMessage], _last: bool, out: &mut String) {
+        for (i, m) in group.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            super::wire::push_json(out, &wire_message(m));
         }
-        if let Some(p) = o.top_p {
-            body["top_p"] = json!(p);
-        }
-        if let Some(n) = o.max_tokens {
-            body["max_tokens"] = json!(n);
-        }
-        if let Some(seed) = o.seed {
-            body["seed"] = json!(seed);
-        }
-        // The config refused keys the runtime writes, so this adds and never replaces.
-        if let Value::Object(fields) = &mut body {
-            fields.extend(o.extra_body.clone());
-        }
-        body
     }
 }
 
@@ -183,6 +209,12 @@ fn parse_response(body: &Value, call_number: usize) -> std::result::Result<Model
         (input.is_some() || output.is_some()).then(|| Usage {
             input_tokens: input.unwrap_or(0),
             output_tokens: output.unwrap_or(0),
+            // OpenAI's automatic prefix caching reports the part of the prompt it read back.
+            cache_read_tokens: u
+                .pointer("/prompt_tokens_details/cached_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            cache_write_tokens: 0,
         })
     });
     Ok(ModelResponse {
@@ -200,7 +232,7 @@ impl Provider for OpenAiProvider {
         if let Some(a) = &auth {
             headers.push(("Authorization", a.as_str()));
         }
-        let body = self.body(request).to_string();
+        let body = self.body(request);
         let what = &self.endpoint.what;
         self.endpoint
             .post(request, &headers, body.as_bytes(), false, |mut response| {
@@ -519,7 +551,8 @@ mod tests {
             r.usage,
             Some(Usage {
                 input_tokens: 120,
-                output_tokens: 30
+                output_tokens: 30,
+                ..Usage::default()
             })
         );
         let s1 = seen.recv().unwrap();
@@ -731,7 +764,8 @@ mod tests {
             r.usage,
             Some(Usage {
                 input_tokens: 5,
-                output_tokens: 0
+                output_tokens: 0,
+                ..Usage::default()
             })
         );
     }

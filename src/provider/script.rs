@@ -208,7 +208,8 @@ mod tests {
             first.usage,
             Some(Usage {
                 input_tokens: 12,
-                output_tokens: 5
+                output_tokens: 5,
+                ..Usage::default()
             })
         );
         // A resumed run with one recorded response gets line 2 (blank lines skipped).

@@ -276,6 +276,8 @@ impl Loop<'_, '_> {
             let usage = response.usage.map(|u| UsageRecord {
                 input_tokens: u.input_tokens,
                 output_tokens: u.output_tokens,
+                cache_read_tokens: u.cache_read_tokens,
+                cache_write_tokens: u.cache_write_tokens,
             });
             if let Some(u) = usage {
                 self.usage.add(u);

@@ -176,6 +176,7 @@ mod tests {
         m.usage = Some(UsageRecord {
             input_tokens: 10,
             output_tokens: 1,
+            ..UsageRecord::default()
         });
         m.tool_calls = (0..calls)
             .map(|i| CallRecord {

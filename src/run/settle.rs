@@ -81,6 +81,7 @@ mod tests {
             final_usage: Some(UsageRecord {
                 input_tokens: 1,
                 output_tokens: 2,
+                ..UsageRecord::default()
             }),
             turns: 1,
             usage: UsageRecord::default(),

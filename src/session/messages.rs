@@ -37,8 +37,19 @@ pub struct CallRecord {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UsageRecord {
+    /// Every prompt token of the call, cached ones included.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of `input_tokens`, those read from the provider's prompt cache (absent when 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Of `input_tokens`, those written to the provider's prompt cache (absent when 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+}
+
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl UsageRecord {
@@ -46,6 +57,10 @@ impl UsageRecord {
         // Saturating: a provider's (or a hand-edited file's) absurd count must not wrap or panic.
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self.cache_read_tokens.saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
     }
 }
 
@@ -252,6 +267,7 @@ mod tests {
         a.usage = Some(UsageRecord {
             input_tokens: 3,
             output_tokens: 4,
+            ..UsageRecord::default()
         });
         log.append(a).unwrap();
         assert_eq!(read(&path).unwrap(), log.messages());

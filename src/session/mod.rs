@@ -16,4 +16,5 @@ pub mod view;
 
 pub use lease::{Lease, LeaseRecord};
 pub use messages::{CallRecord, Message, MessageLog, Role, UsageRecord};
+pub(crate) use messages::is_zero;
 pub use meta::{ForkKind, ForkPoint, HistoryEntry, SessionMeta, TaskParent};

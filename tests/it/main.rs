@@ -27,6 +27,7 @@ mod mcp_fence;
 mod mcp_hostile;
 mod mcp_npm;
 mod policy_check;
+mod run_anthropic;
 mod run_bad_input;
 mod run_canary;
 mod run_leftovers;
