@@ -29,6 +29,7 @@ mod mcp_npm;
 mod policy_check;
 mod run_anthropic;
 mod run_bad_input;
+mod run_cache_stable;
 mod run_canary;
 mod run_leftovers;
 mod run_loop;
