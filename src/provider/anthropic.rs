@@ -255,7 +255,9 @@ pub(crate) fn parse_response(
                     .and_then(Value::as_str)
                     .filter(|s| !s.is_empty())
                     .map(str::to_string)
-                    .unwrap_or_else(|| format!("toolu_{}_{}", call_number + 1, tool_calls.len() + 1)),
+                    .unwrap_or_else(|| {
+                        format!("toolu_{}_{}", call_number + 1, tool_calls.len() + 1)
+                    }),
                 name: block
                     .get("name")
                     .and_then(Value::as_str)
@@ -285,7 +287,10 @@ pub(crate) fn usage(u: &Value) -> Option<Usage> {
     let read = n("cache_read_input_tokens").unwrap_or(0);
     let write = n("cache_creation_input_tokens").unwrap_or(0);
     Some(Usage {
-        input_tokens: input.unwrap_or(0).saturating_add(read).saturating_add(write),
+        input_tokens: input
+            .unwrap_or(0)
+            .saturating_add(read)
+            .saturating_add(write),
         output_tokens: output.unwrap_or(0),
         cache_read_tokens: read,
         cache_write_tokens: write,
@@ -312,7 +317,10 @@ impl Provider for AnthropicProvider {
                 let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
                     Failure::Fatal(Error::external(format!(
                         "{what}: the response is not JSON ({e}): {}",
-                        excerpt(&crate::redact::redact(String::from_utf8_lossy(&bytes).trim()), 200)
+                        excerpt(
+                            &crate::redact::redact(String::from_utf8_lossy(&bytes).trim()),
+                            200
+                        )
                     )))
                 })?;
                 parse_response(&value, responses_so_far)
@@ -332,10 +340,14 @@ mod tests {
             "[providers.claude]\nkind = \"anthropic\"\nbase_url = \"{url}\"\nmodel = \"claude-test\"\n\
              api_key_env = \"KXEN_TEST_ANTHROPIC_KEY_UNIT\"\n{extra}\n[roles]\nexecution = \"claude\"\n"
         );
-        ModelConfig::parse(&text, std::path::Path::new("/cfg/c.toml"), ConfigSource::Flag)
-            .unwrap()
-            .provider_for("execution")
-            .unwrap()
+        ModelConfig::parse(
+            &text,
+            std::path::Path::new("/cfg/c.toml"),
+            ConfigSource::Flag,
+        )
+        .unwrap()
+        .provider_for("execution")
+        .unwrap()
     }
 
     fn request<'a>(
@@ -400,7 +412,10 @@ mod tests {
         let s1 = seen.recv().unwrap();
         assert_eq!(s1.request_line, "POST /v1/messages HTTP/1.1");
         assert_eq!(s1.header("x-api-key"), Some(KEY));
-        assert_eq!(s1.header("anthropic-version"), Some(DEFAULT_ANTHROPIC_VERSION));
+        assert_eq!(
+            s1.header("anthropic-version"),
+            Some(DEFAULT_ANTHROPIC_VERSION)
+        );
         assert!(s1.header("authorization").is_none());
         let b1 = s1.json();
         assert_eq!(b1["model"], "claude-test");
@@ -412,7 +427,10 @@ mod tests {
         );
         assert_eq!(b1["tools"][0]["name"], "read");
         assert!(b1["tools"][0].get("cache_control").is_none());
-        assert_eq!(b1["tools"][1]["cache_control"], json!({"type": "ephemeral"}));
+        assert_eq!(
+            b1["tools"][1]["cache_control"],
+            json!({"type": "ephemeral"})
+        );
         assert_eq!(b1["tools"][1]["input_schema"]["type"], "object");
         assert_eq!(
             b1["messages"],
@@ -454,7 +472,10 @@ mod tests {
         let (url, seen) = serve(move |_, _| Reply::json(200, done.clone()));
         let messages = [ChatMessage::system("s"), ChatMessage::user("u")];
         let tools = crate::tools::schemas(&["read".to_string()]);
-        let p = provider(&format!("{url}/v1/"), "cache = false\nanthropic_version = \"2099-01-01\"");
+        let p = provider(
+            &format!("{url}/v1/"),
+            "cache = false\nanthropic_version = \"2099-01-01\"",
+        );
         p.complete(&request(&messages, &tools), 0).unwrap();
         let s = seen.recv().unwrap();
         assert_eq!(s.request_line, "POST /v1/messages HTTP/1.1");
@@ -469,7 +490,11 @@ mod tests {
     fn an_error_body_echoing_the_key_never_shows_it() {
         set_key();
         let (url, _seen) = serve(|_, seen| {
-            let echo: Vec<String> = seen.headers.iter().map(|(n, v)| format!("{n}: {v}")).collect();
+            let echo: Vec<String> = seen
+                .headers
+                .iter()
+                .map(|(n, v)| format!("{n}: {v}"))
+                .collect();
             let pad = "x".repeat(250);
             Reply::json(
                 401,
@@ -479,7 +504,9 @@ mod tests {
             )
         });
         let p = provider(&url, "");
-        let e = p.complete(&request(&[ChatMessage::user("u")], &[]), 0).unwrap_err();
+        let e = p
+            .complete(&request(&[ChatMessage::user("u")], &[]), 0)
+            .unwrap_err();
         assert_eq!(e.kind, crate::error::ErrorKind::External);
         assert!(e.message.contains("HTTP 401"), "{}", e.message);
         assert!(!e.message.contains("canary"), "{}", e.message);
@@ -501,9 +528,22 @@ mod tests {
         });
         let p = provider(&url, "");
         let req_messages = [ChatMessage::user("u")];
-        assert_eq!(p.complete(&request(&req_messages, &[]), 0).unwrap().text, "fine");
-        assert!(p.complete(&request(&req_messages, &[]), 0).unwrap_err().message.contains("not JSON"));
-        assert!(p.complete(&request(&req_messages, &[]), 0).unwrap_err().message.contains("`content` array"));
+        assert_eq!(
+            p.complete(&request(&req_messages, &[]), 0).unwrap().text,
+            "fine"
+        );
+        assert!(
+            p.complete(&request(&req_messages, &[]), 0)
+                .unwrap_err()
+                .message
+                .contains("not JSON")
+        );
+        assert!(
+            p.complete(&request(&req_messages, &[]), 0)
+                .unwrap_err()
+                .message
+                .contains("`content` array")
+        );
         assert_eq!(seen.try_iter().count(), 4);
     }
 

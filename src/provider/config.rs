@@ -47,8 +47,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::Provider;
-use super::command::CommandProvider;
 use super::anthropic::AnthropicProvider;
+use super::command::CommandProvider;
 use super::openai::OpenAiProvider;
 use super::script::ScriptProvider;
 use crate::error::{Error, ErrorKind, Result};
@@ -210,7 +210,9 @@ impl AnthropicConfig {
         if let Some(url) = &self.base_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
-            return Err(format!("{at} base_url `{url}` must start with http:// or https://"));
+            return Err(format!(
+                "{at} base_url `{url}` must start with http:// or https://"
+            ));
         }
         if self.model.trim().is_empty() {
             return Err(format!("{at} model is empty"));
@@ -218,12 +220,16 @@ impl AnthropicConfig {
         if let Some(t) = self.temperature
             && !(t.is_finite() && (0.0..=1.0).contains(&t))
         {
-            return Err(format!("{at} temperature must be between 0 and 1, found {t}"));
+            return Err(format!(
+                "{at} temperature must be between 0 and 1, found {t}"
+            ));
         }
         if let Some(p) = self.top_p
             && !(p.is_finite() && p > 0.0 && p <= 1.0)
         {
-            return Err(format!("{at} top_p must be above 0 and at most 1, found {p}"));
+            return Err(format!(
+                "{at} top_p must be above 0 and at most 1, found {p}"
+            ));
         }
         if self.max_tokens == Some(0) {
             return Err(format!("{at} max_tokens must be at least 1"));
@@ -231,7 +237,9 @@ impl AnthropicConfig {
         if let Some(v) = &self.anthropic_version
             && (v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
         {
-            return Err(format!("{at} anthropic_version `{v}` is not a version (e.g. 2023-06-01)"));
+            return Err(format!(
+                "{at} anthropic_version `{v}` is not a version (e.g. 2023-06-01)"
+            ));
         }
         let typed = [
             ("temperature", self.temperature.is_some()),

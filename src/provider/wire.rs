@@ -172,7 +172,11 @@ mod tests {
         fn write_group(&self, group: &[ChatMessage], last: bool, out: &mut String) {
             self.written.set(self.written.get() + group.len());
             let texts: Vec<&str> = group.iter().map(|m| m.content.as_str()).collect();
-            out.push_str(&format!("[{}{}]", texts.join("+"), if last { "!" } else { "" }));
+            out.push_str(&format!(
+                "[{}{}]",
+                texts.join("+"),
+                if last { "!" } else { "" }
+            ));
         }
     }
 
@@ -195,20 +199,25 @@ mod tests {
         history.push(ChatMessage::tool("2", "t2"));
         f.written.set(0);
         assert_eq!(render(&cache, &f, &history), "[s],[u],[a],[t1+t2!]");
-        assert_eq!(f.written.get(), 1 + 1 + 2, "u and a once more, the tools once");
+        assert_eq!(
+            f.written.get(),
+            1 + 1 + 2,
+            "u and a once more, the tools once"
+        );
         history.push(ChatMessage::assistant("b", vec![]));
         f.written.set(0);
         assert_eq!(render(&cache, &f, &history), "[s],[u],[a],[t1+t2],[b!]");
-        assert_eq!(f.written.get(), 3, "the tool group completed, then the new last one");
+        assert_eq!(
+            f.written.get(),
+            3,
+            "the tool group completed, then the new last one"
+        );
         // A message changed in the middle: bytes from there on are made anew.
         history[2].content = "A".into();
         assert_eq!(render(&cache, &f, &history), "[s],[u],[A],[t1+t2],[b!]");
         // A fresh cache gives the same bytes (a resumed run).
         let fresh = WireCache::default();
-        assert_eq!(
-            render(&fresh, &f, &history),
-            render(&cache, &f, &history)
-        );
+        assert_eq!(render(&fresh, &f, &history), render(&cache, &f, &history));
         assert_eq!(render(&cache, &f, &[]), "");
     }
 

@@ -15,6 +15,6 @@ pub mod verify;
 pub mod view;
 
 pub use lease::{Lease, LeaseRecord};
-pub use messages::{CallRecord, Message, MessageLog, Role, UsageRecord};
 pub(crate) use messages::is_zero;
+pub use messages::{CallRecord, Message, MessageLog, Role, UsageRecord};
 pub use meta::{ForkKind, ForkPoint, HistoryEntry, SessionMeta, TaskParent};

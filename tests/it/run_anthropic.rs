@@ -60,8 +60,19 @@ fn a_run_uses_tools_through_the_messages_api_and_records_cache_usage() {
     let out = env
         .cmd("kxen-agent")
         .env("KXEN_TEST_ANTHROPIC_KEY", KEY)
-        .args(["run", "--workspace", repo.to_str().unwrap(), "--task", "What does a.txt say?"])
-        .args(["--agent", agent.to_str().unwrap(), "--config", config.to_str().unwrap()])
+        .args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "What does a.txt say?",
+        ])
+        .args([
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let run = crate::env::Run::from(out);
@@ -83,11 +94,26 @@ fn a_run_uses_tools_through_the_messages_api_and_records_cache_usage() {
         let body = r.json();
         assert_eq!(body["model"], "claude-test");
         assert_eq!(body["max_tokens"], 2048);
-        assert_eq!(body["system"][0]["cache_control"], json!({"type": "ephemeral"}));
-        assert!(body["system"][0]["text"].as_str().unwrap().contains("Execution contract"));
+        assert_eq!(
+            body["system"][0]["cache_control"],
+            json!({"type": "ephemeral"})
+        );
+        assert!(
+            body["system"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("Execution contract")
+        );
         let tools = body["tools"].as_array().unwrap();
-        assert_eq!(tools.last().unwrap()["cache_control"], json!({"type": "ephemeral"}));
-        assert!(tools.iter().any(|t| t["name"] == "read" && t["input_schema"].is_object()));
+        assert_eq!(
+            tools.last().unwrap()["cache_control"],
+            json!({"type": "ephemeral"})
+        );
+        assert!(
+            tools
+                .iter()
+                .any(|t| t["name"] == "read" && t["input_schema"].is_object())
+        );
     }
     let second = requests[1].json();
     let messages = second["messages"].as_array().unwrap();
@@ -108,7 +134,10 @@ fn a_run_uses_tools_through_the_messages_api_and_records_cache_usage() {
         .find(|f| f.ends_with("messages.jsonl"))
         .map(|f| std::fs::read_to_string(f).unwrap())
         .unwrap();
-    assert!(log.contains("\"cacheReadTokens\":1500,\"cacheWriteTokens\":60"), "{log}");
+    assert!(
+        log.contains("\"cacheReadTokens\":1500,\"cacheWriteTokens\":60"),
+        "{log}"
+    );
     let show = env.run("kxen-agent", &["session", "show", session]);
     show.expect(0);
     assert_eq!(
@@ -145,24 +174,52 @@ fn an_error_body_echoing_the_request_headers_never_shows_the_key() {
     let out = env
         .cmd("kxen-agent")
         .env("KXEN_TEST_ANTHROPIC_KEY", KEY)
-        .args(["run", "--workspace", repo.to_str().unwrap(), "--task", "Read a.txt"])
-        .args(["--agent", agent.to_str().unwrap(), "--config", config.to_str().unwrap()])
+        .args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "Read a.txt",
+        ])
+        .args([
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let run = crate::env::Run::from(out);
     run.expect(9);
     let events = run.jsonl();
     let retry = events.iter().find(|e| e["type"] == "modelRetry").unwrap();
-    assert!(retry["reason"].as_str().unwrap().contains("[redacted]"), "{retry}");
+    assert!(
+        retry["reason"].as_str().unwrap().contains("[redacted]"),
+        "{retry}"
+    );
     let error = finished(&events)["error"].as_str().unwrap().to_string();
-    assert!(error.contains("HTTP 400") && error.contains("x-api-key: [redacted]"), "{error}");
+    assert!(
+        error.contains("HTTP 400") && error.contains("x-api-key: [redacted]"),
+        "{error}"
+    );
     assert_no_key(&env, &run);
     // Text view too.
     let out = env
         .cmd("kxen-agent")
         .env("KXEN_TEST_ANTHROPIC_KEY", KEY)
-        .args(["run", "--workspace", repo.to_str().unwrap(), "--task", "Read a.txt"])
-        .args(["--agent", agent.to_str().unwrap(), "--config", config.to_str().unwrap()])
+        .args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "Read a.txt",
+        ])
+        .args([
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ])
         .args(["--format", "text"])
         .output()
         .unwrap();
@@ -175,22 +232,50 @@ fn anthropic_config_errors_are_exit_4_and_never_echo_a_key() {
     let repo = env.git_repo("repo", &[("a.txt", "alpha\n")]);
     let agent = fixer(&env);
     for (body, says) in [
-        ("kind = \"anthropic\"\nmodel = \"m\"\ntemperature = 1.5", "between 0 and 1"),
-        ("kind = \"anthropic\"\nmodel = \"m\"\nextra_body = { system = \"x\" }", "cannot set `system`"),
-        ("kind = \"anthropic\"\nmodel = \"m\"\nextra_body = { max_tokens = 5 }", "set it directly"),
-        ("kind = \"anthropic\"\nmodel = \"m\"\napi_key_env = \"sk-ant-api03-abcdefgh\"", "not shown"),
-        ("kind = \"anthropic\"\nmodel = \"m\"\nmax_transport_retries = 99", "above 20"),
-        ("kind = \"anthropic\"\nmodel = \"m\"\ncache = \"yes\"", "invalid type"),
+        (
+            "kind = \"anthropic\"\nmodel = \"m\"\ntemperature = 1.5",
+            "between 0 and 1",
+        ),
+        (
+            "kind = \"anthropic\"\nmodel = \"m\"\nextra_body = { system = \"x\" }",
+            "cannot set `system`",
+        ),
+        (
+            "kind = \"anthropic\"\nmodel = \"m\"\nextra_body = { max_tokens = 5 }",
+            "set it directly",
+        ),
+        (
+            "kind = \"anthropic\"\nmodel = \"m\"\napi_key_env = \"sk-ant-api03-abcdefgh\"",
+            "not shown",
+        ),
+        (
+            "kind = \"anthropic\"\nmodel = \"m\"\nmax_transport_retries = 99",
+            "above 20",
+        ),
+        (
+            "kind = \"anthropic\"\nmodel = \"m\"\ncache = \"yes\"",
+            "invalid type",
+        ),
     ] {
         let config = config(&env, body);
         let run = run_new(&env, &repo, "x", &agent, &config, &[]);
         run.expect(4);
-        assert!(run.stderr.contains(says) || run.stdout.contains(says), "{body}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(says) || run.stdout.contains(says),
+            "{body}: {}",
+            run.stderr
+        );
         assert!(!run.stderr.contains("sk-ant-api03-abcdefgh"));
     }
     // The key variable unset: the call fails (exit 9) naming it.
-    let config = config(&env, "kind = \"anthropic\"\nmodel = \"m\"\nbase_url = \"http://127.0.0.1:9\"\napi_key_env = \"KXEN_TEST_ANTHROPIC_UNSET\"");
+    let config = config(
+        &env,
+        "kind = \"anthropic\"\nmodel = \"m\"\nbase_url = \"http://127.0.0.1:9\"\napi_key_env = \"KXEN_TEST_ANTHROPIC_UNSET\"",
+    );
     let run = run_new(&env, &repo, "x", &agent, &config, &[]);
     run.expect(9);
-    assert!(run.stdout.contains("KXEN_TEST_ANTHROPIC_UNSET") || run.stderr.contains("KXEN_TEST_ANTHROPIC_UNSET"));
+    assert!(
+        run.stdout.contains("KXEN_TEST_ANTHROPIC_UNSET")
+            || run.stderr.contains("KXEN_TEST_ANTHROPIC_UNSET")
+    );
 }

@@ -28,25 +28,33 @@ enum Kind {
 /// The scripted model's answer to a request that already holds `turns` assistant messages:
 /// a `read` (alternating files, some calls two at once), then a final answer.
 fn reply(kind: Kind, turns: usize) -> Reply {
-    let path = if turns % 2 == 0 { "a.txt" } else { "b.txt" };
+    let path = if turns.is_multiple_of(2) { "a.txt" } else { "b.txt" };
     match kind {
         Kind::OpenAi if turns < CALLS => Reply::json(&completion(tool_call_message(
             &format!("call_{turns}"),
             "read",
             &json!({"path": path}),
         ))),
-        Kind::OpenAi => Reply::json(&completion(json!({"role": "assistant", "content": "Read them."}))),
+        Kind::OpenAi => Reply::json(&completion(
+            json!({"role": "assistant", "content": "Read them."}),
+        )),
         Kind::Anthropic if turns < CALLS => {
-            let mut content = vec![json!({"type": "text", "text": format!("Turn {turns}.")}),
+            let mut content = vec![
+                json!({"type": "text", "text": format!("Turn {turns}.")}),
                 json!({"type": "tool_use", "id": format!("toolu_{turns}"), "name": "read",
-                       "input": {"path": path}})];
+                       "input": {"path": path}}),
+            ];
             if turns == 2 {
                 content.push(json!({"type": "tool_use", "id": "toolu_2b", "name": "glob",
                                     "input": {"pattern": "*.txt"}}));
             }
-            Reply::json(&json!({"content": content, "usage": {"input_tokens": 5, "output_tokens": 5}}))
+            Reply::json(
+                &json!({"content": content, "usage": {"input_tokens": 5, "output_tokens": 5}}),
+            )
         }
-        Kind::Anthropic => Reply::json(&json!({"content": [{"type": "text", "text": "Read them."}]})),
+        Kind::Anthropic => {
+            Reply::json(&json!({"content": [{"type": "text", "text": "Read them."}]}))
+        }
     }
 }
 
@@ -59,8 +67,14 @@ fn assistant_turns(request: &crate::fake_model::Request) -> usize {
 
 fn provider_config(env: &TestEnv, kind: Kind, url: &str) -> std::path::PathBuf {
     match kind {
-        Kind::OpenAi => config(env, &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nseed = 1")),
-        Kind::Anthropic => config(env, &format!("kind = \"anthropic\"\nbase_url = \"{url}\"\nmodel = \"claude-test\"")),
+        Kind::OpenAi => config(
+            env,
+            &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nseed = 1"),
+        ),
+        Kind::Anthropic => config(
+            env,
+            &format!("kind = \"anthropic\"\nbase_url = \"{url}\"\nmodel = \"claude-test\""),
+        ),
     }
 }
 
@@ -77,7 +91,12 @@ fn uninterrupted(kind: Kind) -> Vec<Vec<u8>> {
     let run = run_new(&env, &repo, "Read the files", &fixer(&env), &config, &[]);
     run.expect(0);
     assert_eq!(finished(&run.jsonl())["turns"], CALLS as u64 + 1);
-    let bodies: Vec<Vec<u8>> = seen.lock().unwrap().iter().map(|r| r.body.clone()).collect();
+    let bodies: Vec<Vec<u8>> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.body.clone())
+        .collect();
     bodies
 }
 
@@ -112,7 +131,12 @@ fn killed_and_resumed(kind: Kind) -> Vec<Vec<u8>> {
     let config_s = config.to_str().unwrap();
     let run = env.run("kxen-agent", &["--resume", &session, "--config", config_s]);
     run.expect(0);
-    let bodies: Vec<Vec<u8>> = seen.lock().unwrap().iter().map(|r| r.body.clone()).collect();
+    let bodies: Vec<Vec<u8>> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.body.clone())
+        .collect();
     assert_eq!(bodies.len(), CALLS + 2, "the killed call was sent again");
     bodies
 }
@@ -129,7 +153,9 @@ fn check(kind: Kind) {
     assert_eq!(a.len(), CALLS + 1);
     for (n, pair) in a.windows(2).enumerate() {
         let (before, after) = (without_breakpoints(&pair[0]), without_breakpoints(&pair[1]));
-        let open = before.strip_suffix("]}").expect("the messages close the body");
+        let open = before
+            .strip_suffix("]}")
+            .expect("the messages close the body");
         assert!(
             after.starts_with(open) && after[open.len()..].starts_with(",{"),
             "request {} is not request {n} plus new messages:\n{before}\n{after}",
@@ -142,7 +168,11 @@ fn check(kind: Kind) {
     let b = killed_and_resumed(kind);
     // The killed call and its re-sent twin, then the rest: all byte-identical to the
     // uninterrupted run's.
-    assert_eq!(b[KILLED_AT], b[KILLED_AT + 1], "the resumed request differs from the killed one");
+    assert_eq!(
+        b[KILLED_AT],
+        b[KILLED_AT + 1],
+        "the resumed request differs from the killed one"
+    );
     let mut resumed = b.clone();
     resumed.remove(KILLED_AT);
     for (n, (x, y)) in a.iter().zip(&resumed).enumerate() {
