@@ -4,14 +4,23 @@
 //! the next second. State written by older versions must read back to the same instant.
 //!
 //! Every wall-clock reading of the crate (stamps and the time part of ids) goes through
-//! [`now_millis`], so a test can run a process whose clock is skewed: with the `failpoints`
-//! feature (test builds only), `KXEN_TEST_CLOCK_SKEW_MS` (signed milliseconds) is added to the
-//! system clock. Release builds never read it.
+//! [`now_millis`], so a test can control the clock of a process it runs. With the `failpoints`
+//! feature (test builds only):
+//! - `KXEN_TEST_CLOCK_SKEW_MS` (signed milliseconds) is added to the system clock;
+//! - `KXEN_TEST_CLOCK_MS` (milliseconds since the epoch) replaces it with a fixed clock that
+//!   starts there and advances by exactly 1 ms per reading, so a test that gives each command
+//!   a later start (the `TestEnv` of `tests/it` does) gets the same stamps on every run and can
+//!   compare outputs whole.
+//!
+//! Release builds never read either variable.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch, now.
 pub fn now_millis() -> i64 {
+    if let Some(fixed) = test_fixed_clock() {
+        return fixed;
+    }
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -33,6 +42,25 @@ fn test_skew_ms() -> i64 {
     }
     #[cfg(not(feature = "failpoints"))]
     0
+}
+
+/// The next reading of the fixed test clock (`KXEN_TEST_CLOCK_MS`), or `None` (always `None`
+/// without `failpoints`).
+fn test_fixed_clock() -> Option<i64> {
+    #[cfg(feature = "failpoints")]
+    {
+        use std::sync::atomic::{AtomicI64, Ordering};
+        static START: std::sync::OnceLock<Option<i64>> = std::sync::OnceLock::new();
+        static READINGS: AtomicI64 = AtomicI64::new(0);
+        let start = (*START.get_or_init(|| {
+            std::env::var("KXEN_TEST_CLOCK_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+        }))?;
+        Some(start.saturating_add(READINGS.fetch_add(1, Ordering::SeqCst)))
+    }
+    #[cfg(not(feature = "failpoints"))]
+    None
 }
 
 /// `2026-11-30T18:16:39.123Z` for now.

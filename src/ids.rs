@@ -61,7 +61,7 @@ pub fn new_id(kind: IdKind) -> String {
     for i in (0..10).rev() {
         out.push(ALPHABET[((ms >> (i * 5)) & 31) as usize] as char);
     }
-    let random = random_bytes::<10>();
+    let random = test_seeded_bytes().unwrap_or_else(random_bytes::<10>);
     let mut bits: u128 = 0;
     for b in random {
         bits = (bits << 8) | u128::from(b);
@@ -70,6 +70,28 @@ pub fn new_id(kind: IdKind) -> String {
         out.push(ALPHABET[((bits >> (i * 5)) & 31) as usize] as char);
     }
     out
+}
+
+/// With the `failpoints` feature (test builds only) and `KXEN_TEST_ID_SEED` set, the random part
+/// of the next id: SHA-256 of the seed and a per-process counter, so a test whose commands get
+/// distinct seeds (and the fixed clock of [`crate::clock`]) sees the same ids on every run.
+/// Always `None` in release builds.
+fn test_seeded_bytes() -> Option<[u8; 10]> {
+    #[cfg(feature = "failpoints")]
+    {
+        static SEED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        static COUNT: AtomicU64 = AtomicU64::new(0);
+        let seed = SEED
+            .get_or_init(|| std::env::var("KXEN_TEST_ID_SEED").ok())
+            .as_ref()?;
+        let n = COUNT.fetch_add(1, Ordering::SeqCst);
+        let digest = crate::hash::sha256(format!("{seed}\n{n}").as_bytes());
+        let mut out = [0u8; 10];
+        out.copy_from_slice(&digest[..10]);
+        Some(out)
+    }
+    #[cfg(not(feature = "failpoints"))]
+    None
 }
 
 /// Fills `N` bytes (at most 32) from the operating system's random source (`getrandom`).

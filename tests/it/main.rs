@@ -45,6 +45,7 @@ mod run_transient;
 mod session_builder;
 mod session_bundle;
 mod session_verify;
+mod snapshots;
 mod state_damage;
 mod task;
 mod task_bundle;
