@@ -28,7 +28,11 @@ enum Kind {
 /// The scripted model's answer to a request that already holds `turns` assistant messages:
 /// a `read` (alternating files, some calls two at once), then a final answer.
 fn reply(kind: Kind, turns: usize) -> Reply {
-    let path = if turns.is_multiple_of(2) { "a.txt" } else { "b.txt" };
+    let path = if turns.is_multiple_of(2) {
+        "a.txt"
+    } else {
+        "b.txt"
+    };
     match kind {
         Kind::OpenAi if turns < CALLS => Reply::json(&completion(tool_call_message(
             &format!("call_{turns}"),
