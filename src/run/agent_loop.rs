@@ -33,7 +33,7 @@ use crate::run::conversation::Conversation;
 use crate::run::events::{Event, EventSink, preview};
 use crate::run::repeat::RepeatGuard;
 use crate::run::settle;
-use crate::run::state::{Attempt, FailReason, RunError, RunResult, RunState, RunStatus};
+use crate::session::run_record::{Attempt, FailReason, RunError, RunResult, RunState, RunStatus};
 use crate::run::{approval, children, contract, prompt};
 use crate::session::verify::{self, JournalIndex, MessageIndex};
 use crate::session::{CallRecord, Message, MessageLog, Role, UsageRecord};

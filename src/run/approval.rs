@@ -26,7 +26,7 @@ use crate::journal::{Journal, JournalRecord, OpPhase, OpState, OpTable, ToolOutc
 use crate::policy::{ToolRule, ToolRules};
 use crate::provider::ToolCall;
 use crate::run::events::Event;
-use crate::run::state::RunState;
+use crate::session::run_record::RunState;
 use crate::session::{Lease, store};
 use crate::state::StateDir;
 

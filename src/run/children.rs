@@ -35,7 +35,7 @@ use crate::journal::ChildRef;
 use crate::provider::{ModelRequest, ModelResponse, Provider};
 use crate::run::agent_loop::{self, Ending, Execution};
 use crate::run::events::Discard;
-use crate::run::state::{RunState, RunStatus};
+use crate::session::run_record::{RunState, RunStatus};
 use crate::session::store::{self, NewSession};
 use crate::session::{ForkKind, Lease, Message, Role, SessionMeta, TaskParent, meta};
 use crate::tools::task::{TaskArgs, TaskRunner};

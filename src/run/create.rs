@@ -19,7 +19,7 @@ use crate::policy::{self, MergedPolicy, PolicyFlags};
 use crate::provider::{ModelConfig, Provider};
 use crate::run::builder;
 use crate::run::events::Event;
-use crate::run::state::RunState;
+use crate::session::run_record::RunState;
 use crate::session::store::{self, NewSession};
 use crate::session::{Lease, Message, Role, SessionMeta, meta};
 use crate::state::StateDir;

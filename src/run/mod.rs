@@ -1,8 +1,10 @@
-//! Runs: their state on disk and the agent loop that drives them.
+//! Runs: the agent loop that drives them. Their record on disk (`run.json`) is a Session file,
+//! [`crate::session::run_record`].
 
-pub mod state;
+/// The run record's old path, kept so code written before it moved below `session/` builds.
+pub use crate::session::run_record as state;
 
-pub use state::{FailReason, RunResult, RunState, RunStatus};
+pub use crate::session::run_record::{FailReason, RunResult, RunState, RunStatus};
 pub mod agent_loop;
 pub mod approval;
 pub mod builder;

@@ -26,7 +26,7 @@ use crate::journal::JournalRecord;
 use crate::provider::ToolCall;
 use crate::run::children;
 use crate::run::events::{Event, EventSink, preview};
-use crate::run::state::RunState;
+use crate::session::run_record::RunState;
 use crate::tools::task::TaskRunner;
 use crate::tools::{self, OperationMark, ToolContext, ToolOutput};
 

@@ -7,7 +7,7 @@
 use crate::error::{Error, Result};
 use crate::ids::{self, IdKind};
 use crate::journal::{Journal, JournalRecord, OpPhase, ToolOutcome};
-use crate::run::state::RunState;
+use crate::session::run_record::RunState;
 use crate::session::{Lease, store};
 use crate::state::StateDir;
 

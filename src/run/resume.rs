@@ -16,7 +16,7 @@ use crate::ids::{self, IdKind};
 use crate::policy::{self, MergedPolicy, PolicyFlags};
 use crate::provider::{ModelConfig, Provider};
 use crate::run::settle;
-use crate::run::state::RunState;
+use crate::session::run_record::RunState;
 use crate::session::{HistoryEntry, Lease, Message, MessageLog, Role, SessionMeta, store, verify};
 use crate::state::{SessionPaths, StateDir};
 use crate::tools;

@@ -4,7 +4,7 @@
 
 use crate::error::Result;
 use crate::fsx::failpoint;
-use crate::run::state::{RunResult, RunState};
+use crate::session::run_record::{RunResult, RunState};
 use crate::session::{Message, MessageLog, Role};
 use crate::state::RunPaths;
 
@@ -59,7 +59,7 @@ pub fn finish(run: &mut RunState, paths: &RunPaths, messages: &mut MessageLog) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::state::RunStatus;
+    use crate::session::run_record::RunStatus;
     use crate::session::UsageRecord;
 
     #[test]

@@ -10,6 +10,7 @@ pub mod fork;
 pub mod lease;
 pub mod messages;
 pub mod meta;
+pub mod run_record;
 pub mod store;
 pub mod verify;
 pub mod view;

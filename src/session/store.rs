@@ -9,7 +9,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 use crate::fsx::{self, failpoint};
 use crate::ids::{self, IdKind};
-use crate::run::state::RunState;
+use crate::session::run_record::RunState;
 use crate::session::{Lease, Message, MessageLog, SessionMeta};
 use crate::state::{SessionPaths, StateDir};
 

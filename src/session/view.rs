@@ -13,7 +13,7 @@ use crate::ids::{self, IdKind};
 use serde::Serialize;
 
 use crate::journal::{self, OpState};
-use crate::run::state::RunState;
+use crate::session::run_record::RunState;
 use crate::session::{SessionMeta, messages, store};
 use crate::state::StateDir;
 

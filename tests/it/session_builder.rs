@@ -10,7 +10,7 @@ use std::path::Path;
 use kxen::fsx;
 use kxen::ids::{IdKind, new_id};
 use kxen::journal::{Journal, JournalRecord};
-use kxen::run::state::RunState;
+use kxen::session::run_record::RunState;
 use kxen::session::store::{self, NewSession};
 use kxen::session::{CallRecord, Message, MessageLog, Role};
 use kxen::state::StateDir;

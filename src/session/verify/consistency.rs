@@ -17,7 +17,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::journal::{JournalRecord, OpPhase, OpTable};
-use crate::run::state::{RunState, RunStatus};
+use crate::session::run_record::{RunState, RunStatus};
 use crate::session::{Message, Role};
 
 /// What the checks keep of a message: its ids and links, not its content (so memory does not

@@ -27,7 +27,7 @@ use crate::fsx;
 use crate::fsx::ChainEnd;
 use crate::ids::{self, IdKind};
 use crate::journal::{Folder, JournalRecord, OpTable};
-use crate::run::state::RunState;
+use crate::session::run_record::RunState;
 use crate::session::{Message, SessionMeta};
 use crate::state::SessionPaths;
 

@@ -1,4 +1,6 @@
-//! `runs/<run>/run.json`: the state of one run, replaced atomically at each status change.
+//! `runs/<run>/run.json`: the record of one run, a Session file beside `session.json` and the
+//! journal (so `session/` never reaches up into `run/`), replaced atomically at each status
+//! change.
 //!
 //! Turns are not counted here per turn (that would cost an atomic replace per model call): the
 //! durable record of a turn is its assistant message in `messages.jsonl`, and run.json stores the
