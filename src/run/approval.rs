@@ -26,8 +26,6 @@ use crate::journal::{Journal, JournalRecord, OpPhase, OpState, OpTable, ToolOutc
 use crate::policy::{ToolRule, ToolRules};
 use crate::provider::ToolCall;
 use crate::run::events::Event;
-use crate::session::run_record::RunState;
-use crate::session::{Lease, store};
 use crate::state::StateDir;
 
 /// `sha256:` of the canonical JSON of a call's arguments: what a decision is bound to.
@@ -166,28 +164,22 @@ pub fn decide(
     decision: &Decision,
     expected_hash: Option<&str>,
 ) -> Result<String> {
-    ids::validate_kind(session_id, IdKind::Session)?;
-    ids::validate_kind(run_id, IdKind::Run)?;
-    ids::validate_kind(op_id, IdKind::Operation)?;
-    let paths = store::session_paths(state, session_id)?;
-    let _lease = Lease::acquire(&paths.dir, session_id)?;
-    let run_paths = paths.run(run_id);
-    RunState::read(&run_paths, run_id)?;
-    crate::session::verify::check_consistency(&paths, session_id, Some(run_id))?;
-    let mut journal = Journal::open(&run_paths.journal())?;
-    let inspect = format!("kxen-agent run show {session_id} {run_id}");
+    let super::operator::OpenedOperation {
+        mut journal,
+        op,
+        inspect,
+        ..
+    } = super::operator::open(
+        state,
+        session_id,
+        run_id,
+        op_id,
+        "the run's operations and pending approvals",
+    )?;
     let resume = format!(
         "continue the run with `kxen-agent --resume {session_id}`, {}",
         super::SAME_FLAGS
     );
-    let Some(op) = journal.table().get(op_id) else {
-        return Err(Error::not_found(format!(
-            "no operation {op_id} in run {run_id} of session {session_id}"
-        ))
-        .with_hint(format!(
-            "list the run's operations and pending approvals with `{inspect}`"
-        )));
-    };
     let verb = match decision {
         Decision::Approve => "approve",
         Decision::Deny { .. } => "deny",

@@ -13,6 +13,7 @@ pub mod contract;
 pub mod conversation;
 pub mod create;
 pub mod events;
+pub mod operator;
 pub mod prompt;
 pub mod repeat;
 pub mod resolve;

@@ -5,10 +5,7 @@
 //! the next `--resume` gives the model exactly this output as the tool's result.
 
 use crate::error::{Error, Result};
-use crate::ids::{self, IdKind};
-use crate::journal::{Journal, JournalRecord, OpPhase, ToolOutcome};
-use crate::session::run_record::RunState;
-use crate::session::{Lease, store};
+use crate::journal::{JournalRecord, OpPhase, ToolOutcome};
 use crate::state::StateDir;
 
 /// What an operator says happened: operation `op_id` of run `run_id` of Session `session_id`
@@ -33,24 +30,14 @@ pub fn resolve(state: &StateDir, resolution: &Resolution) -> Result<()> {
     } = resolution;
     let (session_id, run_id, op_id) = (session_id.as_str(), run_id.as_str(), op_id.as_str());
     let (output, is_error) = (output.clone(), *is_error);
-    ids::validate_kind(session_id, IdKind::Session)?;
-    ids::validate_kind(run_id, IdKind::Run)?;
-    ids::validate_kind(op_id, IdKind::Operation)?;
-    let paths = store::session_paths(state, session_id)?;
-    let _lease = Lease::acquire(&paths.dir, session_id)?;
-    let run_paths = paths.run(run_id);
-    RunState::read(&run_paths, run_id)?;
     // The resolution is recorded only on a run whose record, journal and messages agree, as
     // `session verify` checks them (corrupt state: exit 10, naming the file).
-    crate::session::verify::check_consistency(&paths, session_id, Some(run_id))?;
-    let mut journal = Journal::open(&run_paths.journal())?;
-    let inspect = format!("kxen-agent run show {session_id} {run_id}");
-    let Some(op) = journal.table().get(op_id) else {
-        return Err(Error::not_found(format!(
-            "no operation {op_id} in run {run_id} of session {session_id}"
-        ))
-        .with_hint(format!("list the run's operations with `{inspect}`")));
-    };
+    let super::operator::OpenedOperation {
+        mut journal,
+        op,
+        inspect,
+        ..
+    } = super::operator::open(state, session_id, run_id, op_id, "the run's operations")?;
     match op.phase {
         OpPhase::OutcomeUnknown => {}
         OpPhase::Resolved => {
@@ -80,7 +67,7 @@ pub fn resolve(state: &StateDir, resolution: &Resolution) -> Result<()> {
     }
     // A `task` call whose child has not ended takes the child's result when the parent
     // resumes: an outcome typed here would settle the parent while the child can still act.
-    if let Some(child) = super::children::waiting_child(state, op)? {
+    if let Some(child) = super::children::waiting_child(state, &op)? {
         return Err(Error::conflict(format!(
             "operation {op_id} is a task call whose subagent (Session {}, run {}) has not \
              ended, so its outcome is the subagent's result, not one recorded by hand",
