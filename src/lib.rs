@@ -33,6 +33,7 @@ pub mod run;
 pub mod sandbox;
 pub mod session;
 pub mod state;
+pub mod sync;
 pub mod templates;
 pub mod tools;
 

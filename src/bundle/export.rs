@@ -98,53 +98,17 @@ fn check_output(output: &Path, session_id: &str) -> Result<()> {
 /// leftover) is not part of the bundle.
 pub fn export(state: &StateDir, session_id: &str, output: &Path) -> Result<Exported> {
     check_output(output, session_id)?;
-    let blobs_dir = state.blobs_dir();
-    let tree = collect(state, session_id, &blobs_dir)?;
+    let selection = select(state, session_id, false)?;
+    let tree = &selection.tree;
     let report = &tree[0].report;
-
-    // (path in the bundle, file on disk, bytes to copy)
-    let mut files: Vec<(String, PathBuf, u64)> = Vec::new();
+    let files = &selection.files;
+    let blob_names = &selection.blobs;
+    let blobs_dir = &selection.blobs_dir;
     let full = |p: &Path| -> Result<u64> {
         Ok(std::fs::metadata(p)
             .map_err(|e| Error::io("stat", p, e))?
             .len())
     };
-    let mut blob_names = std::collections::BTreeSet::new();
-    for member in &tree {
-        let (paths, report) = (&member.paths, &member.report);
-        let prefix = if member.report.session_id == session_id {
-            String::new()
-        } else {
-            tree::child_prefix(&member.report.session_id)
-        };
-        let complete = |p: &Path| report.complete_lengths.get(p).copied().unwrap_or(0);
-        files.push((
-            format!("{prefix}session.json"),
-            paths.session_json(),
-            full(&paths.session_json())?,
-        ));
-        files.push((
-            format!("{prefix}messages.jsonl"),
-            paths.messages(),
-            complete(&paths.messages()),
-        ));
-        for run_id in &report.runs {
-            let run = paths.run(run_id);
-            files.push((
-                format!("{prefix}runs/{run_id}/run.json"),
-                run.run_json(),
-                full(&run.run_json())?,
-            ));
-            if run.journal().exists() {
-                files.push((
-                    format!("{prefix}runs/{run_id}/journal.jsonl"),
-                    run.journal(),
-                    complete(&run.journal()),
-                ));
-            }
-        }
-        blob_names.extend(report.blobs.iter().cloned());
-    }
 
     fsx::write_atomic_stream_owned(output, fsx::STATE_FILE_MODE, |out| {
         let w = |out: &mut dyn Write, s: &str| {
@@ -231,36 +195,125 @@ pub fn export(state: &StateDir, session_id: &str, output: &Path) -> Result<Expor
     })
 }
 
+/// What a bundle (or a git snapshot) of a Session holds: the state files of the Session and of
+/// its `task` children, each with the number of bytes to copy (a chained file's complete
+/// prefix: a torn last line is a crash's leftover, not part of the Session), and the blobs their
+/// journals reference. The run leases of the tree are held while it lives.
+pub struct Selection {
+    /// (path in the bundle, file on disk, bytes to copy), in bundle order.
+    pub files: Vec<(String, PathBuf, u64)>,
+    /// Every referenced blob (lowercase hex SHA-256), sorted.
+    pub blobs: std::collections::BTreeSet<String>,
+    pub blobs_dir: PathBuf,
+    tree: Vec<Member>,
+}
+
+impl Selection {
+    /// The verification report of the selected Session itself.
+    pub fn report(&self) -> &verify::Verified {
+        &self.tree[0].report
+    }
+}
+
+/// Verifies Session `session_id` and its task children end to end (exit 10 if damaged) under
+/// their run leases (exit 5 if one is in use; with `lease_held` the caller — a run pushing its
+/// own snapshots — already holds the Session's own lease) and selects what a bundle holds.
+pub fn select(state: &StateDir, session_id: &str, lease_held: bool) -> Result<Selection> {
+    let blobs_dir = state.blobs_dir();
+    let tree = collect(state, session_id, &blobs_dir, lease_held)?;
+    // (path in the bundle, file on disk, bytes to copy)
+    let mut files: Vec<(String, PathBuf, u64)> = Vec::new();
+    let full = |p: &Path| -> Result<u64> {
+        Ok(std::fs::metadata(p)
+            .map_err(|e| Error::io("stat", p, e))?
+            .len())
+    };
+    let mut blob_names = std::collections::BTreeSet::new();
+    for member in &tree {
+        let (paths, report) = (&member.paths, &member.report);
+        let prefix = if member.report.session_id == session_id {
+            String::new()
+        } else {
+            tree::child_prefix(&member.report.session_id)
+        };
+        let complete = |p: &Path| report.complete_lengths.get(p).copied().unwrap_or(0);
+        files.push((
+            format!("{prefix}session.json"),
+            paths.session_json(),
+            full(&paths.session_json())?,
+        ));
+        files.push((
+            format!("{prefix}messages.jsonl"),
+            paths.messages(),
+            complete(&paths.messages()),
+        ));
+        for run_id in &report.runs {
+            let run = paths.run(run_id);
+            files.push((
+                format!("{prefix}runs/{run_id}/run.json"),
+                run.run_json(),
+                full(&run.run_json())?,
+            ));
+            if run.journal().exists() {
+                files.push((
+                    format!("{prefix}runs/{run_id}/journal.jsonl"),
+                    run.journal(),
+                    complete(&run.journal()),
+                ));
+            }
+        }
+        blob_names.extend(report.blobs.iter().cloned());
+    }
+
+    Ok(Selection {
+        files,
+        blobs: blob_names,
+        blobs_dir,
+        tree,
+    })
+}
+
 /// One Session of an export, verified, with its lease held until the bundle is written.
 struct Member {
     paths: SessionPaths,
     report: verify::Verified,
-    _lease: Lease,
+    _lease: Option<Lease>,
 }
 
 /// The exported Session and its `task` children, recursively (parents before their children),
 /// each under its run lease (one in use: exit 5 naming the holder) and verified end to end (exit
 /// 10). A child named by a journal but never created (a crash in between) is not part of the
 /// tree; one that exists must name its parent back (exit 10 otherwise).
-fn collect(state: &StateDir, session_id: &str, blobs_dir: &Path) -> Result<Vec<Member>> {
+fn collect(
+    state: &StateDir,
+    session_id: &str,
+    blobs_dir: &Path,
+    lease_held: bool,
+) -> Result<Vec<Member>> {
     let mut tree: Vec<Member> = Vec::new();
     let mut seen = std::collections::HashSet::from([session_id.to_string()]);
     let mut pending = vec![session_id.to_string()];
     while let Some(id) = pending.pop() {
         let paths = store::session_paths(state, &id)?;
-        let lease = Lease::acquire(&paths.dir, &id).map_err(|e| {
-            if id == session_id {
-                e
-            } else {
-                let mut e = Error::wrap(
-                    e.kind,
-                    format!("cannot export session {session_id}: its task child {id} is in use"),
-                    e,
-                );
-                e.hints.clear();
-                e.with_hint("wait for the run to stop, then export again")
-            }
-        })?;
+        let lease = if lease_held && id == session_id {
+            None
+        } else {
+            Some(Lease::acquire(&paths.dir, &id).map_err(|e| {
+                if id == session_id {
+                    e
+                } else {
+                    let mut e = Error::wrap(
+                        e.kind,
+                        format!(
+                            "cannot export session {session_id}: its task child {id} is in use"
+                        ),
+                        e,
+                    );
+                    e.hints.clear();
+                    e.with_hint("wait for the run to stop, then export again")
+                }
+            })?)
+        };
         let report = verify::verify(&paths, &id, blobs_dir, Mode::InPlace)?;
         let named = tree::named_children(&paths, &report.runs)?;
         let mut children = Vec::new();

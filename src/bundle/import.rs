@@ -107,6 +107,51 @@ pub fn import(state: &StateDir, req: &ImportRequest) -> Result<Imported> {
             req.bundle.display()
         )));
     }
+    match import_stream(state, req, file, Existing::Refuse)? {
+        Outcome::Imported(done) | Outcome::FastForwarded(done) => Ok(done),
+        // Refuse never compares with a local copy.
+        Outcome::UpToDate | Outcome::LocalAhead { .. } => Err(Error::failed(
+            "internal: an import that refuses an existing Session compared with one",
+        )),
+    }
+}
+
+/// What to do when the Session already exists in the state dir.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Existing {
+    /// Refuse (exit 5): `session import`.
+    Refuse,
+    /// Replace it by the incoming copy only if the local copy is an ancestor of it (the same
+    /// records, and more in the incoming one); a diverged copy is refused (exit 5, naming the
+    /// run or the message log that diverges): `session pull`. Its task children must not exist
+    /// here (exit 5): only the Session itself is fast-forwarded.
+    FastForward,
+}
+
+/// What an import from a stream did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A new Session.
+    Imported(Imported),
+    /// The local copy was an ancestor and has been replaced by the incoming one.
+    FastForwarded(Imported),
+    /// The local copy holds exactly the incoming records; nothing changed.
+    UpToDate,
+    /// The local copy holds every incoming record and more (`what`: the first file with more,
+    /// e.g. `run run_…`); nothing changed.
+    LocalAhead { what: String },
+}
+
+/// [`import`] from any stream in bundle format (`session pull` streams a git snapshot as one);
+/// `req.bundle` names the source in messages. Every check of [`import`] applies; with
+/// [`Existing::FastForward`] an existing Session is compared with the incoming one under its
+/// run lease and replaced in one step (`fsx::exchange_dirs`) when it is an ancestor.
+pub fn import_stream<R: Read>(
+    state: &StateDir,
+    req: &ImportRequest,
+    input: R,
+    existing: Existing,
+) -> Result<Outcome> {
     let mut ctx = Ctx {
         state,
         req,
@@ -119,21 +164,26 @@ pub fn import(state: &StateDir, req: &ImportRequest) -> Result<Imported> {
         blob_names: HashSet::new(),
         manifest: None,
         early: verify::Prefetch::start(Mode::Strict),
+        existing,
     };
-    let result = read_and_install(&mut ctx, file);
-    if result.is_err()
-        && let Some(staging) = &ctx.staging
-    {
+    let result = read_and_install(&mut ctx, input);
+    let installed = matches!(
+        result,
+        Ok(Outcome::Imported(_)) | Ok(Outcome::FastForwarded(_))
+    );
+    if !installed && let Some(staging) = &ctx.staging {
         let _ = fsx::remove_staging_dir(&staging.dir);
-        for dir in staging.created.iter().rev() {
-            fsx::remove_empty_dir(dir);
+        if result.is_err() {
+            for dir in staging.created.iter().rev() {
+                fsx::remove_empty_dir(dir);
+            }
         }
     }
     result
 }
 
-fn read_and_install(ctx: &mut Ctx, file: File) -> Result<Imported> {
-    let mut reader = Reader::new(file);
+fn read_and_install<R: Read>(ctx: &mut Ctx, input: R) -> Result<Outcome> {
+    let mut reader = Reader::new(input);
     if let Err(e) = read_bundle(ctx, &mut reader) {
         return Err(match e {
             ReadError::Syntax { line, col, why } => Error::invalid(format!(
@@ -155,7 +205,7 @@ fn read_and_install(ctx: &mut Ctx, file: File) -> Result<Imported> {
 }
 
 /// Everything after the last byte was read: manifest, verification, moving into place.
-fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Imported> {
+fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
     let manifest = ctx
         .manifest
         .take()
@@ -250,9 +300,35 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Imported> {
     // Only now, with the whole bundle read and verified, the checks against this state dir and
     // PATH (every Session of the tree: none exists here, each has PATH's identity); then bind
     // each Session to PATH.
+    // With FastForward and a local copy: its lease, held until the copies are swapped.
+    let target = ctx.state.session(&id);
+    let mut local_lease = None;
+    if ctx.existing == Existing::FastForward && target.dir.symlink_metadata().is_ok() {
+        let lease = Lease::acquire(&target.dir, &id)?;
+        let local = verify::verify(&target, &id, &ctx.state.blobs_dir(), Mode::InPlace)?;
+        match super::ancestry::compare(&target, &local, &sessions[0].1, &report)? {
+            super::ancestry::Relation::Same => return Ok(Outcome::UpToDate),
+            super::ancestry::Relation::LocalAhead(what) => {
+                return Ok(Outcome::LocalAhead { what });
+            }
+            super::ancestry::Relation::Diverged(what) => {
+                return Err(Error::conflict(format!(
+                    "the local copy of session {id} and {} have diverged at {what}: each holds \
+                     records the other lacks",
+                    ctx.req.bundle.display()
+                ))
+                .with_hint(format!(
+                    "keep one of them: fork the local copy (`kxen-agent session fork {id} --at \
+                     MSG`) or move it to another state dir, then pull again"
+                )));
+            }
+            super::ancestry::Relation::RemoteAhead => {}
+        }
+        local_lease = Some(lease);
+    }
     let mut bindings = Vec::with_capacity(metas.len());
-    for ((sid, _, _), meta) in sessions.iter().zip(&metas) {
-        bindings.push(ctx.check_target(sid, meta)?);
+    for (i, ((sid, _, _), meta)) in sessions.iter().zip(&metas).enumerate() {
+        bindings.push(ctx.check_target(sid, meta, i == 0 && local_lease.is_some())?);
     }
     let import_id = hash::hex(&ids::random_bytes::<16>());
     let mut previous_root = PathBuf::new();
@@ -321,9 +397,24 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Imported> {
         failpoint::hit("import.after-task-renamed");
         Ok::<(), Error>(())
     });
+    let replacing = local_lease.is_some();
     let placed = moving.and_then(|()| {
         fsx::remove_staging_dir(&staging.dir.join(TASKS_DIR))?;
-        fsx::rename_dir_into_place(&staging.dir, &ctx.state.session(&id).dir)
+        if !replacing {
+            return fsx::rename_dir_into_place(&staging.dir, &target.dir);
+        }
+        // The local copy's `imported.json` would make the stale staging directory it becomes
+        // look like a killed import of its own (whose children a retry takes back): it goes
+        // first. Then one step: the verified copy takes the Session's name, the local copy the
+        // staging name, removed now (or by the next import or creation after a crash).
+        let old_record = target.dir.join("imported.json");
+        if old_record.is_file() {
+            fsx::remove_file(&old_record)?;
+        }
+        failpoint::hit("pull.before-exchange");
+        fsx::exchange_dirs(&staging.dir, &target.dir)?;
+        failpoint::hit("pull.after-exchange");
+        Ok(())
     });
     if let Err(e) = placed {
         // Not a crash: put the children moved so far back, so the failure leaves nothing.
@@ -335,7 +426,11 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Imported> {
         return Err(e);
     }
     drop(child_leases);
-    Ok(Imported {
+    if replacing {
+        drop(local_lease);
+        let _ = fsx::remove_staging_dir(&staging.dir);
+    }
+    let done = Imported {
         session_id: id,
         workspace: root_workspace,
         previous_workspace: previous_root,
@@ -344,6 +439,11 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Imported> {
         messages: report.messages,
         runs: report.runs.len(),
         tasks: ctx.children.clone(),
+    };
+    Ok(if replacing {
+        Outcome::FastForwarded(done)
+    } else {
+        Outcome::Imported(done)
     })
 }
 
@@ -393,6 +493,7 @@ struct Ctx<'a> {
     manifest: Option<Manifest>,
     /// Chained files already staged, being read ahead of the final verification.
     early: verify::Prefetch,
+    existing: Existing,
 }
 
 /// Undoes what a killed import of a task tree left visible: the children it had already moved
@@ -522,9 +623,14 @@ impl Ctx<'_> {
     /// read and verified (so damaged input is always exit 4 or 10, whatever PATH is): no Session
     /// with this id exists here, and PATH has the Session's workspace identity and branch.
     /// Returns the binding at PATH.
-    fn check_target(&self, id: &str, meta: &SessionMeta) -> Result<git::WorkspaceBinding> {
+    fn check_target(
+        &self,
+        id: &str,
+        meta: &SessionMeta,
+        replacing: bool,
+    ) -> Result<git::WorkspaceBinding> {
         let target = self.state.session(id);
-        if target.dir.symlink_metadata().is_ok() {
+        if !replacing && target.dir.symlink_metadata().is_ok() {
             return Err(Error::conflict(format!(
                 "session {id} already exists in {}",
                 self.state.root().display()

@@ -13,14 +13,16 @@
 //!   checksum, chain and cross-reference and the workspace identity, and renames the Session into
 //!   place only when all of it holds.
 
+mod ancestry;
 mod export;
 mod import;
 mod json;
 mod reader;
 mod tree;
 
-pub use export::{Exported, export};
-pub use import::{ImportRequest, Imported, import};
+pub use export::{Exported, Selection, export, select};
+pub use import::{Existing, ImportRequest, Imported, Outcome, import, import_stream};
+pub(crate) use json::write_string_body;
 
 use serde::{Deserialize, Serialize};
 

@@ -39,6 +39,10 @@ pub const ALL: &[&str] = &[
     "import.after-staging",
     "import.before-rename",
     "import.after-task-renamed",
+    // `session pull` of a Session that exists locally (bundle::import, FastForward): the verified
+    // copy is staged and its blobs moved; the copies are swapped, the old one not yet removed.
+    "pull.before-exchange",
+    "pull.after-exchange",
     // `session export` (fsx::write_atomic_stream_owned): its temp beside --output is created
     // and locked, nothing written yet; a killed export's temp is removed by the next export.
     "export.after-temp-created",

@@ -163,3 +163,45 @@ mod tests {
         remove_staging_dir(&b).unwrap();
     }
 }
+
+/// Removes the file `path` and fsyncs its directory (a missing file is fine).
+pub fn remove_file(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => super::fsync_dir(super::atomic::parent_dir(path)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("remove", path, e)),
+    }
+}
+
+/// Swaps the directories `a` and `b` (same filesystem) in one step (`renameat2` with
+/// `RENAME_EXCHANGE`), then fsyncs their parent: a reader sees one or the other at each name,
+/// never neither. Used to fast-forward a Session to a verified staged copy; the old copy ends up
+/// at the staging name, where the next import or creation removes it if this process does not.
+/// A filesystem without the exchange is refused (exit 9) rather than replaced in two steps.
+#[allow(unsafe_code)] // renameat2(RENAME_EXCHANGE): swap two directories in one step (no std API)
+pub fn exchange_dirs(a: &Path, b: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| Error::invalid(format!("{} contains a NUL byte", p.display())))
+    };
+    let (ca, cb) = (c(a)?, c(b)?);
+    // SAFETY: both are valid NUL-terminated paths; AT_FDCWD resolves them like rename(2).
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::io("exchange with", b, e).with_hint(
+            "the state dir's filesystem must support renameat2(RENAME_EXCHANGE) (ext4, xfs, \
+             btrfs, tmpfs do) to fast-forward a Session in place",
+        ));
+    }
+    super::fsync_dir(super::atomic::parent_dir(b))
+}

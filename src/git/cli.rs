@@ -62,7 +62,7 @@ const PROGRAM_NAMES: &[&str] = &[
 
 /// The value that makes `key` (as `git config --list` prints it) run nothing, if it names a
 /// program at all.
-fn neutral_value(key: &str) -> Option<&'static str> {
+pub(super) fn neutral_value(key: &str) -> Option<&'static str> {
     let lower = key.to_ascii_lowercase();
     let section = lower.split('.').next().unwrap_or("");
     let name = lower.rsplit('.').next().unwrap_or("");

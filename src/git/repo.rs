@@ -62,7 +62,25 @@ pub(crate) fn open(dir: &Path) -> Result<Repo> {
         })
 }
 
+/// The repository containing `dir`; exit 3 outside git.
+pub(crate) fn open_or_discover(dir: &Path) -> Result<Repo> {
+    discover(dir)?.ok_or_else(|| {
+        Error::not_found(format!("{} is not inside a git repository", dir.display()))
+            .with_hint("pass --workspace PATH naming a clone of the Session's repository")
+    })
+}
+
 impl Repo {
+    /// The remote the current branch tracks (`branch.<name>.remote`), if any.
+    pub(crate) fn upstream_remote(&self) -> Option<String> {
+        let branch = self.head().ok()?.branch?;
+        let key = format!("branch.{branch}.remote");
+        let value = self.inner.config_snapshot().string(key.as_str())?;
+        let value = value.to_string();
+        // `.` means "this repository", not a remote.
+        (!value.is_empty() && value != ".").then_some(value)
+    }
+
     /// The working tree root, `None` for a bare repository.
     pub(crate) fn workdir(&self) -> Option<&Path> {
         self.inner.workdir()

@@ -15,7 +15,7 @@ pub mod store;
 pub mod verify;
 pub mod view;
 
-pub use lease::{Lease, LeaseRecord};
+pub use lease::{Lease, LeaseRecord, hostname};
 pub(crate) use messages::is_zero;
 pub use messages::{CallRecord, Message, MessageLog, Role, UsageRecord};
 pub use meta::{ForkKind, ForkPoint, HistoryEntry, SessionMeta, TaskParent};

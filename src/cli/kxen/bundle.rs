@@ -105,7 +105,7 @@ fn with_tasks(tasks: &[String]) -> String {
     }
 }
 
-fn tagged<T: serde::Serialize>(kind: &str, value: &T) -> serde_json::Value {
+pub(super) fn tagged<T: serde::Serialize>(kind: &str, value: &T) -> serde_json::Value {
     let mut out = json!({"type": kind});
     if let (Some(map), Ok(serde_json::Value::Object(fields))) =
         (out.as_object_mut(), serde_json::to_value(value))

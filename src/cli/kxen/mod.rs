@@ -8,6 +8,7 @@ mod agent;
 mod bundle;
 mod init;
 mod lineage;
+mod remote;
 mod render;
 mod run;
 mod show;
@@ -82,6 +83,11 @@ pub enum SessionCommand {
         /// Without it, damage is reported as an entry and a warning, and the exit is 0.
         #[arg(long)]
         strict: bool,
+        /// List the Sessions stored on git remote NAME instead (`refs/kxen/sessions/*`, and
+        /// whether a run holds a remote lease), of the repository at --workspace PATH (default:
+        /// the current directory).
+        #[arg(long, value_name = "NAME", conflicts_with = "strict")]
+        remote: Option<String>,
     },
     /// Print a Session: metadata, workspace binding, lock, runs and messages (read-only).
     Show {
@@ -115,6 +121,32 @@ pub enum SessionCommand {
         /// The bundle (`*.bundle.json`).
         file: PathBuf,
         /// The workspace to bind the imported Session to.
+        #[arg(long, value_name = "PATH")]
+        workspace: PathBuf,
+    },
+    /// Push the Session to a git remote of its workspace repository: its bundle content (never a
+    /// credential) as a snapshot commit at `refs/kxen/sessions/SES`, whose parent is the last
+    /// snapshot this clone pushed or pulled. Only new objects are sent. A remote that has a newer
+    /// snapshot is never overwritten (exit 5: pull first). Nothing is written to the working
+    /// tree, the index or a branch. Refused (exit 5) while a run holds the Session's lease.
+    Push {
+        /// The Session id (`ses_…`).
+        session: String,
+        /// The git remote (default: the current branch's upstream remote, else `origin`).
+        #[arg(long, value_name = "NAME")]
+        remote: Option<String>,
+    },
+    /// Fetch the Session's newest snapshot from a git remote and import it, bound to PATH, with
+    /// every check `session import` makes (a damaged snapshot is exit 10 and changes nothing).
+    /// A Session that exists here is replaced only if it is an ancestor of the snapshot (the same
+    /// records, plus more); otherwise exit 5 naming where they differ.
+    Pull {
+        /// The Session id (`ses_…`).
+        session: String,
+        /// The git remote (default: the current branch's upstream remote, else `origin`).
+        #[arg(long, value_name = "NAME")]
+        remote: Option<String>,
+        /// The clone of the Session's repository to bind the Session to.
         #[arg(long, value_name = "PATH")]
         workspace: PathBuf,
     },
@@ -358,9 +390,24 @@ fn dispatch(cli: Cli) -> Result<ExitStatus> {
         .with_hint("start a run with `kxen-agent run --task …` (or `kxen-agent --task …`)"));
     }
     match command {
-        Command::Session(SessionCommand::List { workspace, strict }) => {
-            show::session_list(&state()?, workspace.as_deref(), strict, format)
+        Command::Session(SessionCommand::List {
+            workspace,
+            remote: Some(remote),
+            ..
+        }) => remote::list(workspace.as_deref(), &remote, format),
+        Command::Session(SessionCommand::List {
+            workspace,
+            strict,
+            remote: None,
+        }) => show::session_list(&state()?, workspace.as_deref(), strict, format),
+        Command::Session(SessionCommand::Push { session, remote }) => {
+            remote::push(&state()?, &session, remote.as_deref(), format)
         }
+        Command::Session(SessionCommand::Pull {
+            session,
+            remote,
+            workspace,
+        }) => remote::pull(&state()?, &session, remote.as_deref(), &workspace, format),
         Command::Session(SessionCommand::Fork {
             session,
             at,

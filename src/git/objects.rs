@@ -1,0 +1,224 @@
+//! Git objects and refs of our own in a workspace repository: Session snapshots and remote
+//! leases (`refs/kxen/…`, never under `refs/heads`).
+//!
+//! Objects are written in-process by gix into the repository's object database (content
+//! addressed: an object already present is not written again, so an unchanged blob costs a hash).
+//! Nothing here touches the working tree, the index or HEAD. Refs are moved by `git update-ref`
+//! with the expected old value, so two processes of one clone cannot lose each other's update.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The object id every git writes for "this ref must not exist yet".
+pub const ZERO_OID: &str = "0000000000000000000000000000000000000000";
+
+/// One entry of a tree to write: a blob or a subtree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeEntry {
+    pub name: String,
+    /// Hex object id.
+    pub oid: String,
+    pub is_tree: bool,
+}
+
+/// A commit as far as snapshots and leases care.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitInfo {
+    pub tree: String,
+    pub parents: Vec<String>,
+    pub message: String,
+}
+
+/// The object database and refs of the repository around a workspace.
+pub struct ObjectStore {
+    repo: gix::Repository,
+    /// Where `git` runs for ref updates (the working tree, or the git dir of a bare repository).
+    dir: PathBuf,
+}
+
+impl ObjectStore {
+    /// The repository containing `workspace`; exit 3 outside git.
+    pub fn open(workspace: &Path) -> Result<ObjectStore> {
+        let Some(repo) = super::repo::discover(workspace)? else {
+            return Err(Error::not_found(format!(
+                "{} is not inside a git repository: Session snapshots live in the workspace's \
+                 repository",
+                workspace.display()
+            ))
+            .with_hint("pass --workspace PATH naming a clone of the Session's repository"));
+        };
+        let dir = repo
+            .workdir()
+            .unwrap_or_else(|| repo.git_dir())
+            .to_path_buf();
+        let repo = gix::open_opts(&dir, gix::open::Options::isolated()).map_err(|e| {
+            Error::external(format!(
+                "cannot open the git repository at {}: {e}",
+                dir.display()
+            ))
+        })?;
+        Ok(ObjectStore { repo, dir })
+    }
+
+    /// Where `git` commands for this repository run.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn err(&self, action: &str, e: impl std::fmt::Display) -> Error {
+        Error::external(format!(
+            "git: cannot {action} in {}: {e}",
+            self.dir.display()
+        ))
+    }
+
+    fn oid(hex: &str) -> Result<gix::ObjectId> {
+        gix::ObjectId::from_hex(hex.as_bytes())
+            .map_err(|_| Error::invalid(format!("`{hex}` is not a full object id")))
+    }
+
+    /// Writes `bytes` as a blob; returns its id.
+    pub fn write_blob(&self, bytes: &[u8]) -> Result<String> {
+        self.repo
+            .write_blob(bytes)
+            .map(|id| id.to_string())
+            .map_err(|e| self.err("write a blob", e))
+    }
+
+    /// Writes a tree of `entries` (any order; git's order is applied); returns its id.
+    pub fn write_tree(&self, entries: &[TreeEntry]) -> Result<String> {
+        let mut tree = gix::objs::Tree::empty();
+        for e in entries {
+            let kind = if e.is_tree {
+                gix::objs::tree::EntryKind::Tree
+            } else {
+                gix::objs::tree::EntryKind::Blob
+            };
+            tree.entries.push(gix::objs::tree::Entry {
+                mode: kind.into(),
+                filename: e.name.as_str().into(),
+                oid: Self::oid(&e.oid)?,
+            });
+        }
+        tree.entries.sort();
+        self.repo
+            .write_object(&tree)
+            .map(|id| id.to_string())
+            .map_err(|e| self.err("write a tree", e))
+    }
+
+    /// Writes a commit of `tree` with `parents` and `message`, by `kxen-agent <kxen-agent@localhost>`
+    /// at `seconds` (UTC); returns its id.
+    pub fn write_commit(
+        &self,
+        tree: &str,
+        parents: &[String],
+        message: &str,
+        seconds: i64,
+    ) -> Result<String> {
+        let sig = gix::actor::Signature {
+            name: "kxen-agent".into(),
+            email: "kxen-agent@localhost".into(),
+            time: gix::date::Time { seconds, offset: 0 },
+        };
+        let commit = gix::objs::Commit {
+            tree: Self::oid(tree)?,
+            parents: parents
+                .iter()
+                .map(|p| Self::oid(p))
+                .collect::<Result<_>>()?,
+            author: sig.clone(),
+            committer: sig,
+            encoding: None,
+            message: message.into(),
+            extra_headers: Vec::new(),
+        };
+        self.repo
+            .write_object(&commit)
+            .map(|id| id.to_string())
+            .map_err(|e| self.err("write a commit", e))
+    }
+
+    /// The commit `oid`: its tree, parents and message.
+    pub fn commit(&self, oid: &str) -> Result<CommitInfo> {
+        let commit = self
+            .repo
+            .find_commit(Self::oid(oid)?)
+            .map_err(|e| self.err(&format!("read commit {oid}"), e))?;
+        let decoded = commit
+            .decode()
+            .map_err(|e| self.err(&format!("decode commit {oid}"), e))?;
+        Ok(CommitInfo {
+            tree: decoded.tree().to_string(),
+            parents: decoded.parents().map(|p| p.to_string()).collect(),
+            message: decoded.message.to_string(),
+        })
+    }
+
+    /// The entries of tree `oid`, in the tree's order.
+    pub fn tree(&self, oid: &str) -> Result<Vec<TreeEntry>> {
+        let tree = self
+            .repo
+            .find_tree(Self::oid(oid)?)
+            .map_err(|e| self.err(&format!("read tree {oid}"), e))?;
+        let decoded = tree
+            .decode()
+            .map_err(|e| self.err(&format!("decode tree {oid}"), e))?;
+        Ok(decoded
+            .entries
+            .iter()
+            .map(|e| TreeEntry {
+                name: e.filename.to_string(),
+                oid: e.oid.to_string(),
+                is_tree: e.mode.is_tree(),
+            })
+            .collect())
+    }
+
+    /// The bytes of blob `oid`.
+    pub fn blob(&self, oid: &str) -> Result<Vec<u8>> {
+        let blob = self
+            .repo
+            .find_blob(Self::oid(oid)?)
+            .map_err(|e| self.err(&format!("read blob {oid}"), e))?;
+        Ok(blob.detach().data)
+    }
+
+    /// The commit ref `name` points at, `None` when it does not exist.
+    pub fn read_ref(&self, name: &str) -> Result<Option<String>> {
+        match self.repo.try_find_reference(name) {
+            Ok(Some(mut r)) => {
+                let id = r
+                    .peel_to_id()
+                    .map_err(|e| self.err(&format!("read {name}"), e))?;
+                Ok(Some(id.to_string()))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.err(&format!("read {name}"), e)),
+        }
+    }
+
+    /// Moves ref `name` to `new` if it is still at `expected` (`None`: must not exist);
+    /// exit 5 when another process moved it first.
+    pub fn update_ref(&self, name: &str, new: &str, expected: Option<&str>) -> Result<()> {
+        let old = expected.unwrap_or(ZERO_OID);
+        self.update_ref_raw(&["update-ref", name, new, old], name)
+    }
+
+    /// Deletes ref `name` if it is still at `expected`.
+    pub fn delete_ref(&self, name: &str, expected: &str) -> Result<()> {
+        self.update_ref_raw(&["update-ref", "-d", name, expected], name)
+    }
+
+    fn update_ref_raw(&self, args: &[&str], name: &str) -> Result<()> {
+        super::cli::run(&self.dir, args).map(|_| ()).map_err(|e| {
+            Error::conflict(format!(
+                "{name} in {} was changed by another process: {}",
+                self.dir.display(),
+                e.message
+            ))
+            .with_hint("retry the command")
+        })
+    }
+}
