@@ -43,6 +43,11 @@ pub const ALL: &[&str] = &[
     // copy is staged and its blobs moved; the copies are swapped, the old one not yet removed.
     "pull.before-exchange",
     "pull.after-exchange",
+    // `--resume SES --remote NAME` (sync::remote_run): the remote lease is claimed; the newest
+    // snapshot is pulled; the result is pushed, the lease not yet released.
+    "remote.after-claim",
+    "remote.after-pull",
+    "remote.after-push",
     // `session export` (fsx::write_atomic_stream_owned): its temp beside --output is created
     // and locked, nothing written yet; a killed export's temp is removed by the next export.
     "export.after-temp-created",

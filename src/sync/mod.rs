@@ -15,6 +15,7 @@
 pub mod lease;
 pub mod pull;
 pub mod push;
+pub mod remote_run;
 pub mod snapshot;
 
 use crate::error::Result;

@@ -44,6 +44,7 @@ mod run_transient;
 #[allow(dead_code)] // shared with benches/bundle.rs
 mod session_builder;
 mod session_bundle;
+mod session_remote;
 mod session_verify;
 mod snapshots;
 mod state_damage;

@@ -109,6 +109,9 @@ fn a_crash_at_every_failpoint_loses_nothing_and_repeats_nothing() {
         if point.starts_with("task.") {
             continue; // `task` children; tests/it/task.rs crashes at every pass of every point
         }
+        if point.starts_with("pull.") || point.starts_with("remote.") {
+            continue; // only with a git remote; tests/it/run_sigkill.rs crashes there
+        }
         let env = TestEnv::new();
         let repo = env.git_repo("repo", &[("README", "x\n")]);
         let agent = fixer(&env);

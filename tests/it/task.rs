@@ -560,7 +560,7 @@ fn a_crash_at_every_pass_of_every_failpoint_never_runs_a_sequential_child_twice(
 fn crash_at_every_pass(sequential: bool) {
     let mut crashes = 0;
     for point in kxen::fsx::failpoint::ALL {
-        if ["import.", "export.", "dwp."]
+        if ["import.", "export.", "dwp.", "pull.", "remote."]
             .iter()
             .any(|p| point.starts_with(p))
         {

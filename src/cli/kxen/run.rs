@@ -17,6 +17,7 @@ use crate::run::events::{Event, EventSink};
 use crate::run::resume::{self, ResumeRequest};
 use crate::run::{FailReason, RunResult, RunStatus};
 use crate::state::{StateDir, StateEnv};
+use crate::sync::remote_run::{RemoteRun, RemoteRunRequest, workspace_or_cwd};
 
 /// Flags of a new run (exactly one task source), or of `--resume SES` (at most one).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
@@ -50,6 +51,25 @@ pub struct RunArgs {
     /// $XDG_CONFIG_HOME/kxen-agent/config.toml, then ~/.config/kxen-agent/config.toml.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// With --resume: run under the Session's lease on git remote NAME of the workspace
+    /// repository (`refs/kxen/leases/SES`, claimed by compare-and-swap; exit 5 naming the holder
+    /// when another runner has it), pull its newest snapshot first, push the result at the end
+    /// (also when the run needs input) and release the lease.
+    #[arg(long, value_name = "NAME", requires = "resume")]
+    pub remote: Option<String>,
+    /// With --remote: take over a remote lease whose holder stopped renewing it (past its
+    /// expiry). The pulled copy is recovered as after a crash: a call the holder started and
+    /// did not finish is UNKNOWN, never run again.
+    #[arg(long, requires = "remote")]
+    pub take_expired_lease: bool,
+    /// With --remote: also push a snapshot before every Nth tool call runs (its journaled start
+    /// included), so a runner taking over after a crash elsewhere sees that call as UNKNOWN.
+    #[arg(long, value_name = "N", requires = "remote", value_parser = clap::value_parser!(u64).range(1..))]
+    pub push_every: Option<u64>,
+    /// With --remote: the lease's time to live in seconds (default 300); it is renewed every
+    /// third of it while the run runs.
+    #[arg(long, value_name = "SECS", requires = "remote", value_parser = clap::value_parser!(u64).range(1..))]
+    pub lease_ttl: Option<u64>,
 }
 
 impl RunArgs {
@@ -144,6 +164,77 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<Ex
     let task = read_task(&args)?;
     let resume_flags = resume_flags(&args);
     let state = StateDir::resolve(state_flag, &StateEnv::from_process())?;
+    let Some(remote) = args.remote.clone() else {
+        return resume_here(&state, state_flag, args, task, resume_flags, format, None);
+    };
+    let request = RemoteRunRequest {
+        session_id: args.resume.clone().unwrap_or_default(),
+        remote,
+        workspace: workspace_or_cwd(args.workspace.as_deref())?,
+        ttl: args
+            .lease_ttl
+            .map(std::time::Duration::from_secs)
+            .unwrap_or(crate::sync::lease::DEFAULT_TTL),
+        take_expired: args.take_expired_lease,
+    };
+    let claimed = RemoteRun::begin(&state, &request, signals::cancel_flag())?;
+    if let Some(holder) = claimed.took_over_from() {
+        Diagnostics::kxen(format).warning(&format!(
+            "took over the expired remote lease of {} (host {} pid {}, attempt {}, expired {})",
+            request.session_id, holder.host, holder.pid, holder.attempt_id, holder.expires_at
+        ));
+    }
+    let ran = resume_here(
+        &state,
+        state_flag,
+        args,
+        task,
+        resume_flags,
+        format,
+        Some(&claimed),
+    );
+    let diagnostics = Diagnostics::kxen(format);
+    match claimed.finish(&state) {
+        Ok(pushed) => {
+            match format {
+                Format::Text => crate::cli::output::note(&format!(
+                    "pushed {} to `{}` as {}; remote lease released",
+                    pushed.session_id,
+                    pushed.remote,
+                    &pushed.snapshot[..12]
+                )),
+                Format::Jsonl => {
+                    let mut line = serde_json::json!({"type": "sessionPushed"});
+                    if let (Some(map), Ok(serde_json::Value::Object(fields))) =
+                        (line.as_object_mut(), serde_json::to_value(&pushed))
+                    {
+                        map.extend(fields);
+                    }
+                    crate::cli::output::json_line(&line);
+                }
+            }
+            ran
+        }
+        // The run's own error comes first; a failed push or release is then only reported.
+        Err(e) if ran.is_err() => {
+            diagnostics.warning(&format!("{}", e.message));
+            ran
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The run of `--resume` once the Session is here (and, with `--remote`, claimed and pulled).
+fn resume_here(
+    state: &StateDir,
+    state_flag: Option<&Path>,
+    args: RunArgs,
+    task: Option<String>,
+    resume_flags: String,
+    format: Format,
+    remote: Option<&RemoteRun>,
+) -> Result<ExitStatus> {
+    let state = state.clone();
     let request = ResumeRequest {
         session_id: args.resume.clone().unwrap_or_default(),
         task,
@@ -194,11 +285,51 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<Ex
         parallel_tools: resumed.parallel_tools,
         cancel,
     };
-    let ending = agent_loop::execute(&execution, &resumed.run_id, &mut renderer)?;
+    let ending = match (remote, args.push_every) {
+        (Some(remote), Some(every)) => {
+            let mut sink = PushEvery {
+                inner: &mut renderer,
+                remote,
+                state: &state,
+                every,
+                calls: 0,
+            };
+            agent_loop::execute(&execution, &resumed.run_id, &mut sink)?
+        }
+        _ => agent_loop::execute(&execution, &resumed.run_id, &mut renderer)?,
+    };
     let hints = Hints::new(&state, state_flag.is_some(), resume_flags);
     let status = exit_status(&resumed.meta.id, &resumed.run_id, &ending, &hints);
     drop(resumed);
     Ok(status)
+}
+
+/// `--push-every N`: the renderer, plus a snapshot pushed when every Nth tool call is about to
+/// run (its `started` record is durable and goes with it). A failed push is a warning: the run
+/// goes on, and its end pushes again.
+struct PushEvery<'a> {
+    inner: &'a mut Renderer,
+    remote: &'a RemoteRun,
+    state: &'a StateDir,
+    every: u64,
+    calls: u64,
+}
+
+impl EventSink for PushEvery<'_> {
+    fn emit(&mut self, event: Event) {
+        let starts_call = matches!(event, Event::ToolStarted { .. });
+        if starts_call {
+            self.calls += 1;
+            if self.calls.is_multiple_of(self.every)
+                && let Err(e) = self.remote.push_during(self.state)
+            {
+                self.inner.emit(Event::Warning {
+                    message: format!("the snapshot push before this call failed: {}", e.message),
+                });
+            }
+        }
+        self.inner.emit(event);
+    }
 }
 
 /// The options a later `--resume` of this Session must repeat, as they were given here: the
@@ -234,6 +365,15 @@ fn resume_flags(args: &RunArgs) -> String {
     }
     if let Some(c) = &args.config {
         push("--config", Some(c.as_os_str()));
+    }
+    if let Some(r) = &args.remote {
+        push("--remote", Some(std::ffi::OsStr::new(r)));
+    }
+    if let Some(t) = &args.lease_ttl {
+        push("--lease-ttl", Some(std::ffi::OsStr::new(&t.to_string())));
+    }
+    if let Some(n) = &args.push_every {
+        push("--push-every", Some(std::ffi::OsStr::new(&n.to_string())));
     }
     out
 }
