@@ -144,26 +144,6 @@ pub fn remove_empty_dir(dir: &Path) {
     let _ = fs::remove_dir(dir);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rename_refuses_an_existing_target() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = dir.path().join("a");
-        let b = dir.path().join("b");
-        fs::create_dir(&a).unwrap();
-        fs::create_dir(&b).unwrap();
-        assert!(rename_dir_into_place(&a, &b).is_err());
-        fs::remove_dir(&b).unwrap();
-        rename_dir_into_place(&a, &b).unwrap();
-        assert!(b.is_dir() && !a.exists());
-        remove_staging_dir(&b).unwrap();
-        remove_staging_dir(&b).unwrap();
-    }
-}
-
 /// Removes the file `path` and fsyncs its directory (a missing file is fine).
 pub fn remove_file(path: &Path) -> Result<()> {
     match fs::remove_file(path) {
@@ -204,4 +184,24 @@ pub fn exchange_dirs(a: &Path, b: &Path) -> Result<()> {
         ));
     }
     super::fsync_dir(super::atomic::parent_dir(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rename_refuses_an_existing_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        fs::create_dir(&a).unwrap();
+        fs::create_dir(&b).unwrap();
+        assert!(rename_dir_into_place(&a, &b).is_err());
+        fs::remove_dir(&b).unwrap();
+        rename_dir_into_place(&a, &b).unwrap();
+        assert!(b.is_dir() && !a.exists());
+        remove_staging_dir(&b).unwrap();
+        remove_staging_dir(&b).unwrap();
+    }
 }

@@ -412,3 +412,116 @@ fn a_damaged_earlier_journal_refuses_the_next_task() {
         "a new run was started"
     );
 }
+
+/// Every durable step of a Session moved through a git remote (`pull.*`: a fast-forward of a
+/// local copy; `remote.*`: claim, pull, push of `--resume --remote`), crashed: the local copy
+/// stays verifiable, the next pull or take-over finishes the job, and the tool runs once.
+#[test]
+fn a_crash_at_every_remote_step_loses_nothing_and_repeats_nothing() {
+    use crate::session_remote::machines;
+    let points: Vec<&str> = kxen::fsx::failpoint::ALL
+        .iter()
+        .copied()
+        .filter(|p| p.starts_with("pull.") || p.starts_with("remote."))
+        .collect();
+    assert_eq!(points.len(), 5, "{points:?}");
+    for point in points {
+        let m = machines();
+        let config = script_config(
+            &m.env,
+            &[
+                call("call_1", "read", json!({"path": "README.md"})),
+                answer("A done."),
+                call("call_2", "exec", json!({"command": "echo ran >> ran.txt"})),
+                answer("B done."),
+                answer("C done."),
+                answer("D done."),
+            ],
+        );
+        let id = m.first_run(0, &config, &["--allow-shell"]);
+        m.run(0, &["session", "push", &id]).expect(0);
+        let ws_b = m.ws[1].to_str().unwrap().to_string();
+        let pull = |extra: &[(&str, &str)]| {
+            let mut cmd = m.cmd(1, &["session", "pull", &id, "--workspace", &ws_b]);
+            for (k, v) in extra {
+                cmd.env(k, v);
+            }
+            crate::env::Run::from(cmd.output().unwrap())
+        };
+        if point.starts_with("pull.") {
+            pull(&[]).expect(0);
+            // A goes on and pushes; B's fast-forward is killed at the point.
+            let mut more = m.cmd(
+                0,
+                &[
+                    "--resume",
+                    &id,
+                    "--task",
+                    "More",
+                    "--allow-shell",
+                    "--config",
+                ],
+            );
+            more.arg(&config);
+            crate::env::Run::from(more.output().unwrap()).expect(0);
+            m.run(0, &["session", "push", &id]).expect(0);
+            let crashed = pull(&[("KXEN_FAILPOINT", point)]);
+            assert_ne!(crashed.code, 0, "{point}: not reached");
+            m.run(1, &["session", "verify", &id]).expect(0);
+            let again = pull(&[]);
+            again.expect(0);
+            let action = again.jsonl()[0]["action"].as_str().unwrap().to_string();
+            let expected = if point == "pull.after-exchange" {
+                "upToDate"
+            } else {
+                "fastForwarded"
+            };
+            assert_eq!(action, expected, "{point}");
+            m.run(1, &["session", "verify", &id]).expect(0);
+            let leftovers: Vec<_> = std::fs::read_dir(m.state[1].join("sessions"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with('.'))
+                .collect();
+            assert!(leftovers.is_empty(), "{point}: {leftovers:?}");
+            continue;
+        }
+        // remote.*: B's --resume --remote is killed at the point.
+        let resume = |extra: &[&str], env: &[(&str, &str)]| {
+            let mut cmd = m.remote_resume(1, &id, &config, &["--allow-shell", "--lease-ttl", "2"]);
+            cmd.args(extra);
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            crate::env::Run::from(cmd.output().unwrap())
+        };
+        let crashed = resume(&[], &[("KXEN_FAILPOINT", point)]);
+        assert_ne!(crashed.code, 0, "{point}: not reached");
+        // The dead holder's lease is still there: refused, until it expires (a clock 10 s
+        // ahead stands for the wait), then taken over.
+        let refused = resume(&[], &[]);
+        refused.expect(5);
+        let taken = resume(
+            &["--take-expired-lease"],
+            &[("KXEN_TEST_CLOCK_SKEW_MS", "10000")],
+        );
+        taken.expect(0);
+        assert!(
+            taken.stderr.contains("took over"),
+            "{point}: {}",
+            taken.stderr
+        );
+        assert_eq!(
+            m.remote_refs(),
+            vec![format!("refs/kxen/sessions/{id}")],
+            "{point}: lease released"
+        );
+        let ran = std::fs::read_to_string(m.ws[1].join("ran.txt")).unwrap();
+        assert_eq!(ran, "ran\n", "{point}: the call ran once");
+        // A gets every record.
+        let ws_a = m.ws[0].to_str().unwrap();
+        m.run(0, &["session", "pull", &id, "--workspace", ws_a])
+            .expect(0);
+        m.run(0, &["session", "verify", &id]).expect(0);
+    }
+}

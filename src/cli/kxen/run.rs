@@ -217,7 +217,7 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<Ex
         }
         // The run's own error comes first; a failed push or release is then only reported.
         Err(e) if ran.is_err() => {
-            diagnostics.warning(&format!("{}", e.message));
+            diagnostics.warning(&e.message);
             ran
         }
         Err(e) => Err(e),
