@@ -42,6 +42,8 @@ pub struct AnthropicProvider {
     options: RequestOptions,
     cache: bool,
     wire: WireCache,
+    /// Ask for the answer as a stream of events.
+    stream: bool,
 }
 
 impl AnthropicProvider {
@@ -76,6 +78,7 @@ impl AnthropicProvider {
             },
             cache: true,
             wire: WireCache::default(),
+            stream: false,
         }
     }
 
@@ -92,6 +95,12 @@ impl AnthropicProvider {
     /// Whether `cache_control` breakpoints are sent.
     pub fn with_cache(mut self, cache: bool) -> Self {
         self.cache = cache;
+        self
+    }
+
+    /// Streams answers (`stream: true`, Anthropic's SSE events).
+    pub fn with_stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
         self
     }
 
@@ -117,7 +126,7 @@ impl AnthropicProvider {
             head.insert("top_p".into(), json!(p));
         }
         head.extend(o.extra_body.clone());
-        head.insert("stream".into(), json!(false));
+        head.insert("stream".into(), json!(self.stream));
         // Leading system messages are the system prompt; the rest is the conversation.
         let skip = request
             .messages
@@ -306,6 +315,19 @@ impl Provider for AnthropicProvider {
         }
         let body = self.body(request);
         let what = &self.endpoint.what;
+        if self.stream {
+            let deadline = request.timeout.map(|t| std::time::Instant::now() + t);
+            return self
+                .endpoint
+                .post(request, &headers, body.as_bytes(), true, |response| {
+                    let mut stream = MessagesStream::default();
+                    super::http::read_events(what, response, request, deadline, |event| {
+                        stream.on_event(what, event, request)
+                    })?;
+                    parse_response(&stream.into_body(), responses_so_far)
+                        .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
+                });
+        }
         self.endpoint
             .post(request, &headers, body.as_bytes(), false, |mut response| {
                 let bytes = response
@@ -326,6 +348,138 @@ impl Provider for AnthropicProvider {
                 parse_response(&value, responses_so_far)
                     .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
             })
+    }
+}
+
+/// The most content blocks one streamed answer may build.
+const MAX_STREAMED_BLOCKS: u64 = 1024;
+
+/// A Messages answer being streamed (`message_start`, `content_block_*`, `message_delta`,
+/// `message_stop`), gathered into the blocks and usage of a non-streamed answer.
+#[derive(Debug, Default)]
+struct MessagesStream {
+    blocks: Vec<Value>,
+    /// The `input_json_delta` pieces of each tool_use block.
+    inputs: Vec<String>,
+    usage: Map<String, Value>,
+}
+
+impl MessagesStream {
+    /// Takes one event; true once the answer is complete (`message_stop`).
+    fn on_event(
+        &mut self,
+        what: &str,
+        event: &super::sse::SseEvent,
+        request: &ModelRequest,
+    ) -> std::result::Result<bool, Failure> {
+        let data: Value = serde_json::from_str(&event.data)
+            .map_err(|e| super::http::malformed(what, e, &event.data))?;
+        let kind = data
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(event.event.as_str());
+        let index = || -> std::result::Result<usize, Failure> {
+            match data.get("index").and_then(Value::as_u64) {
+                Some(i) if i < MAX_STREAMED_BLOCKS => Ok(i as usize),
+                _ => Err(super::http::malformed(what, "no valid `index`", &event.data)),
+            }
+        };
+        match kind {
+            "message_start" => {
+                if let Some(Value::Object(u)) = data.pointer("/message/usage") {
+                    self.usage.extend(u.clone());
+                }
+            }
+            "content_block_start" => {
+                let i = index()?;
+                let Some(block) = data.get("content_block").filter(|b| b.is_object()) else {
+                    return Err(super::http::malformed(what, "no `content_block`", &event.data));
+                };
+                if self.blocks.len() <= i {
+                    self.blocks.resize(i + 1, Value::Null);
+                    self.inputs.resize(i + 1, String::new());
+                }
+                self.blocks[i] = block.clone();
+                if let Some(text) = block.get("text").and_then(Value::as_str)
+                    && !text.is_empty()
+                {
+                    request.report(super::CallEvent::TextDelta(text.to_string()));
+                }
+            }
+            "content_block_delta" => {
+                let i = index()?;
+                let delta = data.get("delta").unwrap_or(&Value::Null);
+                let Some(block) = self.blocks.get_mut(i).filter(|b| b.is_object()) else {
+                    return Err(super::http::malformed(what, "a delta for a block never started", &event.data));
+                };
+                match delta.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        let text = delta.get("text").and_then(Value::as_str).unwrap_or("");
+                        let whole = format!(
+                            "{}{text}",
+                            block.get("text").and_then(Value::as_str).unwrap_or("")
+                        );
+                        block["text"] = Value::String(whole);
+                        if !text.is_empty() {
+                            request.report(super::CallEvent::TextDelta(text.to_string()));
+                        }
+                    }
+                    Some("input_json_delta") => self.inputs[i].push_str(
+                        delta.get("partial_json").and_then(Value::as_str).unwrap_or(""),
+                    ),
+                    // Thinking and signature deltas are not part of the answer.
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                let i = index()?;
+                if let Some(block) = self.blocks.get_mut(i)
+                    && block.get("type").and_then(Value::as_str) == Some("tool_use")
+                {
+                    let json = self.inputs[i].trim();
+                    if !json.is_empty() {
+                        // Unparsable input is kept as its text; the tool layer refuses it.
+                        block["input"] = serde_json::from_str(json)
+                            .unwrap_or_else(|_| Value::String(json.to_string()));
+                    }
+                }
+            }
+            "message_delta" => {
+                if let Some(Value::Object(u)) = data.get("usage") {
+                    for (k, v) in u {
+                        if !v.is_null() {
+                            self.usage.insert(k.clone(), v.clone());
+                        }
+                    }
+                }
+            }
+            "message_stop" => return Ok(true),
+            "error" => {
+                let why = format!(
+                    "{what}: the stream reported an error: {}",
+                    excerpt(&crate::redact::redact(&event.data), 300)
+                );
+                let error_type = data.pointer("/error/type").and_then(Value::as_str);
+                return Err(match error_type {
+                    Some("overloaded_error" | "api_error" | "rate_limit_error") => {
+                        Failure::Transient { why, wait: None }
+                    }
+                    _ => Failure::Fatal(Error::external(why)),
+                });
+            }
+            // `ping` and event types added later.
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    fn into_body(self) -> Value {
+        let blocks: Vec<Value> = self.blocks.into_iter().filter(|b| b.is_object()).collect();
+        let mut body = json!({"content": blocks});
+        if !self.usage.is_empty() {
+            body["usage"] = Value::Object(self.usage);
+        }
+        body
     }
 }
 

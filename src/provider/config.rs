@@ -149,6 +149,9 @@ pub struct OpenAiConfig {
     /// ([`super::http`]); default [`super::http::DEFAULT_MAX_TRANSPORT_RETRIES`].
     #[serde(default)]
     pub max_transport_retries: Option<u32>,
+    /// Stream answers: live text (`modelTextDelta`), a read timeout between chunks.
+    #[serde(default)]
+    pub stream: Option<bool>,
 }
 
 /// One `[providers.NAME]` table of `kind = "anthropic"` (the Messages API).
@@ -181,6 +184,9 @@ pub struct AnthropicConfig {
     pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default)]
     pub max_transport_retries: Option<u32>,
+    /// Stream answers: live text (`modelTextDelta`), a read timeout between chunks.
+    #[serde(default)]
+    pub stream: Option<bool>,
 }
 
 /// Body fields an `anthropic` provider writes itself, or that change how replies are read.
@@ -203,6 +209,7 @@ impl AnthropicConfig {
             seed: None,
             extra_body: self.extra_body.clone().unwrap_or_default(),
             cache: Some(self.cache.unwrap_or(true)),
+            stream: self.stream.filter(|s| *s),
         }
     }
 
@@ -310,6 +317,9 @@ pub struct RequestOptions {
     /// Prompt-cache breakpoints (`anthropic` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<bool>,
+    /// Shown only when on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
 }
 
 impl OpenAiConfig {
@@ -328,6 +338,7 @@ impl OpenAiConfig {
             seed: self.seed,
             extra_body,
             cache: None,
+            stream: self.stream.filter(|s| *s),
         }
     }
 
@@ -809,6 +820,7 @@ impl ModelConfig {
                     timeout(o.timeout_ms),
                 )
                 .with_options(o.options())
+                .with_stream(o.stream.unwrap_or(false))
                 .with_max_transport_retries(
                     o.max_transport_retries
                         .unwrap_or(super::http::DEFAULT_MAX_TRANSPORT_RETRIES),
@@ -826,6 +838,7 @@ impl ModelConfig {
                 )
                 .with_options(a.options())
                 .with_cache(a.cache.unwrap_or(true))
+                .with_stream(a.stream.unwrap_or(false))
                 .with_version(
                     a.anthropic_version
                         .as_deref()

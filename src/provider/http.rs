@@ -241,6 +241,76 @@ pub fn api_key(api_key_env: Option<&str>, what: &str) -> Result<Option<String>> 
     }
 }
 
+/// Largest streamed response, and largest single event, accepted.
+const MAX_STREAM: u64 = 32 * 1024 * 1024;
+const MAX_EVENT: usize = 4 * 1024 * 1024;
+
+/// Reads the event stream of a 2xx `response`, handing each event to `on_event` until it says
+/// the answer is complete (`Ok(true)`). A stream that ends first, or whose connection breaks,
+/// is a transient failure (the whole call is sent again; nothing of it was kept); a silence
+/// longer than the provider's `timeout_ms` is not. `deadline` (the call's time limit) and a
+/// cancel are checked between reads.
+pub fn read_events(
+    what: &str,
+    response: ureq::http::Response<ureq::Body>,
+    request: &ModelRequest,
+    deadline: Option<Instant>,
+    mut on_event: impl FnMut(&super::sse::SseEvent) -> std::result::Result<bool, Failure>,
+) -> std::result::Result<(), Failure> {
+    use std::io::Read;
+    let mut reader = response
+        .into_body()
+        .into_with_config()
+        .limit(MAX_STREAM)
+        .reader();
+    let mut parser = super::sse::SseParser::new(MAX_EVENT);
+    let mut events = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) => return Err(Failure::reading(what, &ureq::Error::from(e))),
+        };
+        if n == 0 {
+            return Err(Failure::Transient {
+                why: format!("{what}: the stream ended before the answer was complete"),
+                wait: None,
+            });
+        }
+        parser.feed(&buf[..n], &mut events).map_err(|_| {
+            Failure::Fatal(Error::external(format!(
+                "{what}: a stream event is larger than {} MiB",
+                MAX_EVENT >> 20
+            )))
+        })?;
+        for event in events.drain(..) {
+            if on_event(&event)? {
+                return Ok(());
+            }
+        }
+        if request.canceled() {
+            return Err(Failure::Fatal(Error::external(format!(
+                "{what}: canceled while the answer streamed"
+            ))));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Failure::Fatal(Error::external(format!(
+                "{what}: the call's time limit (the run's wall-clock budget) ran out while the \
+                 answer streamed"
+            ))));
+        }
+    }
+}
+
+/// A stream event that is not what the API sends: the call fails (it counts against
+/// `maxPureRetries`), the event's start quoted.
+pub fn malformed(what: &str, why: impl std::fmt::Display, data: &str) -> Failure {
+    Failure::Fatal(Error::external(format!(
+        "{what}: malformed stream event ({why}): {}",
+        excerpt(&crate::redact::redact(data), 200)
+    )))
+}
+
 /// HTTP statuses worth a retry: timeout, rate limit, server trouble (Anthropic's 529
 /// "overloaded" included).
 pub fn transient_status(status: u16) -> bool {
@@ -591,5 +661,270 @@ mod tests {
             if let Ok(v) = HeaderValue::from_str(&secs) { map.insert("retry-after", v); }
             let _ = retry_after(&map, 0);
         }
+    }
+}
+
+/// Streaming over real HTTP, both wire formats: what reaches the answer, the deltas, a cut
+/// stream, malformed events, the read timeout between chunks.
+#[cfg(test)]
+mod stream_tests {
+    use super::super::anthropic::AnthropicProvider;
+    use super::super::loopback::{Reply, serve};
+    use super::super::openai::OpenAiProvider;
+    use super::super::{ChatMessage, ModelResponse, Observer, Provider, Usage};
+    use super::*;
+    use serde_json::json;
+    use std::sync::Mutex;
+
+    fn sse(events: &[String], pause: Duration, end: bool) -> Reply {
+        Reply::Chunks {
+            status: 200,
+            content_type: "text/event-stream",
+            pieces: events.iter().map(|e| (pause, e.clone())).collect(),
+            end,
+        }
+    }
+
+    fn data(v: serde_json::Value) -> String {
+        format!("data: {v}\n\n")
+    }
+
+    fn openai_events() -> Vec<String> {
+        vec![
+            data(json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}}]})),
+            // One event cut across two chunks.
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo.\"}}]}".into(),
+            "\n\n".into(),
+            data(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1",
+                "type": "function", "function": {"name": "read", "arguments": "{\"pa"}}]}}]})),
+            data(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
+                "function": {"arguments": "th\":\"a.txt\"}"}}]}, "finish_reason": "tool_calls"}]})),
+            ": keep-alive\n\n".into(),
+            data(json!({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3,
+                "prompt_tokens_details": {"cached_tokens": 4}}})),
+            "data: [DONE]\n\n".into(),
+        ]
+    }
+
+    fn anthropic_events() -> Vec<String> {
+        let ev = |name: &str, v: serde_json::Value| format!("event: {name}\ndata: {v}\n\n");
+        vec![
+            ev("message_start", json!({"type": "message_start", "message": {"usage":
+                {"input_tokens": 3, "output_tokens": 1, "cache_read_input_tokens": 100,
+                 "cache_creation_input_tokens": 20}}})),
+            ev("content_block_start", json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}})),
+            ev("ping", json!({"type": "ping"})),
+            ev("content_block_delta", json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "Hel"}})),
+            ev("content_block_delta", json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "lo."}})),
+            ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+            ev("content_block_start", json!({"type": "content_block_start", "index": 1,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}})),
+            ev("content_block_delta", json!({"type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": "{\"pa"}})),
+            ev("content_block_delta", json!({"type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": "th\":\"a.txt\"}"}})),
+            ev("content_block_stop", json!({"type": "content_block_stop", "index": 1})),
+            ev("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": 9}})),
+            ev("message_stop", json!({"type": "message_stop"})),
+        ]
+    }
+
+    fn openai(url: &str, timeout: Duration) -> OpenAiProvider {
+        OpenAiProvider::new("p", &format!("{url}/v1"), "m", None, timeout).with_stream(true)
+    }
+
+    fn anthropic(url: &str) -> AnthropicProvider {
+        AnthropicProvider::new("c", url, "m", None, Duration::from_secs(10)).with_stream(true)
+    }
+
+    fn call(p: &dyn Provider) -> (crate::error::Result<ModelResponse>, Vec<CallEvent>) {
+        let events = Mutex::new(Vec::new());
+        let observe = |e: CallEvent| events.lock().unwrap().push(e);
+        let messages = [ChatMessage::user("hi")];
+        let request = ModelRequest {
+            role: "execution",
+            messages: &messages,
+            tools: &[],
+            timeout: None,
+            attempt_mark: None,
+            call_mark: None,
+            task: None,
+            observer: Some(Observer(&observe)),
+            cancel: None,
+        };
+        let answer = p.complete(&request, 0);
+        (answer, events.into_inner().unwrap())
+    }
+
+    fn deltas(events: &[CallEvent]) -> Vec<&str> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                CallEvent::TextDelta(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn check_answer(r: &ModelResponse) {
+        assert_eq!(r.text, "Hello.");
+        assert_eq!(r.tool_calls.len(), 1);
+        assert_eq!(r.tool_calls[0].name, "read");
+        assert_eq!(r.tool_calls[0].arguments, json!({"path": "a.txt"}));
+    }
+
+    #[test]
+    fn openai_stream_gives_the_answer_deltas_and_usage() {
+        let (url, seen) = serve(|_, _| sse(&openai_events(), Duration::ZERO, true));
+        let (answer, events) = call(&openai(&url, Duration::from_secs(10)));
+        let r = answer.unwrap();
+        check_answer(&r);
+        assert_eq!(r.tool_calls[0].id, "call_1");
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                input_tokens: 7,
+                output_tokens: 3,
+                cache_read_tokens: 4,
+                cache_write_tokens: 0
+            })
+        );
+        assert_eq!(deltas(&events), ["Hel", "lo."]);
+        let body = seen.recv().unwrap().json();
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+    }
+
+    #[test]
+    fn anthropic_stream_gives_the_answer_deltas_and_cache_usage() {
+        let (url, seen) = serve(|_, _| sse(&anthropic_events(), Duration::ZERO, true));
+        let (answer, events) = call(&anthropic(&url));
+        let r = answer.unwrap();
+        check_answer(&r);
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                input_tokens: 123,
+                output_tokens: 9,
+                cache_read_tokens: 100,
+                cache_write_tokens: 20
+            })
+        );
+        assert_eq!(deltas(&events), ["Hel", "lo."]);
+        assert_eq!(seen.recv().unwrap().json()["stream"], true);
+    }
+
+    #[test]
+    fn a_stream_cut_mid_way_is_sent_again_and_its_text_voided() {
+        let cut: Vec<String> = openai_events()[..4].to_vec();
+        let (url, seen) = serve(move |n, _| match n {
+            0 => sse(&cut, Duration::ZERO, false),
+            _ => sse(&openai_events(), Duration::ZERO, true),
+        });
+        let (answer, events) = call(&openai(&url, Duration::from_secs(10)));
+        check_answer(&answer.unwrap());
+        let retry = events
+            .iter()
+            .position(|e| matches!(e, CallEvent::Retry { .. }))
+            .unwrap();
+        match &events[retry] {
+            CallEvent::Retry { reason, .. } => assert!(
+                reason.contains("stream ended before the answer was complete")
+                    || reason.contains("reading the response failed"),
+                "{reason}"
+            ),
+            _ => unreachable!(),
+        }
+        assert_eq!(deltas(&events[..retry]), ["Hel", "lo."]);
+        assert_eq!(deltas(&events[retry..]), ["Hel", "lo."]);
+        assert_eq!(seen.try_iter().count(), 2);
+
+        // Anthropic: an overloaded error event mid-stream is retried too.
+        let mut overloaded = anthropic_events()[..4].to_vec();
+        overloaded.push(
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n".into(),
+        );
+        let (url, _) = serve(move |n, _| match n {
+            0 => sse(&overloaded, Duration::ZERO, true),
+            _ => sse(&anthropic_events(), Duration::ZERO, true),
+        });
+        let (answer, events) = call(&anthropic(&url));
+        check_answer(&answer.unwrap());
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, CallEvent::Retry { .. }))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn malformed_events_fail_the_call_without_a_retry() {
+        for bad in [
+            "data: {not json\n\n".to_string(),
+            "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":99999999}]}}]}\n\n".into(),
+            "data: {\"error\":{\"message\":\"context too long\"}}\n\n".into(),
+        ] {
+            let events = vec![openai_events()[0].clone(), bad.clone()];
+            let (url, seen) = serve(move |_, _| sse(&events, Duration::ZERO, true));
+            let (answer, events) = call(&openai(&url, Duration::from_secs(10)));
+            let e = answer.unwrap_err();
+            assert!(
+                e.message.contains("malformed stream event") || e.message.contains("context too long"),
+                "{bad}: {}",
+                e.message
+            );
+            assert!(!events.iter().any(|e| matches!(e, CallEvent::Retry { .. })));
+            assert_eq!(seen.try_iter().count(), 1);
+        }
+        for bad in [
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":7,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":-1}\n\n",
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\"}}\n\n",
+        ] {
+            let events = vec![anthropic_events()[0].clone(), bad.to_string()];
+            let (url, _) = serve(move |_, _| sse(&events, Duration::ZERO, true));
+            let (answer, _) = call(&anthropic(&url));
+            let e = answer.unwrap_err();
+            assert!(
+                e.message.contains("malformed stream event") || e.message.contains("invalid_request_error"),
+                "{bad}: {}",
+                e.message
+            );
+        }
+    }
+
+    #[test]
+    fn the_timeout_applies_between_chunks_not_to_the_whole_stream() {
+        // 8 pieces 150 ms apart: 1.2 s in all, more than the 500 ms timeout, and fine.
+        let (url, _) = serve(|n, _| {
+            let mut events = openai_events();
+            if n == 1 {
+                // Silent for longer than the timeout after the first piece.
+                events.insert(1, String::new());
+                return Reply::Chunks {
+                    status: 200,
+                    content_type: "text/event-stream",
+                    pieces: events
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, e)| (Duration::from_millis(if i == 1 { 1500 } else { 0 }), e))
+                        .collect(),
+                    end: true,
+                };
+            }
+            sse(&events, Duration::from_millis(150), true)
+        });
+        let p = openai(&url, Duration::from_millis(500)).with_max_transport_retries(0);
+        let started = Instant::now();
+        check_answer(&call(&p).0.unwrap());
+        assert!(started.elapsed() > Duration::from_millis(1000));
+        let e = call(&p).0.unwrap_err();
+        assert!(e.message.to_lowercase().contains("timeout") || e.message.contains("timed out"), "{}", e.message);
     }
 }

@@ -16,6 +16,7 @@ pub mod http;
 pub(crate) mod loopback;
 pub mod openai;
 pub mod script;
+pub mod sse;
 pub mod wire;
 
 use std::sync::atomic::AtomicBool;

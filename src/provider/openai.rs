@@ -27,6 +27,8 @@ pub struct OpenAiProvider {
     options: RequestOptions,
     /// The serialized messages of recent calls ([`super::wire`]).
     wire: super::wire::WireCache,
+    /// Ask for the answer as a stream of deltas.
+    stream: bool,
 }
 
 impl OpenAiProvider {
@@ -49,12 +51,19 @@ impl OpenAiProvider {
             api_key_env,
             options: RequestOptions::default(),
             wire: super::wire::WireCache::default(),
+            stream: false,
         }
     }
 
     /// Sends `options` (sampling, output cap, `extra_body`) with every request.
     pub fn with_options(mut self, options: RequestOptions) -> Self {
         self.options = options;
+        self
+    }
+
+    /// Streams answers (`stream: true`, usage in the last chunk).
+    pub fn with_stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
         self
     }
 
@@ -84,7 +93,10 @@ impl OpenAiProvider {
         }
         // The config refused keys the runtime writes, so this adds and never replaces.
         head.extend(o.extra_body.clone());
-        head.insert("stream".into(), json!(false));
+        head.insert("stream".into(), json!(self.stream));
+        if self.stream {
+            head.insert("stream_options".into(), json!({"include_usage": true}));
+        }
         if !request.tools.is_empty() {
             let tools: Vec<Value> = request
                 .tools
@@ -234,6 +246,19 @@ impl Provider for OpenAiProvider {
         }
         let body = self.body(request);
         let what = &self.endpoint.what;
+        if self.stream {
+            let deadline = request.timeout.map(|t| std::time::Instant::now() + t);
+            return self
+                .endpoint
+                .post(request, &headers, body.as_bytes(), true, |response| {
+                    let mut stream = ChatStream::default();
+                    super::http::read_events(what, response, request, deadline, |event| {
+                        stream.on_event(what, &event.data, request)
+                    })?;
+                    parse_response(&stream.into_body(), responses_so_far)
+                        .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
+                });
+        }
         self.endpoint
             .post(request, &headers, body.as_bytes(), false, |mut response| {
                 let bytes = response
@@ -251,6 +276,104 @@ impl Provider for OpenAiProvider {
                 parse_response(&value, responses_so_far)
                     .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
             })
+    }
+}
+
+/// The most tool calls one streamed answer may build.
+const MAX_STREAMED_CALLS: u64 = 1024;
+
+/// A chat-completions answer being streamed: `choices[0].delta` pieces, gathered.
+#[derive(Debug, Default)]
+struct ChatStream {
+    text: String,
+    /// `(id, name, arguments)` by the chunk's `index`.
+    calls: Vec<(String, String, String)>,
+    usage: Option<Value>,
+}
+
+impl ChatStream {
+    /// Takes one event; true once the answer is complete (`[DONE]`).
+    fn on_event(
+        &mut self,
+        what: &str,
+        data: &str,
+        request: &ModelRequest,
+    ) -> std::result::Result<bool, Failure> {
+        if data.trim() == "[DONE]" {
+            return Ok(true);
+        }
+        let chunk: Value = serde_json::from_str(data)
+            .map_err(|e| super::http::malformed(what, e, data))?;
+        if let Some(error) = chunk.get("error") {
+            return Err(Failure::Fatal(Error::external(format!(
+                "{what}: the stream reported an error: {}",
+                excerpt(&crate::redact::redact(&error.to_string()), 300)
+            ))));
+        }
+        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(u.clone());
+        }
+        let Some(delta) = chunk.pointer("/choices/0/delta") else {
+            return Ok(false);
+        };
+        if let Some(text) = delta.get("content").and_then(Value::as_str)
+            && !text.is_empty()
+        {
+            self.text.push_str(text);
+            request.report(super::CallEvent::TextDelta(text.to_string()));
+        }
+        for (position, call) in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let index = call
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(position as u64);
+            if index >= MAX_STREAMED_CALLS {
+                return Err(super::http::malformed(what, "tool call index too large", data));
+            }
+            let index = index as usize;
+            if self.calls.len() <= index {
+                self.calls.resize_with(index + 1, Default::default);
+            }
+            let slot = &mut self.calls[index];
+            if let Some(id) = call.get("id").and_then(Value::as_str) {
+                slot.0 = id.to_string();
+            }
+            let function = call.get("function").unwrap_or(&Value::Null);
+            if let Some(name) = function.get("name").and_then(Value::as_str) {
+                slot.1.push_str(name);
+            }
+            if let Some(args) = function.get("arguments").and_then(Value::as_str) {
+                slot.2.push_str(args);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The answer as a non-streamed response body, for [`parse_response`].
+    fn into_body(self) -> Value {
+        let calls: Vec<Value> = self
+            .calls
+            .into_iter()
+            .filter(|(id, name, args)| !(id.is_empty() && name.is_empty() && args.is_empty()))
+            .map(|(id, name, args)| {
+                json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
+            })
+            .collect();
+        let mut message = json!({"role": "assistant", "content": self.text});
+        if !calls.is_empty() {
+            message["tool_calls"] = Value::Array(calls);
+        }
+        let mut body = json!({"choices": [{"message": message}]});
+        if let Some(u) = self.usage {
+            body["usage"] = u;
+        }
+        body
     }
 }
 

@@ -409,10 +409,31 @@ impl Loop<'_, '_> {
             drop(history);
             let _ = tx.send(FromCall::Done(result));
         });
+        // Streamed text is shown up to its last whitespace, redacted: a secret has no
+        // whitespace, so one cut across two deltas is redacted whole once its word is complete.
+        let mut pending = String::new();
         loop {
             match rx.recv_timeout(CANCEL_POLL) {
-                Ok(FromCall::Done(result)) => return Ok(result),
-                Ok(FromCall::Event(event)) => sink.emit(call_event(run_id, event)),
+                Ok(FromCall::Done(result)) => {
+                    if result.is_ok() && !pending.is_empty() {
+                        sink.emit(call_event(run_id, CallEvent::TextDelta(pending)));
+                    }
+                    return Ok(result);
+                }
+                Ok(FromCall::Event(CallEvent::TextDelta(text))) => {
+                    pending.push_str(&text);
+                    if let Some((at, c)) = pending.char_indices().rfind(|(_, c)| c.is_whitespace())
+                    {
+                        let rest = pending.split_off(at + c.len_utf8());
+                        let shown = std::mem::replace(&mut pending, rest);
+                        sink.emit(call_event(run_id, CallEvent::TextDelta(shown)));
+                    }
+                }
+                Ok(FromCall::Event(event)) => {
+                    // A retry voids what the failed attempt streamed.
+                    pending.clear();
+                    sink.emit(call_event(run_id, event));
+                }
                 Err(RecvTimeoutError::Timeout) if self.canceled() => {
                     // The call is abandoned (nothing of it is journaled); a command provider's
                     // processes stop with it rather than outliving the run, and a network
@@ -1051,7 +1072,7 @@ fn call_event(run_id: &str, event: CallEvent) -> Event {
         },
         CallEvent::TextDelta(text) => Event::ModelTextDelta {
             run_id: run_id.to_string(),
-            text,
+            text: crate::redact::redact(&text),
         },
     }
 }

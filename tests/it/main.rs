@@ -39,6 +39,7 @@ mod run_repeat;
 mod run_secrets;
 mod run_show;
 mod run_sigkill;
+mod run_stream;
 mod run_support;
 mod run_transient;
 #[allow(dead_code)] // shared with benches/bundle.rs

@@ -1,0 +1,217 @@
+//! Benchmark: kxen-agent's own CPU per turn through a network provider, as the history grows.
+//!
+//! A run of N tool calls (default 1,000; `KXEN_BENCH_CALLS` overrides), one `read` per model
+//! turn, against a fake OpenAI chat-completions server on 127.0.0.1. The server is this
+//! binary run again as a separate process, so the CPU it spends parsing requests is not ours;
+//! the run executes in this process and its user + sys CPU (`getrusage(RUSAGE_SELF)`, every
+//! thread, the model-call threads included) is read at each `toolFinished` event. Reported: CPU
+//! per turn over the first 100 and the last 100 turns, and their ratio (target ≤ 2×: before
+//! request bodies kept their bytes, each turn rebuilt the whole history as a
+//! `serde_json::Value` tree, and the last turns cost about nine times the first).
+//!
+//! Run: `cargo bench --bench provider_turns`.
+
+// Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use kxen::policy::PolicyFlags;
+use kxen::run::agent_loop::{self, Ending, Execution};
+use kxen::run::create::{self, NewRunRequest};
+use kxen::run::events::Event;
+use kxen::state::StateDir;
+
+const SERVER_VAR: &str = "KXEN_BENCH_FAKE_OPENAI_CALLS";
+const WINDOW: usize = 100;
+
+fn main() {
+    if let Ok(calls) = std::env::var(SERVER_VAR) {
+        serve(calls.parse().unwrap());
+        return;
+    }
+    let calls: usize = std::env::var("KXEN_BENCH_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+        .max(2 * WINDOW);
+    let mut server = Command::new(std::env::current_exe().unwrap())
+        .env(SERVER_VAR, calls.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    let url = format!("http://127.0.0.1:{}/v1", port.trim());
+
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (cpu, wall) = run_agent(tmp.path(), &url, calls);
+    let _ = server.kill();
+    let _ = server.wait();
+
+    let per_turn = |from: usize, to: usize| (cpu[to] - cpu[from]) / (to - from) as f64 * 1e3;
+    let first = per_turn(0, WINDOW);
+    let last = per_turn(calls - WINDOW, calls);
+    println!("provider_turns: {calls} tool calls (read) through an openai provider, loopback server in its own process");
+    println!("  wall: {wall:.2} s, {:.3} ms per turn", wall / calls as f64 * 1e3);
+    println!("  own CPU (user+sys) per turn, first {WINDOW} turns: {first:.3} ms");
+    println!("  own CPU (user+sys) per turn, last {WINDOW} turns:  {last:.3} ms");
+    println!("  ratio last/first: {:.2}x (target <= 2.00x)", last / first);
+}
+
+/// Runs `calls` tool calls; returns the process CPU seconds before the first turn and after
+/// each, and the wall time.
+fn run_agent(root: &Path, url: &str, calls: usize) -> (Vec<f64>, f64) {
+    let repo = root.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("a.txt"), "alpha\n").unwrap();
+    for args in [&["init", "-q"][..], &["add", "-A"], &["commit", "-q", "-m", "bench"]] {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "bench")
+            .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
+            .env("GIT_COMMITTER_NAME", "bench")
+            .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+    let agent = root.join("agent.yaml");
+    std::fs::write(
+        &agent,
+        format!(
+            "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {{name: bench}}\nspec:\n  \
+             objective: Read a file many times.\n  instructions: [Read.]\n  successCriteria: []\n  \
+             capabilities: {{required: [read], optional: []}}\n  execution: {{maxTurns: {}, maxRepeatedCalls: 0}}\n  \
+             output: {{format: text, requiredFields: []}}\n",
+            calls + 8
+        ),
+    )
+    .unwrap();
+    let config = root.join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[providers.o]\nkind = \"openai\"\nbase_url = \"{url}\"\nmodel = \"m\"\n[roles]\nexecution = \"o\"\n"),
+    )
+    .unwrap();
+    let state = StateDir::at(root.join("state"));
+    let request = NewRunRequest {
+        workspace: repo.clone(),
+        task: "read a.txt many times".into(),
+        agent: Some(agent),
+        policy: PolicyFlags::default(),
+        config: Some(config),
+    };
+    let prepared = create::prepare(&request).unwrap();
+    let (lease, _) = create::create(&state, &prepared).unwrap();
+    let session_id = prepared.new.meta.id.clone();
+    let run_id = prepared.new.run.id.clone();
+    let paths = state.session(&session_id);
+    let cancel = AtomicBool::new(false);
+    let execution = Execution {
+        state: &state,
+        session_id: &session_id,
+        paths: &paths,
+        definition: &prepared.lock.definition,
+        capabilities: &prepared.lock.capabilities,
+        mcp_tools: &[],
+        mcp: None,
+        pass_env: &prepared.merged.pass_env,
+        tool_rules: &prepared.merged.mcp_tools,
+        fence: prepared.merged.fence(),
+        workspace_root: &prepared.binding.root,
+        provider: std::sync::Arc::clone(&prepared.provider),
+        provider_info: None,
+        parallel_tools: 1,
+        cancel: &cancel,
+    };
+    let mut cpu = vec![cpu_seconds()];
+    let mut sink = |event: Event| {
+        if let Event::ToolFinished { .. } = event {
+            cpu.push(cpu_seconds());
+        }
+    };
+    let start = Instant::now();
+    let ending = agent_loop::execute(&execution, &run_id, &mut sink).unwrap();
+    let wall = start.elapsed().as_secs_f64();
+    drop(lease);
+    match ending {
+        Ending::Finished(result) => assert_eq!(result.status.name(), "completed"),
+        other => panic!("bench run did not finish: {other:?}"),
+    }
+    assert_eq!(cpu.len(), calls + 1);
+    (cpu, wall)
+}
+
+/// User + sys CPU of this process so far, in seconds.
+fn cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes the struct it is given; RUSAGE_SELF is always valid.
+    #[allow(unsafe_code)]
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// The fake server: keep-alive HTTP/1.1 on 127.0.0.1:0 (port printed on stdout); request n
+/// (from 0) gets a `read` call while n < `calls`, then a final answer.
+fn serve(calls: usize) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    println!("{}", listener.local_addr().unwrap().port());
+    std::io::stdout().flush().unwrap();
+    let mut n = 0usize;
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { return };
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut writer = stream;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                break;
+            }
+            let mut length = 0usize;
+            loop {
+                let mut header = String::new();
+                if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+                    break;
+                }
+                if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0u8; length];
+            if reader.read_exact(&mut body).is_err() {
+                break;
+            }
+            let reply = if n < calls {
+                format!(
+                    "{{\"choices\":[{{\"message\":{{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{{\"id\":\"call_{n}\",\"type\":\"function\",\"function\":{{\"name\":\"read\",\"arguments\":\"{{\\\"path\\\":\\\"a.txt\\\"}}\"}}}}]}}}}],\"usage\":{{\"prompt_tokens\":1,\"completion_tokens\":1}}}}"
+                )
+            } else {
+                "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"done\"}}]}".to_string()
+            };
+            n += 1;
+            let response = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
+                reply.len()
+            );
+            if writer.write_all(response.as_bytes()).is_err() {
+                break;
+            }
+        }
+    }
+}

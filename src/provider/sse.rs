@@ -1,0 +1,191 @@
+//! A small incremental parser for server-sent events (the WHATWG `text/event-stream` format),
+//! as OpenAI and Anthropic stream their answers.
+//!
+//! No crate: the maintained SSE crates are async (`eventsource-stream` over futures streams,
+//! `reqwest-eventsource`), and the client here is blocking ureq; the part of the format a model
+//! API uses is a few lines. Bytes are fed as they arrive, cut anywhere (even inside a UTF-8
+//! character or between `\r` and `\n`); complete events come out. Fields other than `event` and
+//! `data` (`id`, `retry`) are read and ignored; a line starting with `:` is a comment (servers
+//! send them as keep-alives).
+
+/// One dispatched event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `event:` field; empty when the event had none (OpenAI's).
+    pub event: String,
+    /// The `data:` lines joined with `\n`.
+    pub data: String,
+}
+
+/// The parser's state between chunks.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    /// Bytes of the line being read (not yet ended).
+    line: Vec<u8>,
+    /// The last byte was `\r`: a `\n` right after it ends nothing more.
+    after_cr: bool,
+    event: String,
+    data: String,
+    /// Whether a `data` field was seen for the event being read.
+    has_data: bool,
+    /// The largest line or event kept before refusing the stream.
+    limit: usize,
+}
+
+/// A line or an event longer than the limit: the stream is refused rather than held in memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooLong;
+
+impl SseParser {
+    /// A parser refusing lines and events above `limit` bytes.
+    pub fn new(limit: usize) -> SseParser {
+        SseParser {
+            limit,
+            ..SseParser::default()
+        }
+    }
+
+    /// Feeds `bytes`; appends every event they complete to `out`.
+    pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) -> Result<(), TooLong> {
+        for &b in bytes {
+            match b {
+                b'\n' if self.after_cr => self.after_cr = false,
+                b'\n' | b'\r' => {
+                    self.after_cr = b == b'\r';
+                    self.end_line(out);
+                }
+                _ => {
+                    self.after_cr = false;
+                    if self.line.len() >= self.limit {
+                        return Err(TooLong);
+                    }
+                    self.line.push(b);
+                }
+            }
+        }
+        if self.data.len() > self.limit {
+            return Err(TooLong);
+        }
+        Ok(())
+    }
+
+    fn end_line(&mut self, out: &mut Vec<SseEvent>) {
+        let line = std::mem::take(&mut self.line);
+        if line.is_empty() {
+            // A blank line dispatches the event (one without data is dropped, as the spec says).
+            if self.has_data {
+                out.push(SseEvent {
+                    event: std::mem::take(&mut self.event),
+                    data: std::mem::take(&mut self.data),
+                });
+            }
+            self.event.clear();
+            self.data.clear();
+            self.has_data = false;
+            return;
+        }
+        if line[0] == b':' {
+            return;
+        }
+        let text = String::from_utf8_lossy(&line);
+        let (field, value) = match text.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (&*text, ""),
+        };
+        match field {
+            "event" => self.event = value.to_string(),
+            "data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
+                self.has_data = true;
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn parse(chunks: &[&[u8]]) -> Vec<SseEvent> {
+        let mut p = SseParser::new(1 << 20);
+        let mut out = Vec::new();
+        for c in chunks {
+            p.feed(c, &mut out).unwrap();
+        }
+        out
+    }
+
+    fn ev(event: &str, data: &str) -> SseEvent {
+        SseEvent {
+            event: event.into(),
+            data: data.into(),
+        }
+    }
+
+    #[test]
+    fn reads_the_formats_model_apis_send() {
+        let stream = b"data: {\"a\":1}\n\n: keep-alive\n\nevent: message_start\ndata: {\"b\":2}\n\nevent: ping\ndata:x\ndata: y\r\n\r\nid: 3\nretry: 10\ndata\n\ndata: [DONE]\n\n";
+        assert_eq!(
+            parse(&[stream]),
+            vec![
+                ev("", "{\"a\":1}"),
+                ev("message_start", "{\"b\":2}"),
+                ev("ping", "x\ny"),
+                ev("", ""),
+                ev("", "[DONE]"),
+            ]
+        );
+        // An event not ended by a blank line is not dispatched (a cut stream).
+        assert_eq!(parse(&[b"data: partial"]), vec![]);
+        assert_eq!(parse(&[b"event: x\n\n"]), vec![], "no data, no event");
+        // \r alone ends lines too, and \r\n split across chunks ends one line.
+        assert_eq!(parse(&[b"data: a\r", b"\n\r", b"\n"]), vec![ev("", "a")]);
+        assert_eq!(parse(&[b"data: a\r\rdata: b\n\n"]), vec![ev("", "a"), ev("", "b")]);
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_refused() {
+        let mut p = SseParser::new(16);
+        let mut out = Vec::new();
+        assert_eq!(p.feed(&[b'x'; 17], &mut out), Err(TooLong));
+        let mut p = SseParser::new(16);
+        let many = b"data: 0123456789\n".repeat(3);
+        assert_eq!(p.feed(&many, &mut out), Err(TooLong));
+    }
+
+    proptest! {
+        /// However the bytes are cut into chunks, the same events come out; nothing panics.
+        #[test]
+        fn chunking_does_not_change_the_events(
+            lines in proptest::collection::vec(
+                "(data|event|id|:|data: |event: )?[ -~é]{0,12}(\r\n|\n|\r)?", 0..30),
+            cuts in proptest::collection::vec(0usize..400, 0..10),
+        ) {
+            let text: String = lines.concat();
+            let bytes = text.as_bytes();
+            let whole = parse(&[bytes]);
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(bytes.len())).collect();
+            cuts.sort();
+            let mut chunks = Vec::new();
+            let mut at = 0;
+            for c in cuts {
+                chunks.push(&bytes[at..c]);
+                at = c;
+            }
+            chunks.push(&bytes[at..]);
+            prop_assert_eq!(parse(&chunks), whole);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..500)) {
+            let mut p = SseParser::new(64);
+            let mut out = Vec::new();
+            let _ = p.feed(&bytes, &mut out);
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Streaming in real runs (`stream = true`): `modelTextDelta` events as the text arrives, live
+//! text in `--format text` shown once, the durable record written once when the answer is
+//! complete, a cut stream sent again, and a key split across two deltas redacted whole.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::env::TestEnv;
+use crate::fake_model::{Reply, config, serve};
+use crate::run_support::*;
+
+const KEY: &str = "sk-stream-canary-5e6f7a8b9c";
+
+fn data(v: Value) -> String {
+    format!("data: {v}\n\n")
+}
+
+fn text_chunk(text: &str) -> String {
+    data(json!({"choices": [{"index": 0, "delta": {"content": text}}]}))
+}
+
+/// A streamed chat-completions answer: `texts` as deltas, then a `read` call if `call`.
+fn stream(texts: &[&str], call: bool, end: bool) -> Reply {
+    let mut pieces: Vec<(Duration, String)> = texts
+        .iter()
+        .map(|t| (Duration::from_millis(5), text_chunk(t)))
+        .collect();
+    if call {
+        pieces.push((
+            Duration::ZERO,
+            data(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
+                "id": "call_1", "type": "function",
+                "function": {"name": "read", "arguments": "{\"path\":\"a.txt\"}"}}]}}]})),
+        ));
+    }
+    if end {
+        pieces.push((
+            Duration::ZERO,
+            data(json!({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2}})),
+        ));
+        pieces.push((Duration::ZERO, "data: [DONE]\n\n".into()));
+    }
+    Reply::Chunks {
+        content_type: "text/event-stream",
+        pieces,
+        end,
+    }
+}
+
+fn serve_run() -> (String, crate::fake_model::Seen) {
+    // The key is split between two deltas: "sk-stream-can" + "ary-5e6f7a8b9c".
+    serve(|n, _| match n {
+        0 => stream(&["Reading ", "a.txt (key sk-stream-can", "ary-5e6f7a8b9c) ", "now."], true, true),
+        // The final answer's first stream is cut mid-way; the second is whole.
+        1 => stream(&["It says ", "alp"], false, false),
+        _ => stream(&["It says ", "alpha."], false, true),
+    })
+}
+
+#[test]
+fn streamed_text_arrives_as_deltas_and_is_recorded_once() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "alpha\n")]);
+    let (url, seen) = serve_run();
+    let config = config(
+        &env,
+        &format!(
+            "kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nstream = true\n\
+             api_key_env = \"KXEN_TEST_STREAM_KEY\""
+        ),
+    );
+    let agent = fixer(&env);
+    let out = env
+        .cmd("kxen-agent")
+        .env("KXEN_TEST_STREAM_KEY", KEY)
+        .args(["run", "--workspace", repo.to_str().unwrap(), "--task", "Read a.txt"])
+        .args(["--agent", agent.to_str().unwrap(), "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let run = crate::env::Run::from(out);
+    run.expect(0);
+    let events = run.jsonl();
+    let deltas: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "modelTextDelta")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert!(!deltas.iter().any(|d| d.contains("sk-stream")), "{deltas:?}");
+    let first_turn: String = deltas[..4].concat();
+    assert_eq!(first_turn, "Reading a.txt (key [redacted]) now.");
+    // The cut stream's text, then the retry, then the whole answer.
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    let retry = kinds.iter().position(|k| *k == "modelRetry").unwrap();
+    assert!(kinds[retry - 1] == "modelTextDelta" && kinds[retry + 1] == "modelTextDelta", "{kinds:?}");
+    let after: String = events[retry..]
+        .iter()
+        .filter(|e| e["type"] == "modelTextDelta")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(after, "It says alpha.");
+    // Durable once, complete: one modelText per answer and the Session holds whole answers.
+    assert_eq!(kinds.iter().filter(|k| **k == "modelText").count(), 2);
+    let fin = finished(&events);
+    assert_eq!(fin["finalText"], "It says alpha.");
+    assert_eq!(fin["usage"]["inputTokens"], 18);
+    let log = files_under(&env.state_dir())
+        .into_iter()
+        .find(|f| f.ends_with("messages.jsonl"))
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .unwrap();
+    let contents: Vec<String> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(contents, ["Reading a.txt (key [redacted]) now.", "It says alpha."]);
+    assert!(!log.contains("sk-stream"));
+    assert_eq!(seen.lock().unwrap().len(), 3);
+    assert_eq!(seen.lock().unwrap()[0].json()["stream"], true);
+}
+
+#[test]
+fn the_text_view_shows_streamed_text_live_and_once() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "alpha\n")]);
+    let (url, _seen) = serve_run();
+    let config = config(
+        &env,
+        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nstream = true"),
+    );
+    let run = run_new(&env, &repo, "Read a.txt", &fixer(&env), &config, &["--format", "text"]);
+    run.expect(0);
+    let out = &run.stdout;
+    assert_eq!(out.matches("It says alpha.").count(), 1, "{out}");
+    assert_eq!(out.matches("now.").count(), 1, "{out}");
+    assert!(out.contains("model call failed, retry 1/5"), "{out}");
+    // The streamed line ends before the tool line.
+    assert!(out.contains("now.\n  [read]"), "{out}");
+}
