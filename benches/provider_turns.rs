@@ -59,8 +59,13 @@ fn main() {
     let per_turn = |from: usize, to: usize| (cpu[to] - cpu[from]) / (to - from) as f64 * 1e3;
     let first = per_turn(0, WINDOW);
     let last = per_turn(calls - WINDOW, calls);
-    println!("provider_turns: {calls} tool calls (read) through an openai provider, loopback server in its own process");
-    println!("  wall: {wall:.2} s, {:.3} ms per turn", wall / calls as f64 * 1e3);
+    println!(
+        "provider_turns: {calls} tool calls (read) through an openai provider, loopback server in its own process"
+    );
+    println!(
+        "  wall: {wall:.2} s, {:.3} ms per turn",
+        wall / calls as f64 * 1e3
+    );
     println!("  own CPU (user+sys) per turn, first {WINDOW} turns: {first:.3} ms");
     println!("  own CPU (user+sys) per turn, last {WINDOW} turns:  {last:.3} ms");
     println!("  ratio last/first: {:.2}x (target <= 2.00x)", last / first);
@@ -72,7 +77,11 @@ fn run_agent(root: &Path, url: &str, calls: usize) -> (Vec<f64>, f64) {
     let repo = root.join("repo");
     std::fs::create_dir_all(&repo).unwrap();
     std::fs::write(repo.join("a.txt"), "alpha\n").unwrap();
-    for args in [&["init", "-q"][..], &["add", "-A"], &["commit", "-q", "-m", "bench"]] {
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &["commit", "-q", "-m", "bench"],
+    ] {
         let ok = Command::new("git")
             .args(args)
             .current_dir(&repo)
@@ -202,7 +211,8 @@ fn serve(calls: usize) {
                     "{{\"choices\":[{{\"message\":{{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{{\"id\":\"call_{n}\",\"type\":\"function\",\"function\":{{\"name\":\"read\",\"arguments\":\"{{\\\"path\\\":\\\"a.txt\\\"}}\"}}}}]}}}}],\"usage\":{{\"prompt_tokens\":1,\"completion_tokens\":1}}}}"
                 )
             } else {
-                "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"done\"}}]}".to_string()
+                "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"done\"}}]}"
+                    .to_string()
             };
             n += 1;
             let response = format!(

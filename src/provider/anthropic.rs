@@ -381,7 +381,11 @@ impl MessagesStream {
         let index = || -> std::result::Result<usize, Failure> {
             match data.get("index").and_then(Value::as_u64) {
                 Some(i) if i < MAX_STREAMED_BLOCKS => Ok(i as usize),
-                _ => Err(super::http::malformed(what, "no valid `index`", &event.data)),
+                _ => Err(super::http::malformed(
+                    what,
+                    "no valid `index`",
+                    &event.data,
+                )),
             }
         };
         match kind {
@@ -393,7 +397,11 @@ impl MessagesStream {
             "content_block_start" => {
                 let i = index()?;
                 let Some(block) = data.get("content_block").filter(|b| b.is_object()) else {
-                    return Err(super::http::malformed(what, "no `content_block`", &event.data));
+                    return Err(super::http::malformed(
+                        what,
+                        "no `content_block`",
+                        &event.data,
+                    ));
                 };
                 if self.blocks.len() <= i {
                     self.blocks.resize(i + 1, Value::Null);
@@ -410,7 +418,11 @@ impl MessagesStream {
                 let i = index()?;
                 let delta = data.get("delta").unwrap_or(&Value::Null);
                 let Some(block) = self.blocks.get_mut(i).filter(|b| b.is_object()) else {
-                    return Err(super::http::malformed(what, "a delta for a block never started", &event.data));
+                    return Err(super::http::malformed(
+                        what,
+                        "a delta for a block never started",
+                        &event.data,
+                    ));
                 };
                 match delta.get("type").and_then(Value::as_str) {
                     Some("text_delta") => {
@@ -425,7 +437,10 @@ impl MessagesStream {
                         }
                     }
                     Some("input_json_delta") => self.inputs[i].push_str(
-                        delta.get("partial_json").and_then(Value::as_str).unwrap_or(""),
+                        delta
+                            .get("partial_json")
+                            .and_then(Value::as_str)
+                            .unwrap_or(""),
                     ),
                     // Thinking and signature deltas are not part of the answer.
                     _ => {}

@@ -691,17 +691,25 @@ mod stream_tests {
 
     fn openai_events() -> Vec<String> {
         vec![
-            data(json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}}]})),
+            data(
+                json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}}]}),
+            ),
             // One event cut across two chunks.
             "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo.\"}}]}".into(),
             "\n\n".into(),
-            data(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1",
-                "type": "function", "function": {"name": "read", "arguments": "{\"pa"}}]}}]})),
-            data(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
-                "function": {"arguments": "th\":\"a.txt\"}"}}]}, "finish_reason": "tool_calls"}]})),
+            data(
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1",
+                "type": "function", "function": {"name": "read", "arguments": "{\"pa"}}]}}]}),
+            ),
+            data(
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
+                "function": {"arguments": "th\":\"a.txt\"}"}}]}, "finish_reason": "tool_calls"}]}),
+            ),
             ": keep-alive\n\n".into(),
-            data(json!({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3,
-                "prompt_tokens_details": {"cached_tokens": 4}}})),
+            data(
+                json!({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3,
+                "prompt_tokens_details": {"cached_tokens": 4}}}),
+            ),
             "data: [DONE]\n\n".into(),
         ]
     }
@@ -709,26 +717,56 @@ mod stream_tests {
     fn anthropic_events() -> Vec<String> {
         let ev = |name: &str, v: serde_json::Value| format!("event: {name}\ndata: {v}\n\n");
         vec![
-            ev("message_start", json!({"type": "message_start", "message": {"usage":
+            ev(
+                "message_start",
+                json!({"type": "message_start", "message": {"usage":
                 {"input_tokens": 3, "output_tokens": 1, "cache_read_input_tokens": 100,
-                 "cache_creation_input_tokens": 20}}})),
-            ev("content_block_start", json!({"type": "content_block_start", "index": 0,
-                "content_block": {"type": "text", "text": ""}})),
+                 "cache_creation_input_tokens": 20}}}),
+            ),
+            ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}),
+            ),
             ev("ping", json!({"type": "ping"})),
-            ev("content_block_delta", json!({"type": "content_block_delta", "index": 0,
-                "delta": {"type": "text_delta", "text": "Hel"}})),
-            ev("content_block_delta", json!({"type": "content_block_delta", "index": 0,
-                "delta": {"type": "text_delta", "text": "lo."}})),
-            ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
-            ev("content_block_start", json!({"type": "content_block_start", "index": 1,
-                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}})),
-            ev("content_block_delta", json!({"type": "content_block_delta", "index": 1,
-                "delta": {"type": "input_json_delta", "partial_json": "{\"pa"}})),
-            ev("content_block_delta", json!({"type": "content_block_delta", "index": 1,
-                "delta": {"type": "input_json_delta", "partial_json": "th\":\"a.txt\"}"}})),
-            ev("content_block_stop", json!({"type": "content_block_stop", "index": 1})),
-            ev("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"},
-                "usage": {"output_tokens": 9}})),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "Hel"}}),
+            ),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "lo."}}),
+            ),
+            ev(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": 0}),
+            ),
+            ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 1,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}}),
+            ),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": "{\"pa"}}),
+            ),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": "th\":\"a.txt\"}"}}),
+            ),
+            ev(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": 1}),
+            ),
+            ev(
+                "message_delta",
+                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": 9}}),
+            ),
             ev("message_stop", json!({"type": "message_stop"})),
         ]
     }
@@ -875,7 +913,8 @@ mod stream_tests {
             let (answer, events) = call(&openai(&url, Duration::from_secs(10)));
             let e = answer.unwrap_err();
             assert!(
-                e.message.contains("malformed stream event") || e.message.contains("context too long"),
+                e.message.contains("malformed stream event")
+                    || e.message.contains("context too long"),
                 "{bad}: {}",
                 e.message
             );
@@ -892,7 +931,8 @@ mod stream_tests {
             let (answer, _) = call(&anthropic(&url));
             let e = answer.unwrap_err();
             assert!(
-                e.message.contains("malformed stream event") || e.message.contains("invalid_request_error"),
+                e.message.contains("malformed stream event")
+                    || e.message.contains("invalid_request_error"),
                 "{bad}: {}",
                 e.message
             );
@@ -925,6 +965,10 @@ mod stream_tests {
         check_answer(&call(&p).0.unwrap());
         assert!(started.elapsed() > Duration::from_millis(1000));
         let e = call(&p).0.unwrap_err();
-        assert!(e.message.to_lowercase().contains("timeout") || e.message.contains("timed out"), "{}", e.message);
+        assert!(
+            e.message.to_lowercase().contains("timeout") || e.message.contains("timed out"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -302,8 +302,8 @@ impl ChatStream {
         if data.trim() == "[DONE]" {
             return Ok(true);
         }
-        let chunk: Value = serde_json::from_str(data)
-            .map_err(|e| super::http::malformed(what, e, data))?;
+        let chunk: Value =
+            serde_json::from_str(data).map_err(|e| super::http::malformed(what, e, data))?;
         if let Some(error) = chunk.get("error") {
             return Err(Failure::Fatal(Error::external(format!(
                 "{what}: the stream reported an error: {}",
@@ -334,7 +334,11 @@ impl ChatStream {
                 .and_then(Value::as_u64)
                 .unwrap_or(position as u64);
             if index >= MAX_STREAMED_CALLS {
-                return Err(super::http::malformed(what, "tool call index too large", data));
+                return Err(super::http::malformed(
+                    what,
+                    "tool call index too large",
+                    data,
+                ));
             }
             let index = index as usize;
             if self.calls.len() <= index {

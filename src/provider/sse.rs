@@ -145,7 +145,10 @@ mod tests {
         assert_eq!(parse(&[b"event: x\n\n"]), vec![], "no data, no event");
         // \r alone ends lines too, and \r\n split across chunks ends one line.
         assert_eq!(parse(&[b"data: a\r", b"\n\r", b"\n"]), vec![ev("", "a")]);
-        assert_eq!(parse(&[b"data: a\r\rdata: b\n\n"]), vec![ev("", "a"), ev("", "b")]);
+        assert_eq!(
+            parse(&[b"data: a\r\rdata: b\n\n"]),
+            vec![ev("", "a"), ev("", "b")]
+        );
     }
 
     #[test]

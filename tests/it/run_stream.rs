@@ -29,9 +29,11 @@ fn stream(texts: &[&str], call: bool, end: bool) -> Reply {
     if call {
         pieces.push((
             Duration::ZERO,
-            data(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
+            data(
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
                 "id": "call_1", "type": "function",
-                "function": {"name": "read", "arguments": "{\"path\":\"a.txt\"}"}}]}}]})),
+                "function": {"name": "read", "arguments": "{\"path\":\"a.txt\"}"}}]}}]}),
+            ),
         ));
     }
     if end {
@@ -51,7 +53,16 @@ fn stream(texts: &[&str], call: bool, end: bool) -> Reply {
 fn serve_run() -> (String, crate::fake_model::Seen) {
     // The key is split between two deltas: "sk-stream-can" + "ary-5e6f7a8b9c".
     serve(|n, _| match n {
-        0 => stream(&["Reading ", "a.txt (key sk-stream-can", "ary-5e6f7a8b9c) ", "now."], true, true),
+        0 => stream(
+            &[
+                "Reading ",
+                "a.txt (key sk-stream-can",
+                "ary-5e6f7a8b9c) ",
+                "now.",
+            ],
+            true,
+            true,
+        ),
         // The final answer's first stream is cut mid-way; the second is whole.
         1 => stream(&["It says ", "alp"], false, false),
         _ => stream(&["It says ", "alpha."], false, true),
@@ -74,8 +85,19 @@ fn streamed_text_arrives_as_deltas_and_is_recorded_once() {
     let out = env
         .cmd("kxen-agent")
         .env("KXEN_TEST_STREAM_KEY", KEY)
-        .args(["run", "--workspace", repo.to_str().unwrap(), "--task", "Read a.txt"])
-        .args(["--agent", agent.to_str().unwrap(), "--config", config.to_str().unwrap()])
+        .args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "Read a.txt",
+        ])
+        .args([
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let run = crate::env::Run::from(out);
@@ -86,13 +108,19 @@ fn streamed_text_arrives_as_deltas_and_is_recorded_once() {
         .filter(|e| e["type"] == "modelTextDelta")
         .map(|e| e["text"].as_str().unwrap())
         .collect();
-    assert!(!deltas.iter().any(|d| d.contains("sk-stream")), "{deltas:?}");
+    assert!(
+        !deltas.iter().any(|d| d.contains("sk-stream")),
+        "{deltas:?}"
+    );
     let first_turn: String = deltas[..4].concat();
     assert_eq!(first_turn, "Reading a.txt (key [redacted]) now.");
     // The cut stream's text, then the retry, then the whole answer.
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     let retry = kinds.iter().position(|k| *k == "modelRetry").unwrap();
-    assert!(kinds[retry - 1] == "modelTextDelta" && kinds[retry + 1] == "modelTextDelta", "{kinds:?}");
+    assert!(
+        kinds[retry - 1] == "modelTextDelta" && kinds[retry + 1] == "modelTextDelta",
+        "{kinds:?}"
+    );
     let after: String = events[retry..]
         .iter()
         .filter(|e| e["type"] == "modelTextDelta")
@@ -115,7 +143,10 @@ fn streamed_text_arrives_as_deltas_and_is_recorded_once() {
         .filter(|m| m["role"] == "assistant")
         .map(|m| m["content"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(contents, ["Reading a.txt (key [redacted]) now.", "It says alpha."]);
+    assert_eq!(
+        contents,
+        ["Reading a.txt (key [redacted]) now.", "It says alpha."]
+    );
     assert!(!log.contains("sk-stream"));
     assert_eq!(seen.lock().unwrap().len(), 3);
     assert_eq!(seen.lock().unwrap()[0].json()["stream"], true);
@@ -130,7 +161,14 @@ fn the_text_view_shows_streamed_text_live_and_once() {
         &env,
         &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nstream = true"),
     );
-    let run = run_new(&env, &repo, "Read a.txt", &fixer(&env), &config, &["--format", "text"]);
+    let run = run_new(
+        &env,
+        &repo,
+        "Read a.txt",
+        &fixer(&env),
+        &config,
+        &["--format", "text"],
+    );
     run.expect(0);
     let out = &run.stdout;
     assert_eq!(out.matches("It says alpha.").count(), 1, "{out}");
