@@ -1,0 +1,223 @@
+//! Benchmark: what streaming costs the client, and how soon a streamed delta reaches it.
+//!
+//! An `openai` provider makes N calls (default 300; `KXEN_BENCH_CALLS`) against a loopback
+//! server that is this binary run again as its own process (its CPU is not ours), once with
+//! `stream = false` (one JSON answer) and once with `stream = true` (the same answer as 200 SSE
+//! deltas). Reported: the client's CPU per call (user + sys, `getrusage(RUSAGE_SELF)`) in each
+//! mode and their ratio (target ≤ 1.1×), and the time from the server writing the first event
+//! to the provider reporting its delta (CLOCK_MONOTONIC, which both processes share; target
+//! ≤ 5 ms apart), median and worst.
+//!
+//! Run: `cargo bench --bench provider_stream`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kxen::provider::openai::OpenAiProvider;
+use kxen::provider::{CallEvent, ChatMessage, ModelRequest, Observer, Provider};
+
+const SERVER_VAR: &str = "KXEN_BENCH_FAKE_STREAM_SERVER";
+const DELTAS: usize = 200;
+
+fn main() {
+    if std::env::var_os(SERVER_VAR).is_some() {
+        serve();
+        return;
+    }
+    let calls: usize = std::env::var("KXEN_BENCH_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let mut server = Command::new(std::env::current_exe().unwrap())
+        .env(SERVER_VAR, "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    let url = format!("http://127.0.0.1:{}/v1", port.trim());
+    let plain = OpenAiProvider::new("p", &url, "m", None, Duration::from_secs(30));
+    let streamed =
+        OpenAiProvider::new("p", &url, "m", None, Duration::from_secs(30)).with_stream(true);
+    // Warm up both (connections, allocator).
+    for _ in 0..10 {
+        one(&plain, &mut Vec::new());
+        one(&streamed, &mut Vec::new());
+    }
+    let (cpu_plain, _) = measure(&plain, calls);
+    let (cpu_stream, mut first) = measure(&streamed, calls);
+    let _ = server.kill();
+    let _ = server.wait();
+    first.sort_by(f64::total_cmp);
+    println!(
+        "provider_stream: {calls} calls per mode, answer of {DELTAS} text pieces, loopback server in its own process"
+    );
+    println!(
+        "  client CPU per call, non-streaming: {:.3} ms",
+        cpu_plain * 1e3
+    );
+    println!(
+        "  client CPU per call, streaming:     {:.3} ms",
+        cpu_stream * 1e3
+    );
+    println!(
+        "  ratio streaming/non-streaming: {:.2}x (target <= 1.10x)",
+        cpu_stream / cpu_plain
+    );
+    println!(
+        "  first event written -> delta reported: median {:.3} ms, worst {:.3} ms (target <= 5 ms)",
+        first[first.len() / 2],
+        first[first.len() - 1]
+    );
+}
+
+/// CPU seconds per call, and the first-delta latencies (ms) of each call.
+fn measure(p: &OpenAiProvider, calls: usize) -> (f64, Vec<f64>) {
+    let mut first = Vec::new();
+    let before = cpu_seconds();
+    for _ in 0..calls {
+        one(p, &mut first);
+    }
+    ((cpu_seconds() - before) / calls as f64, first)
+}
+
+fn one(p: &OpenAiProvider, first: &mut Vec<f64>) {
+    let seen = Mutex::new(None);
+    let observe = |e: CallEvent| {
+        if let CallEvent::TextDelta(t) = e {
+            let mut s = seen.lock().unwrap();
+            if s.is_none() {
+                let now = monotonic_ns();
+                let sent: u64 = t.trim().trim_start_matches("t=").parse().unwrap();
+                *s = Some((now - sent) as f64 / 1e6);
+            }
+        }
+    };
+    let messages = [ChatMessage::user("go")];
+    let request = ModelRequest {
+        role: "execution",
+        messages: &messages,
+        tools: &[],
+        timeout: None,
+        attempt_mark: None,
+        call_mark: None,
+        task: None,
+        observer: Some(Observer(&observe)),
+        cancel: None,
+    };
+    let r = p.complete(&request, 0).unwrap();
+    assert!(r.text.len() > DELTAS);
+    if let Some(ms) = seen.into_inner().unwrap() {
+        first.push(ms);
+    }
+}
+
+fn cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes the struct it is given; RUSAGE_SELF is always valid.
+    #[allow(unsafe_code)]
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t)
+    };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Keep-alive HTTP/1.1: a streamed request (`"stream":true`) gets SSE, another one JSON; the
+/// answer's first piece is `t=<CLOCK_MONOTONIC ns when written> `.
+fn serve() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    println!("{}", listener.local_addr().unwrap().port());
+    std::io::stdout().flush().unwrap();
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { return };
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut w = stream;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+                let mut length = 0usize;
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0u8; length];
+                if reader.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let streamed = String::from_utf8_lossy(&body).contains("\"stream\":true");
+                let piece = |i: usize| format!("word{i} ");
+                let ok = if streamed {
+                    let mut out = String::from(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+                    );
+                    let first = format!(
+                        "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"t={} \"}}}}]}}\n\n",
+                        monotonic_ns()
+                    );
+                    out.push_str(&format!("{:x}\r\n{first}\r\n", first.len()));
+                    let mut rest = String::new();
+                    for i in 1..DELTAS {
+                        rest.push_str(&format!(
+                            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{}\"}}}}]}}\n\n",
+                            piece(i)
+                        ));
+                    }
+                    rest.push_str("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":200}}\n\ndata: [DONE]\n\n");
+                    w.write_all(out.as_bytes())
+                        .and_then(|_| w.flush())
+                        .and_then(|_| {
+                            w.write_all(
+                                format!("{:x}\r\n{rest}\r\n0\r\n\r\n", rest.len()).as_bytes(),
+                            )
+                        })
+                } else {
+                    let mut text = format!("t={} ", monotonic_ns());
+                    for i in 1..DELTAS {
+                        text.push_str(&piece(i));
+                    }
+                    let reply = format!(
+                        "{{\"choices\":[{{\"message\":{{\"role\":\"assistant\",\"content\":\"{text}\"}}}}],\"usage\":{{\"prompt_tokens\":1,\"completion_tokens\":200}}}}"
+                    );
+                    w.write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
+                            reply.len()
+                        )
+                        .as_bytes(),
+                    )
+                };
+                if ok.and_then(|_| w.flush()).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
