@@ -16,33 +16,39 @@ use crate::error::{Error, Result};
 /// name survives a crash. A crash mid-write leaves at most a torn last line, which
 /// [`read_jsonl`] reports and ignores.
 pub fn append_line(path: &Path, line: &str) -> Result<()> {
-    debug_assert!(
-        !line.contains('\n'),
-        "JSONL lines must not contain newlines"
-    );
-    let existed = path.exists();
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(super::STATE_FILE_MODE)
-        .open(path)
-        .map_err(|e| Error::io("open for append", path, e))?;
-    let mut buf = Vec::with_capacity(line.len() + 1);
-    buf.extend_from_slice(line.as_bytes());
-    buf.push(b'\n');
-    file.write_all(&buf)
-        .map_err(|e| Error::io("append to", path, e))?;
-    file.sync_data().map_err(|e| Error::io("fsync", path, e))?;
-    if !existed {
-        super::fsync_dir(super::atomic::parent_dir(path))?;
-    }
-    Ok(())
+    append_lines(path, std::slice::from_ref(&line.to_string()))
 }
 
 /// Appends `lines` with one write and one fsync (a group commit): durable together. A crash
 /// mid-write leaves the lines before the cut complete and at most a torn last line, exactly as
-/// when they were appended one by one. Same rules as [`append_line`] otherwise.
+/// when they were appended one by one. Same rules as [`append_line`] otherwise. Lines appended
+/// lazily before ([`append_lines_lazy`]) become durable with them.
 pub fn append_lines(path: &Path, lines: &[String]) -> Result<()> {
+    write_lines(path, lines, true)
+}
+
+/// Appends `lines` with one write and **no** fsync: they are in the file for every reader at
+/// once, but durable only with the next synced append to the same file or [`sync_data`]. A
+/// power cut may lose them (a process crash does not). Use only for lines the writer can
+/// re-derive from what is durable elsewhere (see `journal`'s module docs). A missing file is
+/// created and made durable as by [`append_lines`].
+pub fn append_lines_lazy(path: &Path, lines: &[String]) -> Result<()> {
+    let exists = path.exists();
+    write_lines(path, lines, !exists)
+}
+
+/// Makes everything appended to `path` so far durable (one `fdatasync`).
+pub fn sync_data(path: &Path) -> Result<()> {
+    let file = OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::io("open for sync", path, e))?;
+    file.sync_data().map_err(|e| Error::io("fsync", path, e))?;
+    power_cut::durable(path, &file);
+    Ok(())
+}
+
+fn write_lines(path: &Path, lines: &[String], sync: bool) -> Result<()> {
     let existed = path.exists();
     let mut file = OpenOptions::new()
         .create(true)
@@ -50,6 +56,9 @@ pub fn append_lines(path: &Path, lines: &[String]) -> Result<()> {
         .mode(super::STATE_FILE_MODE)
         .open(path)
         .map_err(|e| Error::io("open for append", path, e))?;
+    if !sync {
+        power_cut::lazy(path, &file);
+    }
     let mut buf = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
     for line in lines {
         debug_assert!(
@@ -61,11 +70,65 @@ pub fn append_lines(path: &Path, lines: &[String]) -> Result<()> {
     }
     file.write_all(&buf)
         .map_err(|e| Error::io("append to", path, e))?;
-    file.sync_data().map_err(|e| Error::io("fsync", path, e))?;
-    if !existed {
-        super::fsync_dir(super::atomic::parent_dir(path))?;
+    if sync {
+        file.sync_data().map_err(|e| Error::io("fsync", path, e))?;
+        power_cut::durable(path, &file);
+        if !existed {
+            super::fsync_dir(super::atomic::parent_dir(path))?;
+        }
     }
     Ok(())
+}
+
+/// Crash tests only (`failpoints`): what a power cut would keep of lazily appended files. Each
+/// file with lazy appends is remembered with the length it had when it was last durable;
+/// [`power_cut::simulate`] cuts every such file back to that length (the worst a power cut can
+/// do to appends that were never synced) before a failpoint aborts with `KXEN_FAILPOINT_POWERCUT`.
+pub(crate) mod power_cut {
+    use std::fs::File;
+    use std::path::Path;
+
+    #[cfg(feature = "failpoints")]
+    static DURABLE: std::sync::Mutex<Vec<(std::path::PathBuf, u64)>> =
+        std::sync::Mutex::new(Vec::new());
+
+    /// `file` (open on `path`) is about to get a lazy append: remember its durable length.
+    pub fn lazy(path: &Path, file: &File) {
+        #[cfg(feature = "failpoints")]
+        {
+            let mut durable = DURABLE.lock().unwrap_or_else(|e| e.into_inner());
+            if !durable.iter().any(|(p, _)| p == path) {
+                let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+                durable.push((path.to_path_buf(), len));
+            }
+        }
+        #[cfg(not(feature = "failpoints"))]
+        let _ = (path, file);
+    }
+
+    /// Everything in `file` (open on `path`) is durable now.
+    pub fn durable(path: &Path, file: &File) {
+        #[cfg(feature = "failpoints")]
+        {
+            let mut durable = DURABLE.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(entry) = durable.iter_mut().find(|(p, _)| p == path) {
+                entry.1 = file.metadata().map(|m| m.len()).unwrap_or(entry.1);
+            }
+        }
+        #[cfg(not(feature = "failpoints"))]
+        let _ = (path, file);
+    }
+
+    /// Cuts every lazily appended file back to its durable length.
+    #[cfg(feature = "failpoints")]
+    pub fn simulate() {
+        let durable = DURABLE.lock().unwrap_or_else(|e| e.into_inner());
+        for (path, len) in durable.iter() {
+            if let Ok(file) = std::fs::OpenOptions::new().write(true).open(path) {
+                let _ = file.set_len(*len);
+            }
+        }
+    }
 }
 
 /// A torn last line found by [`read_jsonl`]: the bytes from `offset` to the end are incomplete.

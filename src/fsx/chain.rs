@@ -326,6 +326,8 @@ pub struct ChainWriter {
     /// A torn tail left in place by [`ChainWriter::open_deferred`], cut off by
     /// [`ChainWriter::repair`] or before the first append.
     torn_tail: Option<super::TornTail>,
+    /// Lines were appended lazily since the file was last durable ([`ChainWriter::append_lazy`]).
+    dirty: bool,
 }
 
 impl ChainWriter {
@@ -361,6 +363,7 @@ impl ChainWriter {
             path: path.to_path_buf(),
             last_hash: end.last_hash,
             torn_tail: end.torn_tail,
+            dirty: false,
         })
     }
 
@@ -373,30 +376,38 @@ impl ChainWriter {
     }
 
     /// Serializes `record` (a JSON object), chains it to the previous line and appends it
-    /// durably ([`super::append_line`]).
+    /// durably ([`super::append_line`]); lazily appended lines before it become durable with it.
     pub fn append<S: Serialize>(&mut self, record: &S) -> Result<()> {
-        let json = serde_json::to_string(record).map_err(|e| {
-            Error::failed(format!(
-                "cannot serialize a record for {}: {e}",
-                self.path.display()
-            ))
-        })?;
-        if !json.starts_with('{') {
-            return Err(Error::failed(format!(
-                "only JSON objects can be chained into {}",
-                self.path.display()
-            )));
+        self.append_all(std::slice::from_ref(record))
+    }
+
+    /// [`ChainWriter::append`] without the fsync ([`super::append_lines_lazy`]): durable only
+    /// with the next synced append or [`ChainWriter::sync`].
+    pub fn append_lazy<S: Serialize>(&mut self, record: &S) -> Result<()> {
+        self.write_all(std::slice::from_ref(record), false)
+    }
+
+    /// Makes lazily appended lines durable (nothing to do when there are none).
+    pub fn sync(&mut self) -> Result<()> {
+        if self.dirty {
+            super::sync_data(&self.path)?;
+            self.dirty = false;
         }
-        self.repair()?;
-        let line = chain_line(&json, &self.last_hash);
-        super::append_line(&self.path, &line)?;
-        self.last_hash = line_hash(line.as_bytes());
         Ok(())
+    }
+
+    /// Whether lazily appended lines are not durable yet.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
     }
 
     /// Appends `records`, each chained to the one before, with one write and one fsync
     /// ([`super::append_lines`]). Nothing is written when one of them cannot be serialized.
     pub fn append_all<S: Serialize>(&mut self, records: &[S]) -> Result<()> {
+        self.write_all(records, true)
+    }
+
+    fn write_all<S: Serialize>(&mut self, records: &[S], sync: bool) -> Result<()> {
         if records.is_empty() {
             return Ok(());
         }
@@ -420,7 +431,13 @@ impl ChainWriter {
             last = line_hash(line.as_bytes());
             lines.push(line);
         }
-        super::append_lines(&self.path, &lines)?;
+        if sync {
+            super::append_lines(&self.path, &lines)?;
+            self.dirty = false;
+        } else {
+            super::append_lines_lazy(&self.path, &lines)?;
+            self.dirty = true;
+        }
         self.last_hash = last;
         Ok(())
     }

@@ -5,6 +5,8 @@
 //! a power cut as a test can get) the first time execution reaches it — or, with
 //! `KXEN_FAILPOINT_SKIP=N`, the (N+1)-th time, so a crash test reaches a point that one process
 //! passes many times (a parent's and each `task` child's steps) at every one of its passes.
+//! With `KXEN_FAILPOINT_POWERCUT` set as well, lazily appended lines that were never synced are
+//! cut off first (`fsx::append_lines_lazy`): the worst a power cut leaves.
 //! Every point is listed in [`ALL`] so a crash test can iterate all of them and none is
 //! forgotten.
 
@@ -76,6 +78,10 @@ pub fn hit(name: &str) {
                 .and_then(|v| v.parse::<usize>().ok())
                 .unwrap_or(0);
             if PASSED.fetch_add(1, Ordering::SeqCst) >= skip {
+                if std::env::var_os("KXEN_FAILPOINT_POWERCUT").is_some() {
+                    // A power cut, not only a process crash: appends never synced are lost.
+                    super::append::power_cut::simulate();
+                }
                 std::process::abort();
             }
         }

@@ -23,8 +23,8 @@ mod lock;
 mod tree;
 
 pub use append::{
-    JsonlFile, TornTail, append_line, append_lines, read_jsonl, read_jsonl_values,
-    repair_torn_tail, terminate_last_line,
+    JsonlFile, TornTail, append_line, append_lines, append_lines_lazy, read_jsonl,
+    read_jsonl_values, repair_torn_tail, sync_data, terminate_last_line,
 };
 pub use atomic::{
     create_dir_private, create_dir_with_mode, create_new, fsync_dir, write_atomic,

@@ -11,6 +11,42 @@
 //! Invariants the writer keeps (and [`Journal::record`] enforces): `Started` is durable before
 //! the side effect runs; no record follows `Settled`; a transition the state machine does not
 //! allow is refused before anything is written.
+//!
+//! # Durability: two fdatasyncs per tool call
+//!
+//! A sequential tool call costs two `fdatasync`s, and `k` calls started together `2` (the
+//! protocol's floor: one before the side effect, one for its outcome). Everything else a call
+//! writes is appended *lazily* (written, not synced: [`Journal::record_lazy`],
+//! `MessageLog::append_lazy`) and becomes durable with a later sync, because recovery can
+//! re-derive it from what is durable:
+//!
+//! | write | durable | if a power cut loses it |
+//! |---|---|---|
+//! | the assistant message (`messages.jsonl`) | lazy | the first `started` record of its calls carries it (`assistant`); recovery appends it again |
+//! | `started` (+ the assistant message) | **fsync**, before the side effect | — |
+//! | `outcomeKnown` | **fsync** | — |
+//! | the tool message (`messages.jsonl`) | lazy | `outcomeKnown` holds its content: recovery appends it again (under the id `settled` names, if that survived) |
+//! | `settled` | lazy (with the next `started`'s fsync) | the outcome is durable: recovery settles again |
+//!
+//! The invariant: **every line that may be lost is re-derivable from lines that are durable**,
+//! so no durable line ever refers to something that cannot be put back. In detail:
+//! - an assistant message is lazy only while no durable record refers to it without carrying
+//!   it: the next `started` carries it; before `awaitingApproval` (which does not) the log is
+//!   synced; a synced append to the log (an unrun call's answer, a final answer) covers it;
+//! - a lazy tool message or `settled` refers only to an operation whose outcome is durable;
+//! - before `run.json` records that the run stopped (`inputRequired`, awaiting approval) or
+//!   ended, both files are synced: a run that ended refers only to durable lines, and a later
+//!   writer (`run resolve`, a new run) finds nothing lazy behind it;
+//! - a file loses lines only at its end (each line chains the previous one's hash, so a lost
+//!   line in the middle breaks the chain): what the log lacks is its newest messages, which
+//!   recovery (`run::agent_loop`, `rederive_messages`) appends again in the log's order by
+//!   walking the operations in start order, before anything else reads the conversation; and
+//!   verification accepts exactly these references of a run whose record says `running` (an assistant
+//!   message a `started` record carries, the tool message of an operation with an outcome).
+//!
+//! A process crash (SIGKILL) loses nothing written; only a power cut can lose lazy lines. The
+//! crash tests simulate the worst case with `KXEN_FAILPOINT_POWERCUT` (every lazy line since
+//! the last sync cut off at the failpoint).
 
 mod compact;
 mod record;
@@ -134,6 +170,7 @@ impl OpTable {
                 tool_call_id,
                 call_index,
                 child,
+                ..
             } if !self.index.contains_key(&op_id) => {
                 // Paths are built from a child's ids: they must be ids.
                 if let Some(c) = &child {
@@ -384,6 +421,22 @@ impl Journal {
         self.table
             .apply(record)
             .map_err(|why| Error::failed(format!("journal state machine: {why}")))
+    }
+
+    /// [`Journal::record`] without the fsync: durable with the next durable record or
+    /// [`Journal::sync`]. Only for a record recovery can re-derive (see the module docs).
+    pub fn record_lazy(&mut self, mut record: JournalRecord) -> Result<()> {
+        record.redact();
+        self.check(&record)?;
+        self.writer.append_lazy(&record)?;
+        self.table
+            .apply(record)
+            .map_err(|why| Error::failed(format!("journal state machine: {why}")))
+    }
+
+    /// Makes lazily written records durable (nothing to do when there are none).
+    pub fn sync(&mut self) -> Result<()> {
+        self.writer.sync()
     }
 
     /// [`Journal::record`] for several records of distinct operations with one fsync (a group

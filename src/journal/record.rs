@@ -39,6 +39,11 @@ pub enum JournalRecord {
         /// before the child exists. Absent for every other tool.
         #[serde(skip_serializing_if = "Option::is_none")]
         child: Option<ChildRef>,
+        /// The assistant message itself, in the first `started` record of its calls when it
+        /// was appended to `messages.jsonl` without an fsync: this record makes it durable (the
+        /// message log may lose it in a power cut; recovery appends it again from here).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        assistant: Option<Box<crate::session::Message>>,
     },
     /// Durable after the tool returned: what it produced.
     OutcomeKnown {
@@ -105,8 +110,17 @@ impl JournalRecord {
     /// the last step before the file. Idempotent.
     pub fn redact(&mut self) {
         match self {
-            JournalRecord::Started { arguments, .. }
-            | JournalRecord::AwaitingApproval { arguments, .. } => {
+            JournalRecord::Started {
+                arguments,
+                assistant,
+                ..
+            } => {
+                crate::redact::redact_json(arguments);
+                if let Some(message) = assistant {
+                    message.redact();
+                }
+            }
+            JournalRecord::AwaitingApproval { arguments, .. } => {
                 crate::redact::redact_json(arguments)
             }
             JournalRecord::OutcomeKnown { output, .. }
@@ -173,6 +187,8 @@ struct Flat {
     #[serde(default, deserialize_with = "present")]
     child: Option<ChildRef>,
     #[serde(default, deserialize_with = "present")]
+    assistant: Option<Box<crate::session::Message>>,
+    #[serde(default, deserialize_with = "present")]
     output: Option<ToolOutcome>,
     #[serde(default, deserialize_with = "present")]
     turn_message_id: Option<String>,
@@ -204,6 +220,7 @@ impl Flat {
             "toolCallId",
             "callIndex",
             "child",
+            "assistant",
         ];
         const OUTCOME: &[&str] = &["opId", "at", "output"];
         const SETTLED: &[&str] = &["opId", "at", "turnMessageId"];
@@ -237,6 +254,7 @@ impl Flat {
             ("toolCallId", self.tool_call_id.is_some()),
             ("callIndex", self.call_index.is_some()),
             ("child", self.child.is_some()),
+            ("assistant", self.assistant.is_some()),
             ("output", self.output.is_some()),
             ("turnMessageId", self.turn_message_id.is_some()),
             ("reason", self.reason.is_some()),
@@ -267,6 +285,7 @@ impl Flat {
                 tool_call_id: need(self.tool_call_id, "toolCallId")?,
                 call_index: need(self.call_index, "callIndex")?,
                 child: self.child,
+                assistant: self.assistant,
             },
             P::OutcomeKnown => JournalRecord::OutcomeKnown {
                 op_id,
@@ -429,6 +448,7 @@ mod tests {
             tool_call_id: "call_1".into(),
             call_index: 0,
             child: None,
+            assistant: None,
         };
         let line = serde_json::to_string(&rec).unwrap();
         assert!(

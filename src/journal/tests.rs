@@ -28,6 +28,7 @@ fn make(op: usize, phase: OpPhase) -> JournalRecord {
             tool_call_id: format!("call_{op}"),
             call_index: 0,
             child: None,
+            assistant: None,
         },
         OpPhase::OutcomeKnown => JournalRecord::OutcomeKnown {
             op_id,
@@ -124,6 +125,7 @@ fn approvals_bind_the_call_and_its_arguments() {
         tool_call_id: "call_1".into(),
         call_index: 0,
         child: None,
+        assistant: None,
     };
     assert!(
         j.record(other_call).is_err(),

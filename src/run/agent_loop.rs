@@ -111,7 +111,19 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         conv.push(m);
     })?;
     let mut refs = JournalIndex::default();
-    let mut journal = Journal::open_deferred(&run_paths.journal(), |r| refs.push(r))?;
+    // Assistant messages the journal carries that the log lost (a power cut after the
+    // `started` record that carried them was durable).
+    let mut embedded = std::collections::HashMap::new();
+    let mut journal = Journal::open_deferred(&run_paths.journal(), |r| {
+        refs.push(r);
+        if let JournalRecord::Started {
+            assistant: Some(m), ..
+        } = r
+            && !messages.contains(&m.id)
+        {
+            embedded.insert(m.id.clone(), (**m).clone());
+        }
+    })?;
     verify::check_writer(
         &ex.paths.messages(),
         &index,
@@ -124,6 +136,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
     drop((index, refs));
     messages.repair()?;
     journal.repair()?;
+    rederive_messages(&mut messages, &mut conv, journal.table(), embedded, &run.id)?;
     if run.status.is_terminal() {
         // Terminal but maybe unsettled: finish settlement without the model or any tool.
         settle::finish(&mut run, &run_paths, &mut messages)?;
@@ -170,6 +183,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         attempt_mark: attempt_mark.clone(),
         crashed_marks,
         repeats,
+        pending_assistant: None,
     };
     run.status = RunStatus::Running;
     run.unknown_ops.clear();
@@ -216,6 +230,10 @@ struct Loop<'a, 'b> {
     /// Model responses of this run so far (all attempts).
     turns: u64,
     usage: UsageRecord,
+    /// The assistant message appended to the log without an fsync and not yet durable anywhere:
+    /// the next `started` record carries it ([`Loop::embed_assistant`]), or the log is synced
+    /// before anything else refers to it ([`Loop::assistant_durable`]).
+    pending_assistant: Option<Message>,
 }
 
 /// The next step of the loop after handling tool calls.
@@ -297,7 +315,11 @@ impl Loop<'_, '_> {
                 })
                 .collect();
             let message_id = message.id.clone();
-            self.append(message)?;
+            // Not synced: the first `started` record of its calls carries it (see the journal
+            // module's durability invariant); a call that starts nothing syncs the log.
+            self.append_lazy(message.clone())?;
+            message.redact();
+            self.pending_assistant = Some(message);
             failpoint::hit("tool.after-assistant-message");
             if !response.text.is_empty() {
                 sink.emit(Event::ModelText {
@@ -353,12 +375,47 @@ impl Loop<'_, '_> {
         self.ex.cancel.load(Ordering::SeqCst)
     }
 
-    /// Appends `message` to the Session durably, then to the model's history.
+    /// Appends `message` to the Session durably (and every message appended lazily before it),
+    /// then to the model's history.
     fn append(&mut self, mut message: Message) -> Result<()> {
         // Redacted here too, so the model's history is what the Session holds.
         message.redact();
         self.messages.append(message.clone())?;
+        self.pending_assistant = None;
         self.conv.push(message);
+        Ok(())
+    }
+
+    /// [`Loop::append`] without the fsync: only for a message the journal makes re-derivable
+    /// (an assistant message carried by its first `started` record, a tool message whose outcome
+    /// is durable).
+    fn append_lazy(&mut self, mut message: Message) -> Result<()> {
+        message.redact();
+        self.messages.append_lazy(message.clone())?;
+        self.conv.push(message);
+        Ok(())
+    }
+
+    /// The pending assistant message, for the `started` record about to make it durable.
+    pub(super) fn embed_assistant(&mut self) -> Option<Box<Message>> {
+        self.pending_assistant.take().map(Box::new)
+    }
+
+    /// Makes the pending assistant message durable in the log itself, before a record that
+    /// refers to it without carrying it (`awaitingApproval`).
+    fn assistant_durable(&mut self) -> Result<()> {
+        if self.pending_assistant.take().is_some() {
+            self.messages.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Makes every lazy append durable: before the run's record says the run stopped (or ended),
+    /// nothing it rests on may be lost.
+    fn make_durable(&mut self) -> Result<()> {
+        self.messages.sync()?;
+        self.journal.sync()?;
+        self.pending_assistant = None;
         Ok(())
     }
 
@@ -605,6 +662,10 @@ impl Loop<'_, '_> {
             self.answer_unrun(run, message_id, index, call, &answer, sink)?;
             return Ok(None);
         }
+        if crate::policy::rule_for(self.ex.tool_rules, &call.name).0 == crate::policy::ToolRule::Ask
+        {
+            self.assistant_durable()?;
+        }
         let gate = approval::gate(
             &mut self.journal,
             self.ex.tool_rules,
@@ -618,6 +679,7 @@ impl Loop<'_, '_> {
         };
         // A `task` call's child ids are durable in `started`, before the child exists.
         let child = children::plan(&call.name);
+        let assistant = self.embed_assistant();
         self.journal.record(JournalRecord::Started {
             op_id: op_id.clone(),
             at: crate::clock::now_rfc3339(),
@@ -627,6 +689,7 @@ impl Loop<'_, '_> {
             tool_call_id: call.id.clone(),
             call_index: index,
             child: child.clone(),
+            assistant,
         })?;
         failpoint::hit("tool.after-started");
         sink.emit(Event::ToolStarted {
@@ -739,19 +802,16 @@ impl Loop<'_, '_> {
         let turn_id = match existing {
             Some(id) => id,
             None => {
-                let mut reply = Message::new(&run.id, Role::Tool, output.text.clone());
-                reply.tool_call_id = Some(op.tool_call_id.clone());
-                reply.reply_to = Some(op.message_id.clone());
-                reply.call_index = Some(op.call_index);
-                reply.op_id = Some(op_id.to_string());
-                reply.is_error = output.is_error;
+                let reply = tool_message(&run.id, &op, &output, None);
                 let id = reply.id.clone();
-                self.append(reply)?;
+                // Not synced: the durable outcome re-derives it (see the journal module docs).
+                self.append_lazy(reply)?;
                 failpoint::hit("tool.after-turn-append");
                 id
             }
         };
-        self.journal.record(JournalRecord::Settled {
+        // Not synced either: durable with the next durable journal record.
+        self.journal.record_lazy(JournalRecord::Settled {
             op_id: op_id.to_string(),
             at: crate::clock::now_rfc3339(),
             turn_message_id: turn_id,
@@ -940,6 +1000,7 @@ impl Loop<'_, '_> {
         ops: Vec<String>,
         sink: &mut dyn EventSink,
     ) -> Result<Ending> {
+        self.make_durable()?;
         let (unknown, approvals) = approval::split_waiting(self.journal.table(), ops.clone());
         run.status = RunStatus::InputRequired;
         run.unknown_ops = unknown;
@@ -1048,6 +1109,7 @@ impl Loop<'_, '_> {
         if let Some(error) = &mut result.error {
             crate::redact::redact_in_place(&mut error.message);
         }
+        self.make_durable()?;
         settle::close_attempt(run, crate::clock::duration_millis(self.started.elapsed()));
         settle::settle(run, &self.run_paths, &mut self.messages, result.clone())?;
         sink.emit(finished_event(self.ex.session_id, &run.id, &result));
@@ -1075,6 +1137,63 @@ fn call_event(run_id: &str, event: CallEvent) -> Event {
             text: crate::redact::redact(&text),
         },
     }
+}
+
+/// The tool result message of operation `op` with outcome `output` (`id`: the id a durable
+/// `settled` record already names, when recovery writes it again).
+fn tool_message(
+    run_id: &str,
+    op: &crate::journal::OpState,
+    output: &ToolOutcome,
+    id: Option<&str>,
+) -> Message {
+    let mut reply = Message::new(run_id, Role::Tool, output.text.clone());
+    if let Some(id) = id {
+        reply.id = id.to_string();
+    }
+    reply.tool_call_id = Some(op.tool_call_id.clone());
+    reply.reply_to = Some(op.message_id.clone());
+    reply.call_index = Some(op.call_index);
+    reply.op_id = Some(op.op_id.clone());
+    reply.is_error = output.is_error;
+    reply
+}
+
+/// Puts back what a power cut took from the end of `messages.jsonl` while the journal kept it
+/// (see the journal module's durability invariant), in the log's order: walking the run's
+/// operations in start order, an assistant message the log lacks is appended from the
+/// `started` record that carried it (`embedded`), and a settled operation's tool message the
+/// log lacks from its recorded outcome, under the id `settled` names. Then the log is synced.
+fn rederive_messages(
+    messages: &mut MessageLog,
+    conv: &mut Conversation,
+    table: &crate::journal::OpTable,
+    mut embedded: std::collections::HashMap<String, Message>,
+    run_id: &str,
+) -> Result<()> {
+    let mut appended = false;
+    for op in table.ops() {
+        if !messages.contains(&op.message_id)
+            && let Some(message) = embedded.remove(&op.message_id)
+        {
+            messages.append_lazy(message.clone())?;
+            conv.push(message);
+            appended = true;
+        }
+        if op.phase == OpPhase::Settled
+            && let (Some(id), Some(output)) = (&op.turn_message_id, &op.output)
+            && !messages.contains(id)
+        {
+            let reply = tool_message(run_id, op, output, Some(id));
+            messages.append_lazy(reply.clone())?;
+            conv.push(reply);
+            appended = true;
+        }
+    }
+    if appended {
+        messages.sync()?;
+    }
+    Ok(())
 }
 
 /// How often [`bounded`] looks at the cancel flag and the clock.

@@ -90,6 +90,12 @@ impl Loop<'_, '_> {
                 child: children::plan(&call.name),
             });
         }
+        // The first `started` record carries the assistant message if it is not durable yet.
+        let mut assistant = if slots.iter().any(|s| s.admitted.is_ok()) {
+            self.embed_assistant()
+        } else {
+            None // nothing starts: the refusals' answers make it durable in the log
+        };
         let started: Vec<JournalRecord> = slots
             .iter()
             .filter(|s| s.admitted.is_ok())
@@ -102,6 +108,7 @@ impl Loop<'_, '_> {
                 tool_call_id: s.call.id.clone(),
                 call_index: s.index,
                 child: s.child.clone(),
+                assistant: assistant.take(),
             })
             .collect();
         // One fsync for every `started` of the batch, before any of them runs.

@@ -214,9 +214,30 @@ impl MessageLog {
         self.writer.repair()
     }
 
-    /// Appends `message` durably. Refuses an id already present (callers that may repeat a step
-    /// check [`MessageLog::contains`] first).
-    pub fn append(&mut self, mut message: Message) -> Result<()> {
+    /// Appends `message` durably (with every message appended lazily before it). Refuses an id
+    /// already present (callers that may repeat a step check [`MessageLog::contains`] first).
+    pub fn append(&mut self, message: Message) -> Result<()> {
+        self.append_as(message, true)
+    }
+
+    /// [`MessageLog::append`] without the fsync: the message is durable only with the next
+    /// durable append or [`MessageLog::sync`]. Only for a message the journal can re-derive if
+    /// a power cut loses it (see `journal`'s module docs).
+    pub fn append_lazy(&mut self, message: Message) -> Result<()> {
+        self.append_as(message, false)
+    }
+
+    /// Makes lazily appended messages durable (nothing to do when there are none).
+    pub fn sync(&mut self) -> Result<()> {
+        self.writer.sync()
+    }
+
+    /// Whether lazily appended messages are not durable yet.
+    pub fn is_dirty(&self) -> bool {
+        self.writer.is_dirty()
+    }
+
+    fn append_as(&mut self, mut message: Message, durable: bool) -> Result<()> {
         // The one step every message passes before it is durable: no credential in the file.
         message.redact();
         if self.ids.contains(&message.id) {
@@ -226,7 +247,11 @@ impl MessageLog {
                 self.path.display()
             )));
         }
-        self.writer.append(&message)?;
+        if durable {
+            self.writer.append(&message)?;
+        } else {
+            self.writer.append_lazy(&message)?;
+        }
         self.ids.insert(message.id.clone());
         if message.role == Role::Assistant {
             self.assistant_messages += 1;

@@ -22,7 +22,23 @@ fn counting_script(env: &TestEnv) -> PathBuf {
 }
 
 fn start(env: &TestEnv, repo: &Path, agent: &Path, config: &Path, failpoint: Option<&str>) -> Run {
+    start_cut(env, repo, agent, config, failpoint, false)
+}
+
+/// [`start`]; with `power_cut`, the failpoint also drops every append that was never synced
+/// (`KXEN_FAILPOINT_POWERCUT`), as a power cut could.
+fn start_cut(
+    env: &TestEnv,
+    repo: &Path,
+    agent: &Path,
+    config: &Path,
+    failpoint: Option<&str>,
+    power_cut: bool,
+) -> Run {
     let mut cmd = env.cmd("kxen-agent");
+    if power_cut {
+        cmd.env("KXEN_FAILPOINT_POWERCUT", "1");
+    }
     cmd.args([
         "run",
         "--workspace",
@@ -93,6 +109,18 @@ fn assert_state_parses(env: &TestEnv) {
 
 #[test]
 fn a_crash_at_every_failpoint_loses_nothing_and_repeats_nothing() {
+    crash_at_every_failpoint(false);
+}
+
+/// As above, but each crash is a power cut: what was appended without an fsync is gone. The
+/// journal re-derives it (the durability invariant in `src/journal/mod.rs`), and the state each
+/// cut leaves verifies before anything repairs it.
+#[test]
+fn a_power_cut_at_every_failpoint_loses_nothing_and_repeats_nothing() {
+    crash_at_every_failpoint(true);
+}
+
+fn crash_at_every_failpoint(power_cut: bool) {
     for point in kxen::fsx::failpoint::ALL {
         if point.starts_with("import.") {
             continue; // not on a run's path; tests/it/session_bundle.rs crashes imports there
@@ -116,12 +144,17 @@ fn a_crash_at_every_failpoint_loses_nothing_and_repeats_nothing() {
         let repo = env.git_repo("repo", &[("README", "x\n")]);
         let agent = fixer(&env);
         let config = counting_script(&env);
-        let crashed = start(&env, &repo, &agent, &config, Some(point));
+        let crashed = start_cut(&env, &repo, &agent, &config, Some(point), power_cut);
         assert_ne!(
             crashed.code, 0,
             "{point}: the failpoint was not reached\n{}",
             crashed.stdout
         );
+        if let Some(session) = only_session(&env) {
+            // Every state a crash leaves verifies as it is.
+            let verify = env.run("kxen-agent", &["session", "verify", &session]);
+            assert_eq!(verify.code, 0, "{point}: {}", verify.stderr);
+        }
         let Some(session) = only_session(&env) else {
             // Before the Session's rename nothing is visible, and nothing else was written.
             assert!(

@@ -96,6 +96,7 @@ pub fn build(state: &Path, shape: &Shape) -> Built {
                 tool_call_id: format!("call_{i}"),
                 call_index: 0,
                 child: None,
+                assistant: None,
             })
             .unwrap();
         let full: String = format!("output of step {i}: ")

@@ -57,12 +57,11 @@ pub struct MessageIndex {
     pub(super) refs: Vec<MsgRef>,
 }
 
-impl MessageIndex {
-    /// Takes the next message of the log.
-    pub fn push(&mut self, m: &Message) {
-        self.refs.push(MsgRef {
-            // Every record is one line, in order.
-            line: self.refs.len() + 1,
+impl MsgRef {
+    /// What the checks keep of message `m` at `line` of its file.
+    fn of(m: &Message, line: usize) -> MsgRef {
+        MsgRef {
+            line,
             id: m.id.clone(),
             run_id: m.run_id.clone(),
             role: m.role,
@@ -75,7 +74,16 @@ impl MessageIndex {
                 .collect(),
             call_ids: m.tool_calls.iter().map(|c| c.id.clone()).collect(),
             op_id: m.op_id.clone(),
-        });
+        }
+    }
+}
+
+impl MessageIndex {
+    /// Takes the next message of the log.
+    pub fn push(&mut self, m: &Message) {
+        // Every record is one line, in order.
+        let line = self.refs.len() + 1;
+        self.refs.push(MsgRef::of(m, line));
     }
 
     pub fn len(&self) -> usize {
@@ -112,6 +120,8 @@ pub(super) enum OpRef {
         call_index: usize,
         /// [`digest`] of the arguments' compact JSON.
         arguments: u64,
+        /// The assistant message the record carries (see [`JournalRecord::Started`]).
+        embedded: Option<MsgRef>,
     },
     Settled {
         op_id: String,
@@ -142,9 +152,17 @@ impl JournalIndex {
                 tool_call_id,
                 call_index,
                 arguments,
+                assistant,
                 ..
-            }
-            | JournalRecord::AwaitingApproval {
+            } => Some(OpRef::Started {
+                op_id: op_id.clone(),
+                message_id: message_id.clone(),
+                tool_call_id: tool_call_id.clone(),
+                call_index: *call_index,
+                arguments: digest(&arguments.to_string()),
+                embedded: assistant.as_ref().map(|m| MsgRef::of(m, self.line)),
+            }),
+            JournalRecord::AwaitingApproval {
                 op_id,
                 message_id,
                 tool_call_id,
@@ -157,6 +175,7 @@ impl JournalIndex {
                 tool_call_id: tool_call_id.clone(),
                 call_index: *call_index,
                 arguments: digest(&arguments.to_string()),
+                embedded: None,
             }),
             JournalRecord::Settled {
                 op_id,
@@ -271,14 +290,7 @@ pub(super) fn check_run_journal(
     blobs: Option<&mut BlobCheck>,
 ) -> Result<()> {
     let messages_name = file_name(messages);
-    check_journal_refs(
-        messages_name,
-        by_id,
-        &files.run.id,
-        files.journal,
-        files.refs,
-        blobs,
-    )?;
+    check_journal_refs(messages_name, by_id, files, blobs)?;
     if files.run.status == RunStatus::Queued
         && files.run.attempts.is_empty()
         && !files.table.ops().is_empty()
@@ -296,15 +308,25 @@ pub(super) fn check_run_journal(
 
 /// Each journal record's references: a `started` record's assistant message and call (with the
 /// same arguments), a `settled` record's tool message, an outcome's blob.
+///
+/// A run still `running` may reference messages a power cut took from the end of the log
+/// (lazy appends, see the journal module's durability invariant), exactly those recovery puts
+/// back: an assistant message a `started` record of the journal carries (its copy is then
+/// checked as the log's would be), and the tool message of an operation whose outcome is
+/// recorded. The hash chain makes anything the log lost a suffix. A run that stopped
+/// (`inputRequired`) or ended made its files durable first, so it references only what the log
+/// holds.
 fn check_journal_refs(
     messages_name: &str,
     by_id: &HashMap<&str, &MsgRef>,
-    run_id: &str,
-    journal: &Path,
-    refs: &JournalIndex,
+    files: &RunFiles,
     mut blobs: Option<&mut BlobCheck>,
 ) -> Result<()> {
-    for (line, record) in &refs.records {
+    let (run_id, journal) = (files.run.id.as_str(), files.journal);
+    // Only a run its record calls `running` can lag: one that stopped or ended synced first.
+    let lag = files.run.status == RunStatus::Running;
+    let mut carried: HashMap<&str, &MsgRef> = HashMap::new();
+    for (line, record) in &files.refs.records {
         let line = *line;
         match record {
             OpRef::Started {
@@ -313,8 +335,37 @@ fn check_journal_refs(
                 tool_call_id,
                 call_index,
                 arguments,
+                embedded,
             } => {
-                let asked = by_id.get(message_id.as_str()).filter(|m| {
+                if let Some(copy) = embedded {
+                    if copy.id != *message_id {
+                        return Err(corrupt_at(
+                            journal,
+                            line,
+                            format!(
+                                "operation {op_id} carries assistant message {} but names                                  {message_id}",
+                                copy.id
+                            ),
+                        ));
+                    }
+                    if let Some(logged) = by_id.get(message_id.as_str())
+                        && (logged.call_ids != copy.call_ids || logged.call_args != copy.call_args)
+                    {
+                        return Err(corrupt_at(
+                            journal,
+                            line,
+                            format!(
+                                "operation {op_id} carries a copy of assistant message                                  {message_id} that differs from {messages_name}'s: one of them                                  was changed"
+                            ),
+                        ));
+                    }
+                    carried.insert(message_id.as_str(), copy);
+                }
+                let message = by_id.get(message_id.as_str()).copied().or_else(|| {
+                    lag.then(|| carried.get(message_id.as_str()).copied())
+                        .flatten()
+                });
+                let asked = message.filter(|m| {
                     m.role == Role::Assistant
                         && m.run_id == run_id
                         && m.call_ids
@@ -347,9 +398,11 @@ fn check_journal_refs(
                 op_id,
                 turn_message_id,
             } => {
-                let answers = by_id.get(turn_message_id.as_str()).is_some_and(|m| {
-                    m.role == Role::Tool && m.op_id.as_deref() == Some(op_id.as_str())
-                });
+                let answers = match by_id.get(turn_message_id.as_str()) {
+                    Some(m) => m.role == Role::Tool && m.op_id.as_deref() == Some(op_id.as_str()),
+                    // Lost from the log's end: recovery writes it again from the outcome.
+                    None => lag && files.table.get(op_id).is_some_and(|op| op.output.is_some()),
+                };
                 if !answers {
                     return Err(corrupt_at(
                         journal,
