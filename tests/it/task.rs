@@ -549,21 +549,32 @@ fn check_recovered(env: &TestEnv, repo: &Path, what: &str) {
 /// passes is fixed and so is what each crash leaves UNKNOWN).
 #[test]
 fn a_crash_at_every_pass_of_every_failpoint_never_runs_a_child_twice() {
-    crash_at_every_pass(false);
+    crash_at_every_pass(false, false);
 }
 
 #[test]
 fn a_crash_at_every_pass_of_every_failpoint_never_runs_a_sequential_child_twice() {
-    crash_at_every_pass(true);
+    crash_at_every_pass(true, false);
 }
 
-fn crash_at_every_pass(sequential: bool) {
+/// The sequential crash test with power cuts (`KXEN_FAILPOINT_POWERCUT`: what the parent and the
+/// children appended lazily is lost) at every pass of the tool and task points: the journals
+/// re-derive it, and the same operations (no more) are UNKNOWN.
+#[test]
+fn a_power_cut_at_every_pass_of_the_tool_and_task_points_never_runs_a_child_twice() {
+    crash_at_every_pass(true, true);
+}
+
+fn crash_at_every_pass(sequential: bool, power_cut: bool) {
     let mut crashes = 0;
     for point in kxen::fsx::failpoint::ALL {
         if ["import.", "export.", "dwp.", "pull.", "remote."]
             .iter()
             .any(|p| point.starts_with(p))
         {
+            continue;
+        }
+        if power_cut && !(point.starts_with("tool.") || point.starts_with("task.")) {
             continue;
         }
         for skip in 0.. {
@@ -595,6 +606,14 @@ fn crash_at_every_pass(sequential: bool) {
                 .arg("--allow-shell")
                 .env("KXEN_FAILPOINT", point)
                 .env("KXEN_FAILPOINT_SKIP", skip.to_string())
+                .env(
+                    if power_cut {
+                        "KXEN_FAILPOINT_POWERCUT"
+                    } else {
+                        "KXEN_TEST_NO_POWERCUT"
+                    },
+                    "1",
+                )
                 .output()
                 .unwrap();
             if out.status.code() == Some(0) {
@@ -609,6 +628,12 @@ fn crash_at_every_pass(sequential: bool) {
                 String::from_utf8_lossy(&out.stderr)
             );
             crashes += 1;
+            // Every state a crash (or power cut) leaves verifies as it is, in every Session.
+            for s in session_list(&env) {
+                let id = s["id"].as_str().unwrap();
+                let verify = env.run("kxen-agent", &["session", "verify", id]);
+                assert_eq!(verify.code, 0, "{what}: {id}: {}", verify.stderr);
+            }
             let resolved = finish_parent(&env, &config, &what);
             check_recovered(&env, &repo, &what);
             // Only a tool that started and had no recorded outcome, or a child recorded but
@@ -632,7 +657,8 @@ fn crash_at_every_pass(sequential: bool) {
             }
         }
     }
-    assert!(crashes > 40, "only {crashes} crashes");
+    let least = if power_cut { 20 } else { 40 };
+    assert!(crashes > least, "only {crashes} crashes");
 }
 
 /// The script of children that block: each child's only call runs a command that marks its
