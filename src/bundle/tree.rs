@@ -111,6 +111,13 @@ pub fn check(root: &str, order: &[(&str, Member<'_>)]) -> std::result::Result<()
                 expected - 1
             ));
         }
+        let limit = up.meta.lock.policy.task_depth_limit();
+        if origin.depth > limit {
+            return Err(format!(
+                "session {id} is at task depth {} beyond its policy's maxTaskDepth {limit}",
+                origin.depth
+            ));
+        }
         if !up.meta.lock.capabilities.iter().any(|c| c == "task") {
             return Err(format!(
                 "session {id} is a task child of {parent}, whose lock does not grant `task` \

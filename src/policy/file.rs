@@ -50,6 +50,10 @@ pub struct PolicyFile {
     /// tool.
     #[serde(default)]
     pub mcp_pass_env: std::collections::BTreeMap<String, Vec<String>>,
+    /// **(beyond)** How deep `task` subagents may nest: a child at this depth gets no `task`
+    /// (absent: 1, children never delegate further).
+    #[serde(default)]
+    pub max_task_depth: Option<u32>,
 }
 
 /// `mcpTools` with a repeated pattern refused (serde_json's map would keep the last silently).
@@ -183,6 +187,14 @@ fn check(p: &PolicyFile) -> std::result::Result<(), String> {
     }
     if p.max_wall_clock_ms == Some(0) {
         return Err("maxWallClockMs: must be at least 1 (omit it to keep the definition's)".into());
+    }
+    if let Some(n) = p.max_task_depth
+        && !(1..=super::MAX_TASK_DEPTH_LIMIT).contains(&n)
+    {
+        return Err(format!(
+            "maxTaskDepth: must be between 1 and {}, found {n} (omit it for 1)",
+            super::MAX_TASK_DEPTH_LIMIT
+        ));
     }
     sandbox_mode(p.sandbox.as_deref())?;
     if let Some(n) = p.max_pure_retries

@@ -75,9 +75,26 @@ pub struct MergedPolicy {
     /// when non-empty, so a policy without it hashes as before it existed.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub mcp_pass_env: std::collections::BTreeMap<String, Vec<String>>,
+    /// `maxTaskDepth`: how deep `task` subagents may nest ([`MergedPolicy::task_depth_limit`]).
+    /// Written only when given, so a policy without it hashes as before it existed; being part
+    /// of the hash, it cannot change on a resume without a drift error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_task_depth: Option<u32>,
 }
 
+/// The default `maxTaskDepth`: children of a top-level Session, none below them.
+pub const DEFAULT_TASK_DEPTH: u32 = 1;
+
+/// The largest `maxTaskDepth` a policy may give.
+pub const MAX_TASK_DEPTH_LIMIT: u32 = 8;
+
 impl MergedPolicy {
+    /// The depth at which a `task` child gets no `task` capability: 1 (the default) lets a
+    /// top-level Session delegate and its children not.
+    pub fn task_depth_limit(&self) -> u32 {
+        self.max_task_depth.unwrap_or(DEFAULT_TASK_DEPTH)
+    }
+
     /// The fence this policy puts around every `exec` child.
     pub fn fence(&self) -> FencePolicy {
         FencePolicy {
@@ -210,6 +227,7 @@ pub fn merge_with(file: PolicyFile, flags: &PolicyFlags) -> Result<MergedPolicy>
             .map(|(server, names)| (server, sorted(names)))
             .filter(|(_, names)| !names.is_empty())
             .collect(),
+        max_task_depth: file.max_task_depth,
     })
 }
 

@@ -440,3 +440,24 @@ fn mcp_pass_env_is_per_server_hashed_and_absent_keeps_the_old_hash() {
     assert!(invalid(r#"{"mcpPassEnv": {"gh": ["OPENAI_API_KEY"]}}"#).contains("mcpPassEnv.gh[0]:"));
     assert!(invalid(r#"{"mcpPassEnv": ["A"]}"#).contains("invalid type"));
 }
+
+#[test]
+fn max_task_depth_is_hashed_only_when_given_and_bounded() {
+    let none = policy("{}");
+    assert_eq!(none.task_depth_limit(), 1);
+    assert!(!none.canonical_json().contains("maxTaskDepth"));
+    let two = policy(r#"{"maxTaskDepth": 2}"#);
+    assert_eq!(two.task_depth_limit(), 2);
+    assert_ne!(
+        two.policy_hash(),
+        none.policy_hash(),
+        "a changed limit is drift"
+    );
+    assert!(two.canonical_json().ends_with(r#""maxTaskDepth":2}"#));
+    for bad in [r#"{"maxTaskDepth": 0}"#, r#"{"maxTaskDepth": 9}"#] {
+        assert!(
+            invalid(bad).contains("maxTaskDepth: must be between 1 and 8"),
+            "{bad}"
+        );
+    }
+}

@@ -10,7 +10,7 @@
 //!
 //! The child's lock is the parent's locked definition and policy (same policy hash), with:
 //! - capabilities never wider than the parent's: the same set, minus `task` once the child is
-//!   at [`MAX_TASK_DEPTH`];
+//!   at the policy's depth limit (`maxTaskDepth`, default 1: [`MergedPolicy::task_depth_limit`]);
 //! - budgets carved from what the parent has left when the child starts: `maxTurns` at most
 //!   the parent's remaining turns ([`share`] of them when several children start together),
 //!   `maxWallClockMs` at most its remaining wall clock. The turns a child takes are the
@@ -32,6 +32,8 @@ use crate::error::{Error, Result};
 use crate::fsx::failpoint;
 use crate::ids::{self, IdKind};
 use crate::journal::ChildRef;
+#[cfg(doc)]
+use crate::policy::MergedPolicy;
 use crate::provider::{ModelRequest, ModelResponse, Provider};
 use crate::run::agent_loop::{self, Ending, Execution};
 use crate::run::events::Discard;
@@ -40,10 +42,6 @@ use crate::session::store::{self, NewSession};
 use crate::session::{ForkKind, Lease, Message, Role, SessionMeta, TaskParent, meta};
 use crate::tools::task::{TaskArgs, TaskRunner};
 use crate::tools::{self, ToolOutput};
-
-/// The deepest a `task` child may be: a child at this depth gets no `task` capability, so a
-/// top-level Session's children cannot start children of their own.
-pub const MAX_TASK_DEPTH: u32 = 1;
 
 /// The child ids of a `task` call, chosen before its `started` record (`None` for other tools).
 pub fn plan(tool: &str) -> Option<ChildRef> {
@@ -169,7 +167,7 @@ pub fn child_lock(
 ) -> std::result::Result<DcpAgentLock, String> {
     let mut definition = parent.definition.clone();
     let mut capabilities = parent.capabilities.clone();
-    if depth >= MAX_TASK_DEPTH {
+    if depth >= parent.policy.task_depth_limit() {
         let caps = &mut definition.spec.capabilities;
         caps.required.retain(|c| c != "task");
         caps.optional.retain(|c| c != "task");
@@ -530,6 +528,37 @@ mod tests {
                 .unwrap_err()
                 .contains("no turns")
         );
+    }
+
+    #[test]
+    fn the_policys_task_depth_decides_which_children_may_delegate() {
+        let yaml = "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: t}\nspec:\n  \
+                    objective: o\n  instructions: [i]\n  capabilities: {required: [read], \
+                    optional: [task]}\n";
+        let definition = crate::agent::parse_definition(yaml.as_bytes(), "t.yaml").unwrap();
+        let mut file = crate::policy::PolicyFile {
+            allow_shell: true,
+            max_task_depth: Some(2),
+            ..Default::default()
+        };
+        let deep = crate::policy::merge_with(file.clone(), &PolicyFlags::default()).unwrap();
+        let parent = DcpAgentLock::build(&definition, &deep).unwrap();
+        let left = Remaining {
+            turns: 10,
+            wall_clock: None,
+        };
+        let child = child_lock(&parent, 1, left).unwrap();
+        assert_eq!(
+            child.capabilities,
+            ["read", "task"],
+            "depth 1 of 2 delegates"
+        );
+        let grandchild = child_lock(&child, 2, left).unwrap();
+        assert_eq!(grandchild.capabilities, ["read"], "depth 2 of 2 does not");
+        file.max_task_depth = None;
+        let shallow = crate::policy::merge_with(file, &PolicyFlags::default()).unwrap();
+        let parent = DcpAgentLock::build(&definition, &shallow).unwrap();
+        assert_eq!(child_lock(&parent, 1, left).unwrap().capabilities, ["read"]);
     }
 
     #[test]

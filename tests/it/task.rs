@@ -883,3 +883,99 @@ fn a_child_awaiting_approval_is_approved_through_the_child_never_resolved_in_the
         "ran\n"
     );
 }
+
+/// `maxTaskDepth` 2 (policy): a child may delegate once more, its own child may not; the depth
+/// is in every lock, and a tree of three levels exports and verifies.
+#[test]
+fn a_policy_depth_of_two_lets_a_child_delegate_once_more() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = delegator(&env, 12);
+    let policy = env.path().join("policy.json");
+    std::fs::write(&policy, r#"{"allowShell": true, "maxTaskDepth": 2}"#).unwrap();
+    let config = script_config(
+        &env,
+        &[
+            tasks(&[("t1", "middle", "Delegate the leaf")]),
+            child("middle", tasks(&[("t2", "leaf", "Say leaf-ok")])),
+            child("leaf", answer("leaf-ok")),
+            child("middle", answer("middle-ok")),
+            answer("all done"),
+        ],
+    );
+    let out = run_new(
+        &env,
+        &repo,
+        "Delegate twice",
+        &agent,
+        &config,
+        &["--policy", policy.to_str().unwrap()],
+    );
+    out.expect(0);
+    assert_eq!(finished(&out.jsonl())["finalText"], "all done");
+    let sessions = session_list(&env);
+    assert_eq!(sessions.len(), 3, "{sessions:?}");
+    let depth_of = |d: u64| {
+        sessions
+            .iter()
+            .find(|s| s["taskParent"]["depth"] == d)
+            .unwrap_or_else(|| panic!("no session at depth {d}: {sessions:?}"))["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (middle, leaf) = (depth_of(1), depth_of(2));
+    assert_eq!(
+        session_show(&env, &middle)["lock"]["capabilities"],
+        json!(["exec", "read", "task"])
+    );
+    assert_eq!(
+        session_show(&env, &leaf)["lock"]["capabilities"],
+        json!(["exec", "read"])
+    );
+    assert_eq!(session_show(&env, &leaf)["parentId"], middle.as_str());
+    let tool: Vec<Value> = session_show(&env, &middle)["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .cloned()
+        .collect();
+    assert_eq!(tool[0]["content"], "leaf-ok");
+    for s in &sessions {
+        env.run(
+            "kxen-agent",
+            &["session", "verify", s["id"].as_str().unwrap()],
+        )
+        .expect(0);
+    }
+    // The three levels travel in one bundle and import as one tree.
+    let parent = parent_of_all(&env)["id"].as_str().unwrap().to_string();
+    let bundle = env.path().join("deep.bundle.json");
+    let exported = env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "export",
+            &parent,
+            "--output",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    exported.expect(0);
+    assert_eq!(exported.jsonl()[0]["tasks"], json!([middle, leaf]));
+    let target = env.path().join("target");
+    env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            target.to_str().unwrap(),
+            "session",
+            "import",
+            bundle.to_str().unwrap(),
+            "--workspace",
+            repo.to_str().unwrap(),
+        ],
+    )
+    .expect(0);
+}
