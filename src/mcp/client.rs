@@ -301,26 +301,7 @@ impl Client {
 
     /// `tools/list`, every page.
     pub fn list_tools(&mut self) -> Result<Vec<Value>, String> {
-        let mut tools = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..1000 {
-            let params = match &cursor {
-                Some(c) => json!({"cursor": c}),
-                None => json!({}),
-            };
-            let page = self
-                .request("tools/list", params, None)
-                .map_err(|f| format!("tools/list failed: {f}"))?;
-            let Some(items) = page["tools"].as_array() else {
-                return Err("tools/list answered without a `tools` array".into());
-            };
-            tools.extend(items.iter().cloned());
-            match page.get("nextCursor").and_then(Value::as_str) {
-                Some(next) if !next.is_empty() => cursor = Some(next.to_string()),
-                _ => return Ok(tools),
-            }
-        }
-        Err("tools/list returned more than 1000 pages".into())
+        list_pages(|params| self.request("tools/list", params, None))
     }
 
     /// `tools/call`; the result object as the server sent it.
@@ -588,6 +569,30 @@ impl Drop for Client {
             self.kill();
         }
     }
+}
+
+/// Every page of `tools/list`, asked with `request` (either transport).
+pub(crate) fn list_pages(
+    mut request: impl FnMut(Value) -> Result<Value, Failure>,
+) -> Result<Vec<Value>, String> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..1000 {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let page = request(params).map_err(|f| format!("tools/list failed: {f}"))?;
+        let Some(items) = page["tools"].as_array() else {
+            return Err("tools/list answered without a `tools` array".into());
+        };
+        tools.extend(items.iter().cloned());
+        match page.get("nextCursor").and_then(Value::as_str) {
+            Some(next) if !next.is_empty() => cursor = Some(next.to_string()),
+            _ => return Ok(tools),
+        }
+    }
+    Err("tools/list returned more than 1000 pages".into())
 }
 
 fn read_messages(stdout: impl Read, tx: SyncSender<Incoming>) {

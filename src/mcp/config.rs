@@ -11,7 +11,18 @@
 //! timeout_ms = 60000                         # per request, default 120000
 //! sandbox = "workspaceWrite"                 # the fence: workspaceWrite (default) | readOnly | off
 //! allow_network = false                      # default false: an empty network namespace
+//!
+//! [mcp.servers.tracker]
+//! url = "https://mcp.example.com/mcp"         # Streamable HTTP endpoint
+//! bearer_token_env = "TRACKER_TOKEN"          # optional: `Authorization: Bearer $TRACKER_TOKEN`
+//! timeout_ms = 60000
 //! ```
+//!
+//! A `url` server is not a process of ours: `cwd`, `env`, `passEnv`, `sandbox` and
+//! `allow_network` are for `command` servers only. A bearer token goes over `https://`, or over
+//! `http://` only to this machine (loopback): never in cleartext over a network. The entry (and
+//! so the lock's hash of it) holds the variable's *name*; its value is read when kxen-agent
+//! connects and never written anywhere.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,9 +51,10 @@ pub struct ServerConfig {
     /// argv of a stdio server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
-    /// Streamable HTTP endpoint: parsed so the message can be precise, refused (not supported yet).
+    /// Streamable HTTP endpoint (`http://` or `https://`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// The variable holding the bearer token of a `url` server (its name only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bearer_token_env: Option<String>,
     /// Working directory (relative: to the config file's directory). Default: the workspace root.
@@ -136,12 +148,7 @@ pub fn check(name: &str, entry: &ServerConfig) -> Result<(), String> {
                 "{at}: give `command = [\"program\", \"arg\", …]` (a stdio server)"
             ));
         }
-        (None, Some(url)) => {
-            return Err(format!(
-                "{at}: url = {url:?}: Streamable HTTP MCP servers are not supported yet; run \
-                 the server over stdio with `command = [...]`"
-            ));
-        }
+        (None, Some(url)) => return check_url_entry(&at, url, entry),
         (Some(argv), None) => {
             if argv.first().is_none_or(|a| a.is_empty()) {
                 return Err(format!("{at}: command must name a program"));
@@ -161,6 +168,63 @@ pub fn check(name: &str, entry: &ServerConfig) -> Result<(), String> {
             return Err(format!(
                 "{at}: env.{key} looks like a credential; a config holds no secret: list the \
                  name in passEnv (and the policy's passEnv) instead"
+            ));
+        }
+    }
+    if entry.timeout_ms == Some(0) {
+        return Err(format!("{at}: timeout_ms must be at least 1"));
+    }
+    Ok(())
+}
+
+/// Checks a `url` (Streamable HTTP) entry.
+fn check_url_entry(at: &str, url: &str, entry: &ServerConfig) -> Result<(), String> {
+    let stdio_only = [
+        ("cwd", entry.cwd.is_some()),
+        ("env", !entry.env.is_empty()),
+        ("passEnv", !entry.pass_env.is_empty()),
+        ("sandbox", entry.sandbox != SandboxMode::default()),
+        ("allow_network", entry.allow_network),
+    ];
+    if let Some((field, _)) = stdio_only.iter().find(|(_, given)| *given) {
+        return Err(format!(
+            "{at}: `{field}` is only for `command` servers (a `url` server is not a process \
+             kxen-agent starts)"
+        ));
+    }
+    let parsed = match url::Url::parse(url) {
+        Ok(u) => u,
+        Err(e) => return Err(format!("{at}: url is not a URL ({e})")),
+    };
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+        return Err(format!(
+            "{at}: url must be an http:// or https:// address with a host"
+        ));
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(format!(
+            "{at}: url must not hold credentials (user info); name the variable holding the \
+             token in bearer_token_env instead"
+        ));
+    }
+    if crate::tools::env::sensitive_value(url) {
+        return Err(format!(
+            "{at}: url looks like it holds a credential; a config holds no secret: name the \
+             variable holding the token in bearer_token_env instead"
+        ));
+    }
+    if let Some(var) = &entry.bearer_token_env {
+        if !is_valid_env_name(var) {
+            return Err(format!(
+                "{at}: bearer_token_env = {var:?} is not an environment variable name"
+            ));
+        }
+        if parsed.scheme() == "http" && !crate::provider::http::is_loopback(url) {
+            return Err(format!(
+                "{at}: bearer_token_env with a plain http:// url to {}: the token would cross \
+                 the network in cleartext; use https:// (plain http is only for a server on \
+                 this machine: localhost, 127.0.0.1, [::1])",
+                parsed.host_str().unwrap_or("?")
             ));
         }
     }
@@ -201,8 +265,8 @@ mod tests {
         assert_ne!(a.entry_hash(), b.entry_hash());
         assert_eq!(a.entry_hash(), parse("command = [\"srv\"]\n").entry_hash());
         assert!(check("s", &a).is_ok());
-        let url = parse("url = \"http://localhost:1\"");
-        assert!(check("s", &url).unwrap_err().contains("not supported yet"));
+        let url = parse("url = \"http://localhost:1/mcp\"");
+        assert!(check("s", &url).is_ok());
         // The fence fields are part of the entry: changing them is MCP drift.
         let off = parse("command = [\"srv\"]\nsandbox = \"off\"");
         let net = parse("command = [\"srv\"]\nallow_network = true");
@@ -218,5 +282,37 @@ mod tests {
         assert!(toml::from_str::<ServerConfig>("command = [\"s\"]\nsandbox = \"none\"").is_err());
         let secret = parse("command = [\"s\"]\nenv = { GH_TOKEN = \"ghp_x\" }");
         assert!(check("s", &secret).unwrap_err().contains("credential"));
+    }
+
+    #[test]
+    fn url_entries() {
+        let parse = |s: &str| toml::from_str::<ServerConfig>(s).unwrap();
+        let err = |s: &str| check("s", &parse(s)).unwrap_err();
+        for ok in [
+            "url = \"https://mcp.example.com/mcp\"\nbearer_token_env = \"T\"",
+            "url = \"http://127.0.0.1:8000/mcp\"\nbearer_token_env = \"T\"",
+            "url = \"http://[::1]:8000/mcp\"\nbearer_token_env = \"T\"",
+            "url = \"http://localhost/mcp\"\nbearer_token_env = \"T\"",
+            "url = \"http://mcp.example.com/mcp\"",
+        ] {
+            assert!(check("s", &parse(ok)).is_ok(), "{ok}");
+        }
+        assert!(
+            err("url = \"http://mcp.example.com/mcp\"\nbearer_token_env = \"T\"")
+                .contains("cleartext")
+        );
+        assert!(err("url = \"https://u:p@example.com/mcp\"").contains("user info"));
+        assert!(err("url = \"ftp://example.com/\"").contains("http://"));
+        assert!(err("url = \"not a url\"").contains("not a URL"));
+        assert!(err("url = \"https://x.com/\"\nbearer_token_env = \"A B\"").contains("name"));
+        assert!(err("url = \"https://x.com/\"\nenv = { A = \"b\" }").contains("`env`"));
+        assert!(err("url = \"https://x.com/\"\nsandbox = \"off\"").contains("`sandbox`"));
+        assert!(err("command = [\"s\"]\nbearer_token_env = \"T\"").contains("only for `url`"));
+        // The lock's entry hash covers the url and the token variable's name.
+        let a = parse("url = \"https://x.com/mcp\"\nbearer_token_env = \"T\"");
+        let b = parse("url = \"https://x.com/mcp\"\nbearer_token_env = \"U\"");
+        let c = parse("url = \"https://y.com/mcp\"\nbearer_token_env = \"T\"");
+        assert_ne!(a.entry_hash(), b.entry_hash());
+        assert_ne!(a.entry_hash(), c.entry_hash());
     }
 }

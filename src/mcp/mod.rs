@@ -2,7 +2,9 @@
 //! creation, locked with their schemas, called through the durable journal.
 //!
 //! - [`config`]: the `[mcp.servers.NAME]` tables.
-//! - [`client`]: the protocol (stdio JSON-RPC; why not `rmcp` is written there).
+//! - [`client`]: the protocol over stdio (JSON-RPC lines; why not `rmcp` is written there).
+//! - [`http`]: the protocol over Streamable HTTP (a `url` server), with [`sse`] for answers that
+//!   come as an event stream.
 //! - [`servers`]: the servers of one execution, started on demand, restarted after a crash, and
 //!   the conversion of a `tools/call` result into a tool output.
 //! - [`grant`]: the intersection of a definition's MCP capabilities with the policy and the
@@ -15,7 +17,9 @@
 pub mod client;
 pub mod config;
 pub mod grant;
+pub mod http;
 pub mod servers;
+pub mod sse;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -24,9 +24,57 @@ use serde_json::Value;
 
 use super::client::{Client, Failure, Spawn};
 use super::config::ServerConfig;
+use super::http::{Connect, HttpClient};
 use crate::error::{Error, Result};
 use crate::process::orphans;
 use crate::tools::ToolOutput;
+
+/// One running server: a child process speaking stdio, or a Streamable HTTP endpoint.
+enum Peer {
+    Stdio(Client),
+    Http(HttpClient),
+}
+
+impl Peer {
+    fn list_tools(&mut self) -> std::result::Result<Vec<Value>, String> {
+        match self {
+            Peer::Stdio(c) => c.list_tools(),
+            Peer::Http(c) => c.list_tools(),
+        }
+    }
+
+    fn call_tool(
+        &mut self,
+        tool: &str,
+        arguments: &Value,
+        cancel: &AtomicBool,
+    ) -> std::result::Result<Value, Failure> {
+        match self {
+            Peer::Stdio(c) => c.call_tool(tool, arguments, cancel),
+            Peer::Http(c) => c.call_tool(tool, arguments, cancel),
+        }
+    }
+
+    fn is_dead(&self) -> bool {
+        match self {
+            Peer::Stdio(c) => c.is_dead(),
+            Peer::Http(c) => c.is_dead(),
+        }
+    }
+}
+
+/// Why a server could not be started or connected to.
+struct StartFailure {
+    why: String,
+    /// The runtime's own set-up is wrong (a `bearer_token_env` that is not set): exit 4, not 9.
+    setup: Option<String>,
+}
+
+impl From<String> for StartFailure {
+    fn from(why: String) -> StartFailure {
+        StartFailure { why, setup: None }
+    }
+}
 
 /// Where the servers of one Session keep their HOMEs.
 #[derive(Debug, Clone)]
@@ -56,7 +104,7 @@ pub struct Servers {
     policy_pass_env: BTreeMap<String, Vec<String>>,
     homes: ServerHomes,
     workspace_root: PathBuf,
-    running: Mutex<BTreeMap<String, Client>>,
+    running: Mutex<BTreeMap<String, Peer>>,
     /// Random; server `NAME`'s processes carry `KXEN_MCP_SERVER_ID=<mark>.NAME`
     /// ([`orphans::MCP_SERVER_VAR`]) and `KXEN_ATTEMPT_ID=<mark>`.
     mark: String,
@@ -99,7 +147,7 @@ impl Servers {
 
     /// Stops server `server` (its process group, through the client's drop) and every process
     /// still carrying its mark (what it detached with `setsid`).
-    fn retire(&self, running: &mut BTreeMap<String, Client>, server: &str) {
+    fn retire(&self, running: &mut BTreeMap<String, Peer>, server: &str) {
         if let Some(client) = running.remove(server) {
             drop(client);
             orphans::stop_marked(orphans::MCP_SERVER_VAR, &[&self.server_mark(server)]);
@@ -118,10 +166,18 @@ impl Servers {
     /// naming the server (exit 9).
     pub fn list_tools(&self, server: &str) -> Result<Vec<Value>> {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let config = self.configs.get(server);
         let client = self
             .ensure(&mut running, server)
-            .map_err(|why| failed(server, why))?;
-        let listed = client.list_tools().map_err(|why| failed(server, why));
+            .map_err(|f| match f.setup {
+                Some(hint) => {
+                    Error::invalid(format!("MCP server `{server}`: {}", f.why)).with_hint(hint)
+                }
+                None => failed(server, config, f.why),
+            })?;
+        let listed = client
+            .list_tools()
+            .map_err(|why| failed(server, config, why));
         if listed.is_err() {
             self.retire(&mut running, server);
         }
@@ -139,9 +195,10 @@ impl Servers {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         let client = match self.ensure(&mut running, server) {
             Ok(c) => c,
-            Err(why) => {
+            Err(f) => {
                 return ToolOutput::error(format!(
-                    "MCP server `{server}` could not be started, so the call was not sent: {why}"
+                    "MCP server `{server}` could not be started, so the call was not sent: {}",
+                    f.why
                 ));
             }
         };
@@ -154,7 +211,8 @@ impl Servers {
             Err(Failure::NotSent(why)) => {
                 self.retire(&mut running, server);
                 ToolOutput::error(format!(
-                    "MCP server `{server}` is not running, so the call was not sent: {why}"
+                    "MCP server `{server}` did not get the call, so it was not run (not sent): \
+                     {why}"
                 ))
             }
             Err(failure) => {
@@ -171,10 +229,10 @@ impl Servers {
 
     fn ensure<'m>(
         &self,
-        running: &'m mut BTreeMap<String, Client>,
+        running: &'m mut BTreeMap<String, Peer>,
         server: &str,
-    ) -> std::result::Result<&'m mut Client, String> {
-        if running.get(server).is_some_and(Client::is_dead) {
+    ) -> std::result::Result<&'m mut Peer, StartFailure> {
+        if running.get(server).is_some_and(Peer::is_dead) {
             self.retire(running, server);
         }
         if !running.contains_key(server) {
@@ -184,14 +242,15 @@ impl Servers {
         Ok(running.get_mut(server).expect("inserted above"))
     }
 
-    fn spawn(&self, server: &str) -> std::result::Result<Client, String> {
+    fn spawn(&self, server: &str) -> std::result::Result<Peer, StartFailure> {
         let Some(config) = self.configs.get(server) else {
-            return Err(format!(
-                "the runtime config defines no [mcp.servers.{server}]"
-            ));
+            return Err(format!("the runtime config defines no [mcp.servers.{server}]").into());
         };
+        if let Some(url) = &config.url {
+            return connect(server, url, config);
+        }
         let Some(argv) = config.command.as_deref().filter(|a| !a.is_empty()) else {
-            return Err("only stdio servers (`command`) are supported".into());
+            return Err(String::from("its entry has neither `command` nor `url`").into());
         };
         let pass_env: Vec<String> = config
             .pass_env
@@ -240,7 +299,7 @@ impl Servers {
             env.push((name.into(), value.into()));
         }
         let cwd = config.cwd.clone().unwrap_or_else(|| home.clone());
-        Client::start(Spawn {
+        let client = Client::start(Spawn {
             server,
             argv,
             cwd: &cwd,
@@ -250,8 +309,40 @@ impl Servers {
             workspace: &self.workspace_root,
             home: &home,
             tmp,
-        })
+        })?;
+        Ok(Peer::Stdio(client))
     }
+}
+
+/// Connects to the Streamable HTTP server `url` of entry `config`; its bearer token is read
+/// from the environment kxen-agent started with, now (never stored).
+fn connect(
+    server: &str,
+    url: &str,
+    config: &ServerConfig,
+) -> std::result::Result<Peer, StartFailure> {
+    let token = match &config.bearer_token_env {
+        None => None,
+        Some(var) => match crate::own_env::var_os(var).and_then(|v| v.into_string().ok()) {
+            Some(token) if !token.is_empty() => Some(token),
+            _ => {
+                return Err(StartFailure {
+                    why: format!("the environment variable {var} (bearer_token_env) is not set"),
+                    setup: Some(format!(
+                        "export {var}=… before running, or remove bearer_token_env from \
+                         [mcp.servers.{server}]"
+                    )),
+                });
+            }
+        },
+    };
+    let client = HttpClient::connect(Connect {
+        server,
+        url,
+        token,
+        timeout: Duration::from_millis(config.timeout_ms()),
+    })?;
+    Ok(Peer::Http(client))
 }
 
 /// Environment every server gets (an entry's `env` may override it): Python resolves no code
@@ -272,11 +363,18 @@ impl Drop for Servers {
     }
 }
 
-fn failed(server: &str, why: String) -> Error {
-    Error::external(format!("MCP server `{server}`: {why}")).with_hint(format!(
-        "check [mcp.servers.{server}] in the runtime config: run its command by hand and see \
-         that it speaks MCP over stdio"
-    ))
+fn failed(server: &str, config: Option<&ServerConfig>, why: String) -> Error {
+    let hint = match config.and_then(|c| c.url.as_deref()) {
+        Some(url) => format!(
+            "check [mcp.servers.{server}] in the runtime config: is a server running at {url}, \
+             and does it speak MCP over Streamable HTTP?"
+        ),
+        None => format!(
+            "check [mcp.servers.{server}] in the runtime config: run its command by hand and see \
+             that it speaks MCP over stdio"
+        ),
+    };
+    Error::external(format!("MCP server `{server}`: {why}")).with_hint(hint)
 }
 
 /// A `tools/call` result as the model reads it: the text blocks; images, audio and resources

@@ -602,6 +602,14 @@ impl ModelConfig {
                 crate::own_env::forget(name)?;
             }
         }
+        // A bearer token of an MCP server is a key like a provider's: never in a tool's or a
+        // server process's environment, redacted from every message, wiped from our own block.
+        for entry in config.mcp_servers.values() {
+            if let Some(name) = &entry.bearer_token_env {
+                crate::tools::register_provider_key_env(name);
+                crate::own_env::forget(name)?;
+            }
+        }
         Ok(config)
     }
 

@@ -25,6 +25,7 @@ mod lineage;
 mod mcp;
 mod mcp_fence;
 mod mcp_hostile;
+mod mcp_http;
 mod mcp_npm;
 mod policy_check;
 mod run_anthropic;

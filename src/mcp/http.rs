@@ -1,0 +1,730 @@
+//! A blocking MCP client over Streamable HTTP (MCP 2025-03-26 and 2025-06-18, "Transports"):
+//! every JSON-RPC message is one POST to the server's endpoint; the answer to a request comes
+//! back as a JSON body or as an SSE stream ([`super::sse`]) carrying it.
+//!
+//! - The handshake is `initialize` then `notifications/initialized`. The server may name a
+//!   session in the `Mcp-Session-Id` header of its `initialize` answer: every later request
+//!   carries it, with `MCP-Protocol-Version`. A request answered 404 while a session is held
+//!   means the server forgot the session: it did not run the request, and the client starts a
+//!   new session before its next request (`tools/list` is asked again at once; a `tools/call`
+//!   is never sent again on its own — the caller says it was not run).
+//! - Each request runs on a thread of its own while the caller waits with its deadline
+//!   (`timeout_ms`) and cancel flag: a server that never answers, or an SSE stream that never
+//!   ends, blocks that thread (until the same deadline ends it), never the run. On cancel the
+//!   client POSTs `notifications/cancelled` and waits [`CLEANUP_WINDOW`] for the answer.
+//! - Whether a failed request may have acted: refused before it was sent (no connection, a
+//!   redirect, a 4xx) it did not; sent and then no answer (the connection dropped, the deadline
+//!   passed, the stream ended without the answer or broke) it may have: a `tools/call` then is
+//!   UNKNOWN ([`Failure`]).
+//! - The bearer token (`bearer_token_env`) is read at connect time and lives only in this
+//!   value's memory and the `Authorization` header; every message made of what a server sent is
+//!   redacted ([`crate::redact`], and the token itself) before it leaves this module.
+//! - Redirects are followed only to the same origin (307/308, which resend the same POST);
+//!   another origin, or a redirect that would turn the POST into a GET, is refused.
+//! - On drop, a held session is ended with `DELETE` (bounded by [`GOODBYE`]).
+
+use std::io::BufReader;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::client::{CLEANUP_WINDOW, Failure, PROTOCOL_VERSION};
+use super::sse::Events;
+
+/// The protocol versions whose HTTP transport is Streamable HTTP (2024-11-05's HTTP+SSE
+/// transport is another protocol).
+pub const HTTP_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26"];
+/// The largest JSON answer body, and the largest event of an SSE answer.
+const MAX_BODY: usize = 16 * 1024 * 1024;
+/// The most bytes of one SSE answer (notifications and keep-alives included).
+const MAX_STREAM: usize = 64 * 1024 * 1024;
+/// The longest `Mcp-Session-Id` accepted.
+const MAX_SESSION_ID: usize = 512;
+/// Same-origin redirects followed for one message.
+const MAX_REDIRECTS: usize = 5;
+/// How long the `DELETE` that ends a session, and a `notifications/cancelled` after a timeout,
+/// may take.
+pub const GOODBYE: Duration = Duration::from_secs(1);
+const POLL: Duration = Duration::from_millis(50);
+/// How much of an error body is shown.
+const EXCERPT: usize = 300;
+
+/// How to reach the server.
+pub struct Connect<'a> {
+    pub server: &'a str,
+    pub url: &'a str,
+    /// The bearer token (read from `bearer_token_env` by the caller at connect time).
+    pub token: Option<String>,
+    pub timeout: Duration,
+}
+
+/// What is sent with every message. Cloned into the thread that makes a request.
+#[derive(Clone)]
+struct Wire {
+    agent: ureq::Agent,
+    endpoint: url::Url,
+    token: Option<String>,
+    session: Option<String>,
+    version: Option<String>,
+}
+
+/// What one POST brought back.
+struct Posted {
+    /// The JSON-RPC answer to the request (`None` for a notification or a response: 202).
+    answer: Option<Value>,
+    /// The `Mcp-Session-Id` header of the answer, checked.
+    session: Option<String>,
+}
+
+/// Why a POST brought back no answer.
+enum PostError {
+    /// Nothing reached the server (no connection, a refused redirect).
+    NotSent(String),
+    /// The server refused the message with a 4xx status: it did not run it.
+    Refused(String),
+    /// HTTP 404 while a session is held: the server forgot the session (did not run it).
+    Expired,
+    /// The message was sent and no answer came (the connection dropped, the stream ended or
+    /// broke, the answer was not JSON-RPC): it may have been acted on.
+    Broken(String),
+}
+
+/// One connection to a Streamable HTTP server after a successful handshake.
+pub struct HttpClient {
+    server: String,
+    wire: Wire,
+    next_id: u64,
+    timeout: Duration,
+    /// The protocol version the server chose.
+    pub protocol_version: String,
+    /// `serverInfo` as the server sent it.
+    pub server_info: Value,
+    /// Set once a request broke or timed out: the session is given up (`DELETE`) and a new
+    /// client connects for later calls.
+    dead: Option<String>,
+    /// Set when the server answered 404 to the session: no `DELETE` for it.
+    expired: bool,
+}
+
+impl HttpClient {
+    /// Connects: the `initialize` handshake (and `notifications/initialized`).
+    pub fn connect(spec: Connect) -> Result<HttpClient, String> {
+        let endpoint = url::Url::parse(spec.url)
+            .map_err(|e| format!("url {:?} is not a URL: {e}", spec.url))?;
+        let mut config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .user_agent(format!("kxen-agent/{}", env!("CARGO_PKG_VERSION")))
+            // Shorter than common servers' keep-alive (uvicorn: 5 s), so a pooled connection
+            // is rarely one the server is closing while a call is written to it.
+            .max_idle_age(Duration::from_secs(3));
+        if crate::provider::http::is_loopback(spec.url) {
+            // A local server is never reached through an HTTP(S)_PROXY of the environment.
+            config = config.proxy(None);
+        }
+        let mut client = HttpClient {
+            server: spec.server.to_string(),
+            wire: Wire {
+                agent: config.build().into(),
+                endpoint,
+                token: spec.token,
+                session: None,
+                version: None,
+            },
+            next_id: 0,
+            timeout: spec.timeout,
+            protocol_version: String::new(),
+            server_info: Value::Null,
+            dead: None,
+            expired: false,
+        };
+        client.handshake()?;
+        Ok(client)
+    }
+
+    fn handshake(&mut self) -> Result<(), String> {
+        self.wire.session = None;
+        self.wire.version = None;
+        self.dead = None;
+        self.expired = false;
+        let (init, session) = self
+            .round_trip(
+                "initialize",
+                json!({
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "capabilities": {},
+                    "clientInfo": {"name": "kxen-agent", "version": env!("CARGO_PKG_VERSION")},
+                }),
+                None,
+            )
+            .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+        let version = init["protocolVersion"].as_str().unwrap_or_default();
+        if !HTTP_VERSIONS.contains(&version) {
+            return Err(format!(
+                "the server speaks protocol version {}; kxen-agent speaks Streamable HTTP in {}",
+                crate::run::events::preview(&format!("{version:?}"), 40),
+                HTTP_VERSIONS.join(", ")
+            ));
+        }
+        if init["capabilities"].get("tools").is_none() {
+            return Err("the server offers no tools (no `tools` capability)".into());
+        }
+        self.protocol_version = version.to_string();
+        self.server_info = init["serverInfo"].clone();
+        self.wire.session = session;
+        self.wire.version = Some(version.to_string());
+        let until = Instant::now() + self.timeout;
+        self.notify("notifications/initialized", json!({}), until)
+            .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+        Ok(())
+    }
+
+    /// `tools/list`, every page. A session the server forgot is started again once.
+    pub fn list_tools(&mut self) -> Result<Vec<Value>, String> {
+        match super::client::list_pages(|params| self.request("tools/list", params, None)) {
+            Err(_) if self.expired => {
+                self.handshake()?;
+                super::client::list_pages(|params| self.request("tools/list", params, None))
+            }
+            other => other,
+        }
+    }
+
+    /// `tools/call`; the result object as the server sent it.
+    pub fn call_tool(
+        &mut self,
+        tool: &str,
+        arguments: &Value,
+        cancel: &AtomicBool,
+    ) -> Result<Value, Failure> {
+        self.request(
+            "tools/call",
+            json!({"name": tool, "arguments": arguments}),
+            Some(cancel),
+        )
+    }
+
+    /// Whether this client is given up (a later call connects again).
+    pub fn is_dead(&self) -> bool {
+        self.dead.is_some()
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    fn request(
+        &mut self,
+        method: &str,
+        params: Value,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<Value, Failure> {
+        self.round_trip(method, params, cancel).map(|(v, _)| v)
+    }
+
+    /// Sends request `method` and waits for its answer (module doc): the result and the
+    /// answer's session id.
+    fn round_trip(
+        &mut self,
+        method: &str,
+        params: Value,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<(Value, Option<String>), Failure> {
+        if let Some(why) = &self.dead {
+            return Err(Failure::NotSent(why.clone()));
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        let body = serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .expect("a message always serializes");
+        let deadline = Instant::now() + self.timeout;
+        let (tx, rx) = mpsc::channel();
+        let wire = self.wire.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(wire.post(&body, Some(id), deadline));
+        });
+        let mut cleanup_until: Option<Instant> = None;
+        let posted = loop {
+            let now = Instant::now();
+            if let Some(until) = cleanup_until {
+                if now >= until {
+                    self.dead = Some("canceled".into());
+                    return Err(Failure::Canceled);
+                }
+            } else if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+                let until = now + CLEANUP_WINDOW;
+                let _ = self.notify(
+                    "notifications/cancelled",
+                    json!({"requestId": id, "reason": "canceled by the user"}),
+                    until,
+                );
+                cleanup_until = Some(until);
+                continue;
+            } else if now >= deadline {
+                let _ = self.notify(
+                    "notifications/cancelled",
+                    json!({"requestId": id, "reason": "timed out"}),
+                    now + GOODBYE,
+                );
+                self.dead = Some(format!("no answer within {} ms", self.timeout.as_millis()));
+                return Err(Failure::Timeout(self.timeout));
+            }
+            match rx.recv_timeout(POLL) {
+                Ok(result) => break result,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => {
+                    break Err(PostError::Broken("the request thread ended".into()));
+                }
+            }
+        };
+        let canceled = cleanup_until.is_some();
+        let posted = match posted {
+            Ok(p) => p,
+            Err(e) => return Err(self.failure(e, canceled)),
+        };
+        let Some(answer) = posted.answer else {
+            self.dead = Some("the server accepted a request without answering it".into());
+            return Err(Failure::Broken(
+                "the server accepted the request (HTTP 202) without answering it".into(),
+            ));
+        };
+        if let Some(error) = answer.get("error") {
+            if canceled {
+                // An error answer to a canceled call does not prove it did nothing.
+                self.dead = Some("canceled".into());
+                return Err(Failure::Canceled);
+            }
+            let text = error["message"].as_str().unwrap_or("no message");
+            return Err(Failure::Rpc(self.scrub(&format!(
+                "the server answered with error {}: {text}",
+                error["code"]
+            ))));
+        }
+        Ok((
+            answer.get("result").cloned().unwrap_or(Value::Null),
+            posted.session,
+        ))
+    }
+
+    /// The [`Failure`] of a POST that brought no answer.
+    fn failure(&mut self, error: PostError, canceled: bool) -> Failure {
+        match error {
+            PostError::NotSent(why) => Failure::NotSent(self.scrub(&why)),
+            PostError::Refused(why) => Failure::Rpc(self.scrub(&why)),
+            PostError::Expired => {
+                self.expired = true;
+                self.dead = Some("the server forgot the session".into());
+                Failure::NotSent(
+                    "the server no longer knows this client's session (HTTP 404), so it did not \
+                     run the request; a new session is started for later calls"
+                        .into(),
+                )
+            }
+            PostError::Broken(why) => {
+                let why = self.scrub(&why);
+                self.dead = Some(why.clone());
+                if canceled {
+                    Failure::Canceled
+                } else {
+                    Failure::Broken(why)
+                }
+            }
+        }
+    }
+
+    /// POSTs a notification, waiting at most until `until`.
+    fn notify(&mut self, method: &str, params: Value, until: Instant) -> Result<(), Failure> {
+        let body =
+            serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+                .expect("a message always serializes");
+        match self.wire.post(&body, None, until) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.failure(e, false)),
+        }
+    }
+
+    /// `text` without secrets: the redaction of every message, and this client's token.
+    fn scrub(&self, text: &str) -> String {
+        scrub(text, self.wire.token.as_deref())
+    }
+}
+
+fn scrub(text: &str, token: Option<&str>) -> String {
+    let mut text = text.to_string();
+    if let Some(token) = token.filter(|t| !t.is_empty()) {
+        text = text.replace(token, crate::redact::MARK);
+    }
+    crate::redact::redact(&text)
+}
+
+impl Drop for HttpClient {
+    /// Ends the session the server named, if it still knows it.
+    fn drop(&mut self) {
+        if self.wire.session.is_none() || self.expired {
+            return;
+        }
+        let mut call = self
+            .wire
+            .agent
+            .delete(self.wire.endpoint.as_str())
+            .config()
+            .timeout_global(Some(GOODBYE))
+            .build();
+        for (name, value) in self.wire.headers() {
+            call = call.header(name, value);
+        }
+        let _ = call.call();
+    }
+}
+
+impl Wire {
+    /// The headers of every message but the `Content-Type` and `Accept` of a POST.
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if let Some(t) = &self.token {
+            out.push(("Authorization", format!("Bearer {t}")));
+        }
+        if let Some(s) = &self.session {
+            out.push(("Mcp-Session-Id", s.clone()));
+        }
+        if let Some(v) = &self.version {
+            out.push(("MCP-Protocol-Version", v.clone()));
+        }
+        out
+    }
+
+    /// POSTs `body` (a request with id `id`, or a notification or response) and reads the
+    /// answer, all before `until`.
+    fn post(&self, body: &[u8], id: Option<u64>, until: Instant) -> Result<Posted, PostError> {
+        let mut target = self.endpoint.clone();
+        for _ in 0..=MAX_REDIRECTS {
+            let remaining = until.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(PostError::NotSent(
+                    "the time ran out before it was sent".into(),
+                ));
+            }
+            let mut call = self
+                .agent
+                .post(target.as_str())
+                .config()
+                .timeout_global(Some(remaining))
+                .build()
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json, text/event-stream");
+            for (name, value) in self.headers() {
+                call = call.header(name, value);
+            }
+            let response = call.send(body).map_err(classify)?;
+            let status = response.status().as_u16();
+            if (300..400).contains(&status) {
+                target = self.redirect(&target, status, &response)?;
+                continue;
+            }
+            let session = match response.headers().get("mcp-session-id") {
+                None => None,
+                Some(v) => Some(session_id(v.as_bytes()).map_err(PostError::Broken)?),
+            };
+            if status == 404 && self.session.is_some() {
+                return Err(PostError::Expired);
+            }
+            let content_type = response
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase();
+            if !(200..300).contains(&status) {
+                let text = error_body(response);
+                let why = format!("the server answered HTTP {status}{text}");
+                return Err(if (400..500).contains(&status) {
+                    PostError::Refused(format!("{why} (the request was not run)"))
+                } else {
+                    PostError::Broken(why)
+                });
+            }
+            let Some(id) = id else {
+                return Ok(Posted {
+                    answer: None,
+                    session,
+                }); // a notification or a response: 202 (or any 2xx) is all it gets
+            };
+            if status == 202 {
+                return Ok(Posted {
+                    answer: None,
+                    session,
+                });
+            }
+            let answer = match content_type.as_str() {
+                "application/json" => json_answer(response, id)?,
+                "text/event-stream" => self.stream_answer(response, id, until)?,
+                other => {
+                    return Err(PostError::Broken(format!(
+                        "the server answered with content type {} (neither application/json nor \
+                         text/event-stream)",
+                        crate::run::events::preview(&format!("{other:?}"), 60)
+                    )));
+                }
+            };
+            return Ok(Posted {
+                answer: Some(answer),
+                session,
+            });
+        }
+        Err(PostError::NotSent(format!(
+            "more than {MAX_REDIRECTS} redirects; none followed further"
+        )))
+    }
+
+    /// Where a 3xx answer sends the POST: a 307/308 to the same origin; anything else is
+    /// refused (nothing was run).
+    fn redirect(
+        &self,
+        from: &url::Url,
+        status: u16,
+        response: &ureq::http::Response<ureq::Body>,
+    ) -> Result<url::Url, PostError> {
+        let location = response
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let shown = crate::run::events::preview(&format!("{location:?}"), 120);
+        let Ok(next) = from.join(location) else {
+            return Err(PostError::NotSent(format!(
+                "the server redirected (HTTP {status}) to {shown}, which is not a URL"
+            )));
+        };
+        if next.origin() != self.endpoint.origin() {
+            return Err(PostError::NotSent(format!(
+                "the server redirected (HTTP {status}) to another origin, {}; kxen-agent does \
+                 not follow it (the request and its token stay with the configured server): \
+                 put the new address in `url`",
+                crate::run::events::preview(&next.origin().ascii_serialization(), 120)
+            )));
+        }
+        if !matches!(status, 307 | 308) {
+            return Err(PostError::NotSent(format!(
+                "the server redirected (HTTP {status}) to {shown}; only 307 and 308 keep a POST \
+                 a POST: put the new address in `url`"
+            )));
+        }
+        Ok(next)
+    }
+
+    /// Reads the SSE answer to request `id`: server requests in it are answered (ping) or
+    /// refused, notifications and other ids are skipped.
+    fn stream_answer(
+        &self,
+        response: ureq::http::Response<ureq::Body>,
+        id: u64,
+        until: Instant,
+    ) -> Result<Value, PostError> {
+        let reader = response
+            .into_body()
+            .into_with_config()
+            .limit(u64::MAX)
+            .reader();
+        let mut events = Events::new(BufReader::new(reader), MAX_BODY, MAX_STREAM);
+        loop {
+            let event = match events.next_event() {
+                Ok(Some(event)) => event,
+                Ok(None) => {
+                    return Err(PostError::Broken(
+                        "the server's event stream ended without the answer".into(),
+                    ));
+                }
+                Err(why) => return Err(PostError::Broken(why)),
+            };
+            if event.name != "message" || event.data.trim().is_empty() {
+                continue;
+            }
+            let message: Value = serde_json::from_str(&event.data).map_err(|_| {
+                PostError::Broken(format!(
+                    "the server's event stream carried something that is not JSON: {}",
+                    crate::run::events::preview(&event.data, 120)
+                ))
+            })?;
+            for message in messages(message) {
+                if let Some(method) = message.get("method").and_then(Value::as_str) {
+                    if let Some(req_id) = message.get("id") {
+                        // A request of the server (ping, sampling, roots…): ping is answered,
+                        // the rest refused, as the protocol allows.
+                        let reply = if method == "ping" {
+                            json!({"jsonrpc": "2.0", "id": req_id, "result": {}})
+                        } else {
+                            json!({"jsonrpc": "2.0", "id": req_id, "error": {
+                                "code": -32601,
+                                "message": format!("kxen-agent does not support {method}")}})
+                        };
+                        let body = serde_json::to_vec(&reply).expect("serializes");
+                        self.post(&body, None, until).map_err(|e| match e {
+                            PostError::NotSent(why)
+                            | PostError::Refused(why)
+                            | PostError::Broken(why) => PostError::Broken(format!(
+                                "answering the server's {method} request failed: {why}"
+                            )),
+                            PostError::Expired => PostError::Broken(
+                                "the server forgot the session while a request was running".into(),
+                            ),
+                        })?;
+                    }
+                    continue; // a notification (progress, logging…): nothing uses them
+                }
+                if is_answer_to(&message, id) {
+                    return Ok(message);
+                }
+                // An answer to another request: a server mixing up ids; skipped, bounded by
+                // the stream's size and the deadline.
+            }
+        }
+    }
+}
+
+/// The messages of one JSON value: itself, or the items of a batch (2025-03-26).
+fn messages(value: Value) -> Vec<Value> {
+    match value {
+        Value::Array(items) => items,
+        other => vec![other],
+    }
+}
+
+fn is_answer_to(message: &Value, id: u64) -> bool {
+    message.get("id").and_then(Value::as_u64) == Some(id)
+        && (message.get("result").is_some() || message.get("error").is_some())
+}
+
+/// The JSON body answering request `id`.
+fn json_answer(
+    mut response: ureq::http::Response<ureq::Body>,
+    id: u64,
+) -> Result<Value, PostError> {
+    let bytes = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_BODY as u64)
+        .read_to_vec()
+        .map_err(|e| PostError::Broken(format!("reading the answer failed: {e}")))?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|_| {
+        PostError::Broken(format!(
+            "the server's answer is not JSON: {}",
+            crate::run::events::preview(&String::from_utf8_lossy(&bytes), 120)
+        ))
+    })?;
+    let mut ids = Vec::new();
+    for message in messages(value) {
+        if is_answer_to(&message, id) {
+            return Ok(message);
+        }
+        ids.push(crate::run::events::preview(&message["id"].to_string(), 40));
+    }
+    Err(PostError::Broken(format!(
+        "the server's answer is not the answer to request {id} (it answers id {})",
+        if ids.is_empty() {
+            "none".to_string()
+        } else {
+            ids.join(", ")
+        }
+    )))
+}
+
+/// ": <excerpt of the body>" of an error answer, or "" (the excerpt is redacted by the caller).
+fn error_body(mut response: ureq::http::Response<ureq::Body>) -> String {
+    let Ok(bytes) = response
+        .body_mut()
+        .with_config()
+        .limit(64 * 1024)
+        .read_to_vec()
+    else {
+        return String::new();
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.trim();
+    if text.is_empty() {
+        return String::new();
+    }
+    // Redacted whole before it is cut (a secret straddling the cut would keep its head).
+    format!(
+        ": {}",
+        crate::run::events::preview(&crate::redact::redact(text), EXCERPT)
+    )
+}
+
+/// A session id as the transport allows it: 1 to [`MAX_SESSION_ID`] visible ASCII characters.
+fn session_id(raw: &[u8]) -> Result<String, String> {
+    if raw.is_empty()
+        || raw.len() > MAX_SESSION_ID
+        || !raw.iter().all(|b| (0x21..=0x7e).contains(b))
+    {
+        let shown: String = String::from_utf8_lossy(&raw[..raw.len().min(40)])
+            .escape_debug()
+            .collect();
+        return Err(format!(
+            "the server sent an Mcp-Session-Id that is not 1 to {MAX_SESSION_ID} visible ASCII \
+             characters (\"{shown}\"…, {} bytes)",
+            raw.len()
+        ));
+    }
+    Ok(String::from_utf8_lossy(raw).into_owned())
+}
+
+/// Whether a failed exchange reached the server: errors before a byte was sent are
+/// [`PostError::NotSent`]; every other one may have been acted on.
+fn classify(error: ureq::Error) -> PostError {
+    use std::io::ErrorKind;
+    use ureq::Error as E;
+    use ureq::Timeout as T;
+    let text = error.to_string();
+    match error {
+        E::HostNotFound
+        | E::ConnectionFailed
+        | E::BadUri(_)
+        | E::Http(_)
+        | E::Tls(_)
+        | E::Timeout(T::Resolve | T::Connect) => {
+            PostError::NotSent(format!("cannot reach the server: {text}"))
+        }
+        E::Io(ref io)
+            if matches!(
+                io.kind(),
+                ErrorKind::ConnectionRefused | ErrorKind::AddrNotAvailable | ErrorKind::NotFound
+            ) =>
+        {
+            PostError::NotSent(format!("cannot reach the server: {text}"))
+        }
+        E::Timeout(_) => PostError::Broken(format!("no answer in time: {text}")),
+        _ => PostError::Broken(format!(
+            "the connection failed after the request was sent: {text}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_are_visible_ascii() {
+        assert_eq!(session_id(b"abc-123").unwrap(), "abc-123");
+        for bad in [&b""[..], b"a b", b"a\x01b", b"\xc3\xa9", &[b'x'; 600]] {
+            assert!(session_id(bad).is_err(), "{bad:?}");
+        }
+        assert!(session_id(b"a\rb").unwrap_err().contains("\\r"));
+    }
+
+    #[test]
+    fn the_token_is_scrubbed_from_messages() {
+        assert_eq!(
+            scrub("got Bearer tok-123456", Some("tok-123456")),
+            "got Bearer [redacted]"
+        );
+    }
+}
