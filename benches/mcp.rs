@@ -9,6 +9,14 @@
 //!    default 5) against the official Python client (`mcp.client.stdio` + `ClientSession`) doing
 //!    the same for the same server, timed inside its process. Target: ≤ 1.2×.
 //!
+//! 3. The same N calls with the server over Streamable HTTP (`server.py --http`, SSE answers, as
+//!    the SDK serves by default) against the floor of N `tools/call` POSTs made directly by a
+//!    minimal client (ureq, one keep-alive agent, the session header) plus the fsync floor.
+//!    Target: ≤ 1.3×.
+//! 4. Connect + handshake + `tools/list` to that running server, kxen-agent vs the official
+//!    Python client (`mcp.client.streamable_http` + `ClientSession`), timed inside its process.
+//!    Target: ≤ 1.2×.
+//!
 //! Run: `cargo bench --bench mcp` (needs python3 with `pip install mcp`; uses `CARGO_TARGET_TMPDIR`
 //! or `KXEN_BENCH_DIR`).
 
@@ -42,7 +50,9 @@ fn main() {
     let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp/server.py");
     let argv = [python.clone(), server.to_str().unwrap().to_string()];
 
-    let (run_secs, appends, bytes) = run_agent(root, &argv, calls);
+    let stdio_root = root.join("stdio");
+    std::fs::create_dir_all(&stdio_root).unwrap();
+    let (run_secs, appends, bytes) = run_agent(&stdio_root, &server_entry(&argv), calls);
     let trips_secs = raw_round_trips(&argv, calls);
     let fsync_secs = fsync_floor(root, appends, bytes / appends.max(1));
     let floor = trips_secs + fsync_secs;
@@ -62,7 +72,15 @@ fn main() {
         run_secs / floor
     );
 
-    let ours = median((0..starts).map(|_| kxen_start(root, &argv)).collect());
+    let stdio_config = format!(
+        "command = [{:?}, {:?}]\nsandbox = \"off\"\n",
+        argv[0], argv[1]
+    );
+    let ours = median(
+        (0..starts)
+            .map(|_| kxen_start(root, &stdio_config))
+            .collect(),
+    );
     let theirs = median((0..starts).map(|_| python_start(&python, &argv)).collect());
     println!("mcp: server start + handshake + tools/list, median of {starts}");
     println!("  kxen-agent:            {:.1} ms", ours * 1e3);
@@ -71,6 +89,180 @@ fn main() {
         "  ratio: {:.2}x the Python client (target <= 1.20x)",
         ours / theirs
     );
+
+    let http = HttpServer::start(root, &python, &server);
+    let url = format!("http://127.0.0.1:{}/mcp", http.port);
+    let http_root = root.join("http");
+    std::fs::create_dir_all(&http_root).unwrap();
+    let entry = format!("[mcp.servers.fx]\nurl = {url:?}\n");
+    let (run_secs, appends, bytes) = run_agent(&http_root, &entry, calls);
+    let trips_secs = http_round_trips(&url, calls);
+    let fsync_secs = fsync_floor(&http_root, appends, bytes / appends.max(1));
+    let floor = trips_secs + fsync_secs;
+    println!(
+        "mcp: {calls} calls of `echo` (Python SDK server, Streamable HTTP) through a scripted run"
+    );
+    println!(
+        "  run:   {run_secs:.3} s total, {:.3} ms per call",
+        run_secs / calls as f64 * 1e3
+    );
+    println!(
+        "  floor: {floor:.3} s = {trips_secs:.3} s of direct POSTs + {fsync_secs:.3} s fsync \
+         floor ({appends} durable appends)"
+    );
+    println!(
+        "  ratio: {:.2}x the floor (target <= 1.30x)",
+        run_secs / floor
+    );
+    let http_config = format!("url = {url:?}\n");
+    let ours = median(
+        (0..starts)
+            .map(|_| kxen_start(root, &http_config))
+            .collect(),
+    );
+    let theirs = median(
+        (0..starts)
+            .map(|_| python_http_start(&python, &url))
+            .collect(),
+    );
+    println!("mcp: connect + handshake + tools/list over HTTP, median of {starts}");
+    println!("  kxen-agent:            {:.1} ms", ours * 1e3);
+    println!("  official Python client: {:.1} ms", theirs * 1e3);
+    println!(
+        "  ratio: {:.2}x the Python client (target <= 1.20x)",
+        ours / theirs
+    );
+}
+
+/// `server.py --http` on a free port; killed when dropped.
+struct HttpServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl HttpServer {
+    fn start(root: &Path, python: &str, script: &Path) -> HttpServer {
+        let port_file = root.join("http-port");
+        let mut child = Command::new(python)
+            .arg(script)
+            .arg("--http")
+            .env("KXEN_MCP_PORT_FILE", &port_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let port = loop {
+            if let Ok(text) = std::fs::read_to_string(&port_file) {
+                break text.trim().parse().unwrap();
+            }
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the HTTP server exited"
+            );
+            assert!(
+                start.elapsed().as_secs() < 60,
+                "the HTTP server never listened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        HttpServer { child, port }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The floor over HTTP: a handshake (not timed), then `calls` `tools/call` POSTs of `echo` by a
+/// minimal client (one keep-alive ureq agent, the session header, the SSE body read whole).
+fn http_round_trips(url: &str, calls: usize) -> f64 {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .build()
+        .into();
+    let post = |body: String, session: Option<&str>| {
+        let mut call = agent
+            .post(url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream");
+        if let Some(s) = session {
+            call = call
+                .header("Mcp-Session-Id", s)
+                .header("MCP-Protocol-Version", "2025-06-18");
+        }
+        let mut response = call.send(body.as_bytes()).unwrap();
+        let session = response
+            .headers()
+            .get("mcp-session-id")
+            .map(|v| v.to_str().unwrap().to_string());
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        (session, text)
+    };
+    let (session, init) = post(
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"floor","version":"1"}}}"#.into(),
+        None,
+    );
+    assert!(init.contains("\"result\""), "{init}");
+    let session = session.expect("the server names a session");
+    post(
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":{}}"#.into(),
+        Some(&session),
+    );
+    let start = Instant::now();
+    for i in 1..=calls {
+        let (_, text) = post(
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"echo {i}"}}}}}}"#
+            ),
+            Some(&session),
+        );
+        assert!(text.contains("\"result\""), "{text}");
+    }
+    start.elapsed().as_secs_f64()
+}
+
+/// The official Python client's connect + initialize + list_tools over Streamable HTTP, timed
+/// inside its process.
+fn python_http_start(python: &str, url: &str) -> f64 {
+    let script = r#"
+import sys, time, anyio
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+async def main():
+    start = time.perf_counter()
+    async with streamable_http_client(sys.argv[1]) as streams:
+        async with ClientSession(streams[0], streams[1]) as session:
+            await session.initialize()
+            tools = await session.list_tools()
+            elapsed = time.perf_counter() - start
+            assert any(t.name == "echo" for t in tools.tools)
+    print(elapsed)
+
+anyio.run(main)
+"#;
+    let out = Command::new(python)
+        .args(["-c", script, url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .lines()
+        .last()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 fn env_num(name: &str, default: usize) -> usize {
@@ -100,8 +292,9 @@ fn server_entry(argv: &[String]) -> String {
     )
 }
 
-/// Creates a Session granted `mcp__fx__echo` and runs `calls` calls; (seconds, appends, bytes).
-fn run_agent(root: &Path, argv: &[String], calls: usize) -> (f64, usize, usize) {
+/// Creates a Session granted `mcp__fx__echo` of server table `entry` and runs `calls` calls;
+/// (seconds, appends, bytes).
+fn run_agent(root: &Path, entry: &str, calls: usize) -> (f64, usize, usize) {
     let repo = root.join("repo");
     std::fs::create_dir_all(&repo).unwrap();
     std::fs::write(repo.join("a.txt"), "alpha\n").unwrap();
@@ -129,8 +322,7 @@ fn run_agent(root: &Path, argv: &[String], calls: usize) -> (f64, usize, usize) 
     std::fs::write(
         &config,
         format!(
-            "[providers.s]\nkind = \"script\"\npath = \"turns.jsonl\"\n[roles]\nexecution = \"s\"\n\n{}",
-            server_entry(argv)
+            "[providers.s]\nkind = \"script\"\npath = \"turns.jsonl\"\n[roles]\nexecution = \"s\"\n\n{entry}"
         ),
     )
     .unwrap();
@@ -238,14 +430,10 @@ fn raw_round_trips(argv: &[String], calls: usize) -> f64 {
     secs
 }
 
-/// kxen-agent's start of the server: spawn (environment filter, process group), handshake,
-/// `tools/list`.
-fn kxen_start(root: &Path, argv: &[String]) -> f64 {
-    let config: kxen::mcp::ServerConfig = toml::from_str(&format!(
-        "command = [{:?}, {:?}]\nsandbox = \"off\"\n",
-        argv[0], argv[1]
-    ))
-    .unwrap();
+/// kxen-agent's start of the server of entry `config`: spawn (environment filter, process
+/// group) or connect, handshake, `tools/list`.
+fn kxen_start(root: &Path, config: &str) -> f64 {
+    let config: kxen::mcp::ServerConfig = toml::from_str(config).unwrap();
     let servers = kxen::mcp::Servers::new(
         [("fx".to_string(), config)].into_iter().collect(),
         &kxen::policy::MergedPolicy::default(),

@@ -48,6 +48,8 @@ const MAX_REDIRECTS: usize = 5;
 /// may take.
 pub const GOODBYE: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_millis(50);
+/// How much longer than the caller the thread of a request may wait (see `round_trip`).
+const THREAD_SLACK: Duration = Duration::from_secs(1);
 /// How much of an error body is shown.
 const EXCERPT: usize = 300;
 
@@ -244,8 +246,11 @@ impl HttpClient {
         let deadline = Instant::now() + self.timeout;
         let (tx, rx) = mpsc::channel();
         let wire = self.wire.clone();
+        // The thread's own bound is a little later than ours, so a server that never answers is
+        // reported as that ("no answer within …"), not as whatever ureq says at the same instant.
+        let thread_until = deadline + THREAD_SLACK;
         std::thread::spawn(move || {
-            let _ = tx.send(wire.post(&body, Some(id), deadline));
+            let _ = tx.send(wire.post(&body, Some(id), thread_until));
         });
         let mut cleanup_until: Option<Instant> = None;
         let posted = loop {

@@ -676,3 +676,140 @@ esac
         "the forgotten call never ran"
     );
 }
+
+/// fixtures/mcp/hostile_http.py in `mode`; killed when dropped.
+struct Hostile {
+    child: Child,
+    port: u16,
+}
+
+impl Hostile {
+    fn start(env: &TestEnv, py: &str, mode: &str) -> Hostile {
+        let port_file = env.path().join("hostile-port");
+        let mut child = Command::new(py)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp/hostile_http.py"))
+            .env("HOSTILE_MODE", mode)
+            .env("PORT_FILE", &port_file)
+            .env("COUNT_FILE", env.path().join("calls.txt"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let port = loop {
+            if let Ok(text) = std::fs::read_to_string(&port_file) {
+                break text.trim().parse().unwrap();
+            }
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the hostile server exited"
+            );
+            assert!(start.elapsed() < Duration::from_secs(30));
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Hostile { child, port }
+    }
+
+    fn entry(&self, timeout_ms: u64) -> String {
+        format!(
+            "[mcp.servers.h]\nurl = \"http://127.0.0.1:{}/mcp\"\ntimeout_ms = {timeout_ms}\n",
+            self.port
+        )
+    }
+}
+
+impl Drop for Hostile {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the spawned `child` to its end, at most `limit`: a run still alive then fails the test.
+fn bounded(mut child: Child, limit: Duration, what: &str) -> crate::env::Run {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{what}: the run was still alive after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    crate::env::Run::from(child.wait_with_output().unwrap())
+}
+
+/// A server misbehaving during the handshake: one clear error naming it (exit 9), bounded in
+/// time and memory, no Session.
+#[test]
+fn a_hostile_http_server_at_the_handshake_is_one_clear_error() {
+    let Some(py) = python() else { return };
+    let cases = [
+        ("init_garbage", "not JSON"),
+        ("init_oversized", "reading the answer failed"),
+        ("init_endless", "no answer within 2000 ms"),
+        ("init_flood", "past 67108864 bytes"),
+        (
+            "init_wrong_id",
+            "not the answer to request 1 (it answers id 999)",
+        ),
+        ("init_bad_session", "Mcp-Session-Id"),
+        ("init_redirect", "another origin"),
+        ("init_html404", "HTTP 404"),
+    ];
+    for (mode, why) in cases {
+        let env = TestEnv::new();
+        let server = Hostile::start(&env, &py, mode);
+        let repo = env.git_repo("repo", &[("README", "x\n")]);
+        let cfg = config(&env, &[answer("done")], &server.entry(2000));
+        let agent = text_agent(&env, "mcp__h__echo", "");
+        let child = spawn_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+        let run = bounded(child, Duration::from_secs(60), mode);
+        run.expect(9);
+        assert!(
+            run.stderr.contains("MCP server `h`") && run.stderr.contains(why),
+            "{mode}: {}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("panicked"), "{mode}: {}", run.stderr);
+        assert!(!env.state_dir().exists(), "{mode}: nothing is written");
+    }
+}
+
+/// A server misbehaving once the call was sent: the call is UNKNOWN (it reached the server),
+/// bounded by timeout_ms.
+#[test]
+fn a_hostile_http_server_during_a_call_leaves_it_unknown() {
+    let Some(py) = python() else { return };
+    for (mode, why) in [
+        (
+            "call_drop",
+            "the connection failed after the request was sent",
+        ),
+        ("call_endless", "no answer within 3000 ms"),
+        ("call_wrong_id", "ended without the answer"),
+    ] {
+        let env = TestEnv::new();
+        let server = Hostile::start(&env, &py, mode);
+        let repo = env.git_repo("repo", &[("README", "x\n")]);
+        let cfg = config(
+            &env,
+            &[
+                call("c1", "mcp__h__echo", json!({"text": "x"})),
+                answer("done"),
+            ],
+            &server.entry(3000),
+        );
+        let agent = text_agent(&env, "mcp__h__echo", "");
+        let child = spawn_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+        let run = bounded(child, Duration::from_secs(60), mode);
+        run.expect(7);
+        let (id, run_id) = ids(&env);
+        let op = unknown_op(&env, &id, &run_id);
+        assert!(
+            op["unknownReason"].as_str().unwrap().contains(why),
+            "{mode}: {op}"
+        );
+        assert_eq!(calls(&env), [format!("call:{mode}")], "{mode}");
+    }
+}
