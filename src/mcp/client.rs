@@ -103,11 +103,24 @@ enum Incoming {
 /// [`WRITE_CHUNK`] pieces, counting the bytes that got through) and acknowledges it, so a
 /// server that stops reading blocks that thread, never the run: the caller waits for the
 /// acknowledgement with its deadline and cancel flag.
+///
+/// The pipe is non-blocking and the thread waits for it with `poll(2)` in short slices, checking
+/// `stop`: dropping the [`Writer`] ends the thread (and closes the pipe) within one slice even
+/// when a process the server started — outside its process group, so not killed with it —
+/// still holds the reading end open and never reads. Shutdown never waits on such a process.
 struct Writer {
     lines: Sender<Vec<u8>>,
     acks: Receiver<std::io::Result<()>>,
     /// Bytes of the line in flight written so far (reset before each line).
     progress: Arc<AtomicUsize>,
+    /// Set on drop: the thread gives up the line in flight and ends.
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
 }
 
 /// Why a line was not (entirely) written.
@@ -128,16 +141,24 @@ impl Writer {
         let (lines, rx) = mpsc::channel::<Vec<u8>>();
         let (ack_tx, acks) = mpsc::channel();
         let progress = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
         let counted = Arc::clone(&progress);
+        let stopped = Arc::clone(&stop);
+        let nonblocking = set_nonblocking(&stdin);
         std::thread::spawn(move || {
             for line in rx {
                 let mut result = Ok(());
                 for chunk in line.chunks(WRITE_CHUNK) {
-                    result = stdin.write_all(chunk);
+                    result = if nonblocking {
+                        write_polling(&mut stdin, chunk, &stopped, &counted)
+                    } else {
+                        stdin.write_all(chunk).map(|()| {
+                            counted.fetch_add(chunk.len(), Ordering::SeqCst);
+                        })
+                    };
                     if result.is_err() {
                         break;
                     }
-                    counted.fetch_add(chunk.len(), Ordering::SeqCst);
                 }
                 let failed = result.is_err();
                 if ack_tx.send(result).is_err() || failed {
@@ -149,6 +170,7 @@ impl Writer {
             lines,
             acks,
             progress,
+            stop,
         }
     }
 
@@ -571,6 +593,57 @@ impl Drop for Client {
     }
 }
 
+/// Makes the pipe non-blocking (for [`write_polling`]); false if that failed (then writes block,
+/// as before, and only the caller's deadline bounds them).
+#[allow(unsafe_code)] // fcntl(2) F_GETFL/F_SETFL on a pipe we own: no std API sets O_NONBLOCK
+fn set_nonblocking(pipe: &ChildStdin) -> bool {
+    use std::os::fd::AsRawFd;
+    let fd = pipe.as_raw_fd();
+    // SAFETY: `fd` is an open descriptor owned by `pipe` for the duration of both calls; fcntl
+    // with these commands reads and sets its status flags and touches no memory of ours.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) >= 0
+    }
+}
+
+/// Writes all of `chunk` to the non-blocking `pipe`, waiting for room with `poll(2)` in
+/// [`POLL`] slices; gives up once `stop` is set.
+#[allow(unsafe_code)] // poll(2) on one descriptor we own: std has no readiness wait for pipes
+fn write_polling(
+    pipe: &mut ChildStdin,
+    chunk: &[u8],
+    stop: &AtomicBool,
+    counted: &AtomicUsize,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut rest = chunk;
+    while !rest.is_empty() {
+        if stop.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("the writer was stopped"));
+        }
+        match pipe.write(rest) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                counted.fetch_add(n, Ordering::SeqCst);
+                rest = &rest[n..];
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let mut fds = libc::pollfd {
+                    fd: pipe.as_raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                // SAFETY: `fds` is one valid pollfd on our stack for the duration of the call.
+                unsafe { libc::poll(&mut fds, 1, POLL.as_millis() as libc::c_int) };
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Every page of `tools/list`, asked with `request` (either transport).
 pub(crate) fn list_pages(
     mut request: impl FnMut(Value) -> Result<Value, Failure>,
@@ -644,5 +717,40 @@ fn keep_tail(mut stderr: impl Read, tail: Arc<Mutex<Vec<u8>>>) {
             let cut = t.len() - STDERR_TAIL;
             t.drain(..cut);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that never reads (here the server itself; in the wild a process it detached
+    /// that kept its stdin) cannot keep the writer thread alive once the writer is dropped.
+    #[test]
+    fn a_dropped_writer_ends_its_thread_even_if_nobody_reads() {
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let writer = Writer::start(child.stdin.take().unwrap());
+        let progress = Arc::clone(&writer.progress);
+        let until = Instant::now() + Duration::from_millis(300);
+        let stalled = writer.write(vec![b'x'; 1 << 20], until, None);
+        assert!(
+            matches!(stalled, Err(WriteFailure::Stalled { written, total, .. }) if written < total),
+            "the pipe filled up"
+        );
+        drop(writer);
+        let start = Instant::now();
+        while Arc::strong_count(&progress) > 1 {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the writer thread is still blocked on the pipe"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

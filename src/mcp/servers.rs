@@ -218,7 +218,7 @@ impl Servers {
             Err(failure) => {
                 self.retire(&mut running, server);
                 let mut out = ToolOutput::error(format!(
-                    "MCP server `{server}` gave no answer to `{tool}` ({failure}); the call may \
+                    "MCP server `{server}` gave no answer to `{name}` ({failure}); the call may \
                      have acted. The server is restarted for later calls."
                 ));
                 out.interrupted = true;

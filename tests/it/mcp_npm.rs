@@ -13,6 +13,11 @@ use crate::run_support::*;
 /// The server's entry point, or `None` (with a loud message) when node is not installed. With
 /// node present, a missing server is a failure: `.ci/run` installs it.
 fn filesystem_server() -> Option<PathBuf> {
+    npm_server("server-filesystem")
+}
+
+/// `@modelcontextprotocol/<name>`'s entry point, as [`filesystem_server`].
+fn npm_server(name: &str) -> Option<PathBuf> {
     let node = std::process::Command::new("node").arg("--version").output();
     if !node.is_ok_and(|o| o.status.success()) {
         eprintln!("\n*** SKIPPED: the npm MCP server test needs node (`apt-get install nodejs`)");
@@ -23,10 +28,12 @@ fn filesystem_server() -> Option<PathBuf> {
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/kxen-ci/npm")
         });
-    let entry = prefix.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
+    let entry = prefix.join(format!(
+        "node_modules/@modelcontextprotocol/{name}/dist/index.js"
+    ));
     assert!(
         entry.is_file(),
-        "{} is missing: install it with `npm install --prefix {} @modelcontextprotocol/server-filesystem` (.ci/run does)",
+        "{} is missing: install it with `npm install --prefix {} @modelcontextprotocol/{name}` (.ci/run does)",
         entry.display(),
         prefix.display()
     );
@@ -188,4 +195,75 @@ fn policy_check_names_a_server_that_cannot_start() {
         check.stderr
     );
     assert!(!env.state_dir().exists(), "policy check writes nothing");
+}
+
+/// The reference "everything" server in its Streamable HTTP mode (`index.js streamableHttp`, on
+/// a port the test picks): a scripted run calls two of its tools over HTTP and reads the results.
+#[test]
+fn the_reference_everything_server_over_streamable_http() {
+    let Some(server) = npm_server("server-everything") else {
+        return;
+    };
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let mut child = std::process::Command::new("node")
+        .arg(&server)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let start = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the server exited at start"
+        );
+        assert!(start.elapsed().as_secs() < 60, "the server never listened");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _server = Kill(child);
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let config = script_config(
+        &env,
+        &[
+            call(
+                "c1",
+                "mcp__everything__echo",
+                json!({"message": "over http"}),
+            ),
+            call("c2", "mcp__everything__get-sum", json!({"a": 2, "b": 3})),
+            answer("done"),
+        ],
+    );
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[mcp.servers.everything]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
+    ));
+    std::fs::write(&config, text).unwrap();
+    let agent = agent(
+        &env,
+        "everything-user",
+        "mcp__everything__echo, mcp__everything__get-sum",
+        "",
+        "{format: text, requiredFields: []}",
+    );
+    let run = run_new(&env, &repo, "t", &agent, &config, &["--allow-mcp"]);
+    run.expect(0);
+    let outs = crate::mcp::tool_outputs(&run);
+    assert_eq!(outs[0].1, "Echo: over http", "{outs:?}");
+    assert!(outs[1].1.contains("is 5"), "{outs:?}");
+    assert!(!outs[0].2 && !outs[1].2, "{outs:?}");
 }
