@@ -181,6 +181,7 @@ fn run_agent(root: &Path, repo: &Path, calls: usize, policy: Option<&Path>, roun
         provider_info: None,
         parallel_tools: 1,
         cancel: &cancel,
+        plan: None,
     };
     let start = Instant::now();
     let ending = agent_loop::execute(&execution, &run_id, &mut Discard).unwrap();

@@ -235,6 +235,7 @@ fn child_resume(root: &Path) -> f64 {
         provider_info: None,
         parallel_tools: 1,
         cancel: &cancel,
+        plan: None,
     };
     agent_loop::execute(&execution, &resumed.run_id, &mut Discard).unwrap();
     let at = first.0.lock().unwrap().expect("the model was called");

@@ -123,6 +123,7 @@ fn run_agent(root: &Path, calls: usize) -> (f64, usize, usize) {
         provider_info: None,
         parallel_tools: 1,
         cancel: &cancel,
+        plan: None,
     };
     let start = Instant::now();
     let ending = agent_loop::execute(&execution, &run_id, &mut Discard).unwrap();

@@ -59,6 +59,10 @@ pub const ALL: &[&str] = &[
     "dwp.append.after-newline",
     "dwp.append.before-write",
     "dwp.append.after-write",
+    // A plan run's host meter (host::meter): the meter artifact is written, its samples not yet
+    // appended; the samples are appended, the next model call not yet made.
+    "plan.meter.after-artifact",
+    "plan.meter.after-sample",
 ];
 
 /// Aborts the process if the `KXEN_FAILPOINT` environment variable equals `name`.

@@ -152,6 +152,20 @@ pub struct OpenAiConfig {
     /// Stream answers: live text (`modelTextDelta`), a read timeout between chunks.
     #[serde(default)]
     pub stream: Option<bool>,
+    #[serde(default)]
+    pub price: Option<Price>,
+}
+
+/// `[providers.NAME.price]`: what the provider charges per million reported tokens. Only with
+/// real rates does a DWP plan run meter spend (`meter_spend`, [`crate::host`]); nothing is ever
+/// priced from bytes or estimates.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+    /// Only `USD` (the currency DWP spend limits are metered in).
+    pub currency: String,
 }
 
 /// One `[providers.NAME]` table of `kind = "anthropic"` (the Messages API).
@@ -446,12 +460,16 @@ pub struct CommandConfig {
     pub argv: Vec<String>,
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub price: Option<Price>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptConfig {
     pub path: PathBuf,
+    #[serde(default)]
+    pub price: Option<Price>,
 }
 
 /// What serves a role, for run records and events (never a credential).
@@ -469,6 +487,17 @@ pub struct ProviderInfo {
     /// seed, extraBody.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub options: Option<serde_json::Value>,
+}
+
+impl ProviderConfig {
+    /// `[providers.NAME.price]`, if given.
+    pub fn price(&self) -> Option<&Price> {
+        match self {
+            ProviderConfig::Openai(o) => o.price.as_ref(),
+            ProviderConfig::Command(c) => c.price.as_ref(),
+            ProviderConfig::Script(s) => s.price.as_ref(),
+        }
+    }
 }
 
 impl ModelConfig {
@@ -683,6 +712,20 @@ impl ModelConfig {
             if timeout == Some(0) {
                 return Err(self.invalid(format!("{at} timeout_ms must be at least 1")));
             }
+            if let Some(price) = p.price() {
+                let rate_ok = |r: f64| r.is_finite() && r >= 0.0;
+                if !(rate_ok(price.input_per_million) && rate_ok(price.output_per_million)) {
+                    return Err(
+                        self.invalid(format!("{at} price rates must be finite and at least 0"))
+                    );
+                }
+                if price.currency != "USD" {
+                    return Err(self.invalid(format!(
+                        "{at} price currency must be \"USD\", found {:?}",
+                        price.currency
+                    )));
+                }
+            }
         }
         for (name, entry) in &self.mcp_servers {
             crate::mcp::config::check(name, entry).map_err(|why| self.invalid(why))?;
@@ -730,6 +773,18 @@ impl ModelConfig {
 
     pub fn source(&self) -> ConfigSource {
         self.source
+    }
+
+    /// The provider config serving `role`, with its name, and the directory its relative paths
+    /// are resolved against (for [`crate::host`], which inspects what the runtime will call).
+    pub fn provider_config(&self, role: &str) -> Result<(&str, &ProviderConfig, PathBuf)> {
+        let (name, p) = self.lookup(role)?;
+        let dir = self
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        Ok((name, p, dir))
     }
 
     /// The provider config serving `role`, with its name.

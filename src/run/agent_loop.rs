@@ -14,9 +14,9 @@
 //! unsettled run is only settled.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -25,6 +25,7 @@ use crate::agent::AgentDefinition;
 use crate::blobs::BlobStore;
 use crate::error::{Error, Result};
 use crate::fsx::failpoint;
+use crate::host::{Exhausted, PlanHost};
 use crate::ids::{self, IdKind};
 use crate::journal::{BlobPointer, Journal, JournalRecord, OpPhase, ToolOutcome};
 use crate::process::orphans;
@@ -78,6 +79,8 @@ pub struct Execution<'a> {
     /// Describes the provider in run.json (no credential).
     pub provider_info: Option<Value>,
     pub cancel: &'a AtomicBool,
+    /// The DWP plan task the run works on: its meter and limit check ([`crate::host`]).
+    pub plan: Option<&'a Mutex<PlanHost>>,
 }
 
 /// How an execution ended.
@@ -89,6 +92,9 @@ pub enum Ending {
     InputRequired(Vec<String>),
     /// Calls whose policy rule is `ask` wait for a human (`run approve` / `run deny`).
     ApprovalRequired(Vec<String>),
+    /// A limit of the run's DWP plan is exhausted (or held): the run stopped before a model
+    /// call, nothing pending, until `dwp resources recover` (exit 8).
+    PlanLimitExhausted(Exhausted),
 }
 
 /// Executes (or continues) run `run_id` until it is terminal or needs input.
@@ -146,6 +152,10 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
                 run_paths.run_json().display()
             ))
         })?;
+        // The sample of the run's last model call, if a crash kept it from being written.
+        if let Some(host) = ex.plan {
+            lock_host(host).before_final(&run.id, result.turns, None, result.usage)?;
+        }
         sink.emit(finished_event(ex.session_id, &run.id, &result));
         return Ok(Ending::Finished(result));
     }
@@ -188,6 +198,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
     run.status = RunStatus::Running;
     run.unknown_ops.clear();
     run.approval_ops.clear();
+    run.plan_hold = None;
     run.attempts.push(Attempt {
         started_at: crate::clock::now_rfc3339(),
         pid: std::process::id(),
@@ -204,6 +215,11 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         run_id: run.id.clone(),
         task,
     });
+    if let Some(host) = ex.plan {
+        for message in lock_host(host).advisories() {
+            sink.emit(Event::Warning { message });
+        }
+    }
     lp.run(&mut run, sink)
 }
 
@@ -250,6 +266,12 @@ enum Stop {
     Canceled,
 }
 
+/// The plan host of a run; a panic elsewhere while it was held does not stop the meter.
+fn lock_host(host: &Mutex<PlanHost>) -> std::sync::MutexGuard<'_, PlanHost> {
+    host.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// How often a waiting model call looks at the cancel flag.
 const CANCEL_POLL: Duration = Duration::from_millis(50);
 
@@ -277,6 +299,9 @@ impl Loop<'_, '_> {
                     ),
                 };
                 return self.fail(run, FailReason::BudgetExhausted, why, sink);
+            }
+            if let Some(stop) = self.plan_check(run)? {
+                return self.plan_stop(run, stop, sink);
             }
             let mut response = match self.call_model(run, sink)? {
                 Ok(response) => response,
@@ -321,6 +346,7 @@ impl Loop<'_, '_> {
             message.redact();
             self.pending_assistant = Some(message);
             failpoint::hit("tool.after-assistant-message");
+            self.plan_meter(run, usage, sink)?;
             if !response.text.is_empty() {
                 sink.emit(Event::ModelText {
                     run_id: run.id.clone(),
@@ -373,6 +399,72 @@ impl Loop<'_, '_> {
 
     fn canceled(&self) -> bool {
         self.ex.cancel.load(Ordering::SeqCst)
+    }
+
+    /// The plan's limit check before a model call (`None`: no plan, or the call may go).
+    fn plan_check(&self, run: &RunState) -> Result<Option<Exhausted>> {
+        match self.ex.plan {
+            Some(host) => lock_host(host).before_call(&run.id, self.turns, self.usage),
+            None => Ok(None),
+        }
+    }
+
+    /// Meters a model call whose response is durable in the Session.
+    fn plan_meter(
+        &self,
+        run: &RunState,
+        usage: Option<UsageRecord>,
+        sink: &mut dyn EventSink,
+    ) -> Result<()> {
+        let Some(host) = self.ex.plan else {
+            return Ok(());
+        };
+        let warning = lock_host(host).after_call(&run.id, self.turns, usage, self.usage)?;
+        if let Some(message) = warning {
+            sink.emit(Event::Warning { message });
+        }
+        Ok(())
+    }
+
+    /// Why a plan run may not make this call: `task` needs the contract's `agent_delegation`
+    /// grant (the host's abilities are not authority).
+    pub(super) fn plan_refuses(&self, call: &ToolCall) -> Option<String> {
+        let host = self.ex.plan?;
+        if call.name != "task" {
+            return None;
+        }
+        let host = lock_host(host);
+        (!host.granted("agent_delegation")).then(|| {
+            format!(
+                "refused: this run works on plan {}, whose contract does not grant \
+                 agent_delegation, so it may not start subagents (a host's abilities are not \
+                 authority); do the work in this run",
+                host.binding.plan
+            )
+        })
+    }
+
+    /// A plan limit stops the run before its next model call: nothing is pending, the run is
+    /// `inputRequired` with the limit named, and a resume continues once the hold is lifted.
+    fn plan_stop(
+        &mut self,
+        run: &mut RunState,
+        stop: Exhausted,
+        sink: &mut dyn EventSink,
+    ) -> Result<Ending> {
+        run.status = RunStatus::InputRequired;
+        run.plan_hold = Some(stop.limit.clone());
+        settle::close_attempt(run, crate::clock::duration_millis(self.started.elapsed()));
+        run.save(&self.run_paths)?;
+        sink.emit(Event::RunStopped {
+            session_id: self.ex.session_id.to_string(),
+            run_id: run.id.clone(),
+            reason: "planLimitExhausted".into(),
+            limit: stop.limit.clone(),
+            detail: stop.detail.clone(),
+            seq: stop.seq,
+        });
+        Ok(Ending::PlanLimitExhausted(stop))
     }
 
     /// Appends `message` to the Session durably (and every message appended lazily before it),
@@ -658,6 +750,10 @@ impl Loop<'_, '_> {
                     return Ok(None);
                 }
             };
+        if let Some(refusal) = self.plan_refuses(call) {
+            self.answer_unrun(run, message_id, index, call, &refusal, sink)?;
+            return Ok(None);
+        }
         if let Some(answer) = self.repeats.check(call) {
             self.answer_unrun(run, message_id, index, call, &answer, sink)?;
             return Ok(None);
@@ -1111,7 +1207,13 @@ impl Loop<'_, '_> {
         }
         self.make_durable()?;
         settle::close_attempt(run, crate::clock::duration_millis(self.started.elapsed()));
-        settle::settle(run, &self.run_paths, &mut self.messages, result.clone())?;
+        settle::persist_result(run, &self.run_paths, result.clone())?;
+        if let Some(host) = self.ex.plan {
+            // The last call's usage is durable in the result: meter it while the run is still
+            // unsettled, so a crash here is metered by the resume that settles it.
+            lock_host(host).before_final(&run.id, self.turns, result.final_usage, self.usage)?;
+        }
+        settle::finish(run, &self.run_paths, &mut self.messages)?;
         sink.emit(finished_event(self.ex.session_id, &run.id, &result));
         Ok(Ending::Finished(result))
     }

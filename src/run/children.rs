@@ -270,6 +270,7 @@ fn run_child(
         provider,
         provider_info: parent.provider_info.clone(),
         cancel,
+        plan: None,
     };
     let ending = agent_loop::execute(&execution, &run_id, &mut Discard)?;
     failpoint::hit("task.after-child-ended");
@@ -298,6 +299,13 @@ fn run_child(
                 ops.join(", "),
                 meta.id
             ),
+        ),
+        // A child runs without the parent's plan meter; should it stop on a plan limit all
+        // the same, its outcome is not known to the parent.
+        Ending::PlanLimitExhausted(stop) => unknown_output(
+            &meta.id,
+            &run_id,
+            &format!("the child run stopped on plan limit {}", stop.limit),
         ),
         Ending::InputRequired(ops) => unknown_output(
             &meta.id,

@@ -112,6 +112,16 @@ pub enum Event {
         run_id: String,
         op_ids: Vec<String>,
     },
+    /// The run stopped before a model call and stays resumable: `planLimitExhausted` — a limit
+    /// of its DWP plan passed its dispatch ceiling or is held (`LIMIT: exhausted`, seq `seq`).
+    RunStopped {
+        session_id: String,
+        run_id: String,
+        reason: String,
+        limit: String,
+        detail: String,
+        seq: u64,
+    },
     /// The run reached a terminal status.
     RunFinished {
         session_id: String,

@@ -75,9 +75,14 @@ impl Loop<'_, '_> {
         }
         let mut slots: Vec<Slot> = Vec::with_capacity(calls.len());
         for (i, call) in calls.iter().enumerate() {
-            // Refused as a call run alone would be: not admitted, or a repeat.
+            // Refused as a call run alone would be: not admitted, refused by the plan, or a
+            // repeat.
             let admitted = tools::REGISTRY
                 .admit(&call.name, &call.arguments, self.ex.capabilities)
+                .and_then(|admitted| match self.plan_refuses(call) {
+                    Some(refusal) => Err(refusal),
+                    None => Ok(admitted),
+                })
                 .and_then(|admitted| match self.repeats.check(call) {
                     Some(answer) => Err(answer),
                     None => Ok(admitted),

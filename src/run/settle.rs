@@ -25,12 +25,19 @@ pub fn settle(
     messages: &mut MessageLog,
     result: RunResult,
 ) -> Result<()> {
+    persist_result(run, paths, result)?;
+    finish(run, paths, messages)
+}
+
+/// Phase 1 alone: what happens between it and [`finish`] (a plan run's last meter sample) is
+/// redone by the [`finish`] of a resume, since the run stays unsettled until then.
+pub fn persist_result(run: &mut RunState, paths: &RunPaths, result: RunResult) -> Result<()> {
     run.status = result.status;
     run.result = Some(result);
     run.settled = false;
     run.save(paths)?;
     failpoint::hit("settle.after-result");
-    finish(run, paths, messages)
+    Ok(())
 }
 
 /// Phases 2 and 3: the final message (if the result names one and it is not there yet), then

@@ -147,6 +147,14 @@ pub struct RunState {
     /// `ask` held them before they started).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approval_ops: Vec<String>,
+    /// The DWP plan task this run works on (`run --plan DIR --plan-task T`): a resume must
+    /// name the same one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<crate::host::PlanBinding>,
+    /// The plan limit whose exhaustion stopped the run (status `inputRequired`, nothing
+    /// pending) until `dwp resources recover` lifts the hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_hold: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<RunResult>,
     /// The final message is in the Session: nothing about this run is pending.
@@ -170,6 +178,8 @@ impl RunState {
             attempts: Vec::new(),
             unknown_ops: Vec::new(),
             approval_ops: Vec::new(),
+            plan: None,
+            plan_hold: None,
             result: None,
             settled: false,
         }

@@ -11,6 +11,7 @@ mod cli_hints;
 mod dwp_abilities;
 mod dwp_config;
 mod dwp_fixtures;
+mod dwp_host;
 mod dwp_manifest;
 mod dwp_onboard;
 mod dwp_resources;

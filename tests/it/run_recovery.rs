@@ -134,6 +134,9 @@ fn crash_at_every_failpoint(power_cut: bool) {
         if point.starts_with("export.") {
             continue; // not on a run's path; tests/it/state_damage.rs crashes an export there
         }
+        if point.starts_with("plan.") {
+            continue; // plan runs' host meter; tests/it/dwp_host.rs crashes at every pass there
+        }
         if point.starts_with("task.") {
             continue; // `task` children; tests/it/task.rs crashes at every pass of every point
         }

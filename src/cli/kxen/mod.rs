@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod agent;
 mod bundle;
+mod host;
 mod init;
 mod lineage;
 mod remote;
@@ -60,6 +61,27 @@ pub enum Command {
     Session(SessionCommand),
     /// Run an agent on a task in a workspace (a new Session), or inspect runs.
     Run(Box<RunCmd>),
+    /// kxen-agent as a DWP host: what it can truthfully declare.
+    #[command(subcommand)]
+    Host(HostCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HostCommand {
+    /// Print the DWP host abilities a Session made with this config, policy (and agent) would
+    /// truthfully have: the closed set of eight booleans, as one JSON object that `dwp
+    /// abilities --caps` and `dwp resources report --caps` accept. Read-only.
+    Abilities {
+        /// The model config (TOML); default as for `run`.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The DCPAgent definition the Session would run (default: one the Builder writes,
+        /// served by the `execution` role).
+        #[arg(long, value_name = "FILE")]
+        agent: Option<PathBuf>,
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
 }
 
 /// `kxen-agent run …`: either a new run (flags) or a run subcommand.
@@ -517,6 +539,11 @@ fn dispatch(cli: Cli) -> Result<ExitStatus> {
             agent,
             config,
         }) => agent::policy_check(&policy.flags(), agent.as_deref(), config.as_deref(), format),
+        Command::Host(HostCommand::Abilities {
+            config,
+            agent,
+            policy,
+        }) => host::abilities(config.as_deref(), agent.as_deref(), &policy.flags()),
     }
 }
 

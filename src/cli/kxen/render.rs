@@ -121,6 +121,14 @@ impl Renderer {
                 "run {run_id} needs input: unknown outcome of {}",
                 op_ids.join(", ")
             )),
+            Event::RunStopped {
+                run_id,
+                limit,
+                detail,
+                ..
+            } => say(&format!(
+                "run {run_id} stopped: plan limit {limit} exhausted ({detail})"
+            )),
             Event::RunFinished {
                 run_id,
                 status,

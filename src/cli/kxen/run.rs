@@ -70,6 +70,14 @@ pub struct RunArgs {
     /// third of it while the run runs.
     #[arg(long, value_name = "SECS", requires = "remote", value_parser = clap::value_parser!(u64).range(1..))]
     pub lease_ttl: Option<u64>,
+    /// Work on a task of the DWP plan folder DIR (with --plan-task): the task's context manifest
+    /// follows the task text as the run's first input, token and spend samples go to the plan's
+    /// journal, and its enforced limits stop the run (exit 8). A resume must name it again.
+    #[arg(long, value_name = "DIR", requires = "plan_task")]
+    pub plan: Option<PathBuf>,
+    /// The plan task (a T-… id of the plan's contract); with --plan.
+    #[arg(long, value_name = "T", requires = "plan")]
+    pub plan_task: Option<String>,
 }
 
 impl RunArgs {
@@ -84,10 +92,20 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
     if args.resume.is_some() {
         return resume(state_flag, args, format);
     }
-    let task = read_task(&args)?.ok_or_else(|| {
-        Error::usage("no task given: pass exactly one of --task TEXT, --task-file FILE or --stdin")
+    let text = read_task(&args)?;
+    let bound = match plan_of(&args) {
+        Some((dir, task)) => Some(crate::host::binding::bind(dir, task, text.as_deref())?),
+        None => None,
+    };
+    let task = match &bound {
+        Some(b) => b.first_input.clone(),
+        None => text.ok_or_else(|| {
+            Error::usage(
+                "no task given: pass exactly one of --task TEXT, --task-file FILE or --stdin",
+            )
             .with_hint("kxen-agent run --workspace . --task \"Fix the failing check\"")
-    })?;
+        })?,
+    };
     let resume_flags = resume_flags(&args);
     let workspace = match args.workspace {
         Some(w) => w,
@@ -100,10 +118,24 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
         task,
         agent: args.agent,
         policy: args.policy.flags(),
-        config: args.config,
+        config: args.config.clone(),
     };
     // Everything is checked before anything is written.
     let mut prepared = create::prepare(&request)?;
+    let host = match bound {
+        Some(b) => {
+            prepared.new.run.plan = Some(b.binding.clone());
+            let config = crate::provider::ModelConfig::load(args.config.as_deref())?;
+            Some(std::sync::Mutex::new(crate::host::open_run_host(
+                b.binding,
+                &config,
+                &prepared.lock,
+                prepared.built,
+                Default::default(),
+            )?))
+        }
+        None => None,
+    };
     if state.is_within(&prepared.binding.root) {
         // Fail closed: the agent's own tools could read and edit its journal and messages.
         return Err(Error::usage(format!(
@@ -146,6 +178,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
         provider_info: prepared.provider_info.clone(),
         parallel_tools: prepared.parallel_tools,
         cancel,
+        plan: host.as_ref(),
     };
     let ending = agent_loop::execute(&execution, &run_id, &mut renderer)?;
     drop(lease);
@@ -235,15 +268,23 @@ fn resume_here(
     remote: Option<&RemoteRun>,
 ) -> Result<ExitStatus> {
     let state = state.clone();
+    let given = plan_of(&args);
+    // A new run after a finished one starts on the plan task like any new run.
+    let bound = match (given, &task) {
+        (Some((dir, t)), Some(text)) => Some(crate::host::binding::bind(dir, t, Some(text))?),
+        _ => None,
+    };
+    let task = bound.as_ref().map(|b| b.first_input.clone()).or(task);
     let request = ResumeRequest {
         session_id: args.resume.clone().unwrap_or_default(),
         task,
-        workspace: args.workspace,
+        workspace: args.workspace.clone(),
         rebind: args.rebind_workspace,
         policy: args.policy.flags(),
-        config: args.config,
+        config: args.config.clone(),
     };
     let resumed = resume::prepare(&state, &request)?;
+    let host = resume_host(&resumed, bound, given, args.config.as_deref())?;
     let mut renderer = Renderer::new(format);
     if state.is_within(&resumed.meta.workspace.root) {
         // The Session already lives there; refusing would strand it, so say what it means.
@@ -284,6 +325,7 @@ fn resume_here(
         provider_info: resumed.provider_info.clone(),
         parallel_tools: resumed.parallel_tools,
         cancel,
+        plan: host.as_ref(),
     };
     let ending = match (remote, args.push_every) {
         (Some(remote), Some(every)) => {
@@ -332,6 +374,37 @@ impl EventSink for PushEvery<'_> {
     }
 }
 
+/// `--plan DIR --plan-task T` (clap makes each require the other).
+fn plan_of(args: &RunArgs) -> Option<(&Path, &str)> {
+    Some((args.plan.as_deref()?, args.plan_task.as_deref()?))
+}
+
+/// The plan host of a resumed run: a new run records its binding; a continued one must name the
+/// plan task it was started on (exit 6 otherwise).
+fn resume_host(
+    resumed: &resume::Resumed,
+    bound: Option<crate::host::binding::Bound>,
+    given: Option<(&Path, &str)>,
+    config: Option<&Path>,
+) -> Result<Option<std::sync::Mutex<crate::host::PlanHost>>> {
+    let run_paths = resumed.paths.run(&resumed.run_id);
+    let mut run = crate::run::RunState::read(&run_paths, &resumed.run_id)?;
+    match bound {
+        Some(b) if resumed.new_run => {
+            run.plan = Some(b.binding);
+            run.save(&run_paths)?;
+        }
+        _ => crate::host::binding::check_resume(run.plan.as_ref(), given, &run.id)?,
+    }
+    let Some(binding) = run.plan else {
+        return Ok(None);
+    };
+    let config = crate::provider::ModelConfig::load(config)?;
+    let base = crate::host::session_base(&resumed.paths, &binding, &run.id)?;
+    let host = crate::host::open_run_host(binding, &config, &resumed.meta.lock, false, base)?;
+    Ok(Some(std::sync::Mutex::new(host)))
+}
+
 /// The options a later `--resume` of this Session must repeat, as they were given here: the
 /// policy flags (a difference is refused as drift), `--config` and `--workspace`. Shown in the
 /// hints so that the printed command works when pasted.
@@ -374,6 +447,10 @@ fn resume_flags(args: &RunArgs) -> String {
     }
     if let Some(n) = &args.push_every {
         push("--push-every", Some(std::ffi::OsStr::new(&n.to_string())));
+    }
+    if let Some((dir, task)) = plan_of(args) {
+        push("--plan", Some(dir.as_os_str()));
+        push("--plan-task", Some(std::ffi::OsStr::new(task)));
     }
     out
 }
@@ -488,6 +565,24 @@ pub fn exit_status(session_id: &str, run_id: &str, ending: &Ending, hints: &Hint
             .with_id(run_id)
             .with_hint(format!(
                 "inspect the call with `{inspect}`, then `{bin} run approve {session_id} {run_id} {op}` or `{bin} run deny {session_id} {run_id} {op} --reason TEXT`, and continue with `{bin} --resume {session_id}{resume_flags}`"
+            ))
+        }
+        Ending::PlanLimitExhausted(stop) => {
+            let dir = shell_word(&stop.plan_dir.to_string_lossy());
+            Error::new(
+                ErrorKind::Budget,
+                format!(
+                    "run {run_id} stopped (planLimitExhausted): plan limit {} is exhausted (LIMIT \
+                     record seq {}): {}",
+                    stop.limit, stop.seq, stop.detail
+                ),
+            )
+            .with_id(run_id)
+            .with_hint(format!(
+                "see `dwp resources report --plan {dir}`; once more budget is granted, `dwp \
+                 resources recover --plan {dir} --limit {}` lifts the hold, then continue with \
+                 `{bin} --resume {session_id}{resume_flags}`",
+                stop.limit
             ))
         }
         Ending::Finished(result) => match finished_error(result) {

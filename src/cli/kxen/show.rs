@@ -190,6 +190,7 @@ fn session_text(s: &Value) -> String {
         if let Some(provider) = last.map(|a| &a["provider"]).filter(|p| p.is_object()) {
             out.push_str(&format!("  provider {}\n", provider_text(provider)));
         }
+        out.push_str(&plan_text(run, "  "));
     }
     out.push('\n');
     for m in s["messages"].as_array().into_iter().flatten() {
@@ -206,6 +207,28 @@ fn session_text(s: &Value) -> String {
             ));
         }
         out.push('\n');
+    }
+    out
+}
+
+/// The DWP plan task a run works on and its manifest's fingerprint (and the limit holding it).
+fn plan_text(run: &Value, indent: &str) -> String {
+    let plan = &run["plan"];
+    if !plan.is_object() {
+        return String::new();
+    }
+    let mut out = format!(
+        "{indent}plan {} task {} ({})  inputs_fingerprint {}\n",
+        str_of(plan, "plan"),
+        str_of(plan, "task"),
+        clip(str_of(plan, "dir"), 100),
+        str_of(plan, "inputsFingerprint"),
+    );
+    if let Some(limit) = run["planHold"].as_str() {
+        out.push_str(&format!(
+            "{indent}stopped: plan limit {} exhausted (`dwp resources recover` lifts the hold)\n",
+            clip(limit, 60)
+        ));
     }
     out
 }
@@ -243,6 +266,7 @@ fn run_text(shown: &view::RunView) -> String {
         str_of(run, "sessionId"),
         clip(str_of(run, "task"), 100),
     );
+    out.push_str(&plan_text(run, ""));
     if let Some(result) = run["result"].as_object() {
         let final_text = result
             .get("finalText")

@@ -68,25 +68,41 @@ pub fn append_with(
     on_wait: impl FnOnce(&Path),
     decide: impl FnOnce(&Journal) -> Result<Decision>,
 ) -> Result<(Event, bool)> {
+    let _lock = lock(plan, on_wait)?;
+    let live = plan.dir.join(journal::LIVE_FILE);
+    let journal = read_for_append(plan, contract, &live)?;
+    match decide(&journal)? {
+        Decision::Existing(event) => Ok((event, false)),
+        Decision::Append(new) => write(&live, contract, &journal, new).map(|e| (e, true)),
+    }
+}
+
+/// Takes the plan's writer lock and refuses a foreign writer's lock directory.
+fn lock(plan: &Plan, on_wait: impl FnOnce(&Path)) -> Result<FileLock> {
     let lock_path = plan.dir.join(LOCK_FILE);
-    let _lock = FileLock::exclusive(
+    let lock = FileLock::exclusive(
         &lock_path,
         LockWait::Up(LOCK_WAIT),
         "the plan's writer lock",
         on_wait,
     )?;
     refuse_foreign_writer(&plan.dir)?;
+    Ok(lock)
+}
+
+/// Reads and validates the whole journal under the writer lock and makes its end appendable: a
+/// missing last newline is added, a torn last line truncated (and a `journal_repair` recorded).
+fn read_for_append(plan: &Plan, contract: &Contract, live: &Path) -> Result<Journal> {
     let mut journal = journal::read(&plan.dir, contract)?;
-    let live = plan.dir.join(journal::LIVE_FILE);
     if let Some(len) = journal.unterminated.take() {
         // A complete last event without its newline is kept: end its line, as the reference
         // writer does, so the next line is not glued to it. Only an unparsable tail is torn.
-        crate::fsx::terminate_last_line(&live, len)?;
+        crate::fsx::terminate_last_line(live, len)?;
         failpoint::hit("dwp.append.after-newline");
     }
     if let Some(tail) = journal.torn_tail.take() {
         // Appending after a torn line would bury it mid-file, where it is corruption.
-        crate::fsx::repair_torn_tail(&live, &tail)?;
+        crate::fsx::repair_torn_tail(live, &tail)?;
         let mut payload = Map::new();
         payload.insert("byte_offset".into(), Value::from(tail.offset));
         payload.insert(
@@ -100,13 +116,111 @@ pub fn append_with(
             ts: crate::clock::format_seconds(crate::clock::now_millis().div_euclid(1000)),
             payload,
         };
-        let event = write(&live, contract, &journal, repair)?;
+        let event = write(live, contract, &journal, repair)?;
         journal.events.push(event);
     }
-    match decide(&journal)? {
-        Decision::Existing(event) => Ok((event, false)),
-        Decision::Append(new) => write(&live, contract, &journal, new).map(|e| (e, true)),
+    Ok(journal)
+}
+
+/// A plan journal read once and kept in step with the appends made through it, for a writer
+/// that appends many times (the kxen-agent host meter: one append per model call on a journal
+/// of any length). Each append re-reads the journal only when the live file changed since this
+/// process last read or wrote it (another writer appended, or the file was rolled or replaced);
+/// otherwise the events in memory are the journal, because every writer holds the lock.
+pub struct Tracked {
+    pub journal: Journal,
+    /// The live file as this process last saw it; `None` forces a re-read.
+    stamp: Option<Stamp>,
+}
+
+/// What tells a live file changed: length, identity and modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    dev: u64,
+    ino: u64,
+    mtime_ns: i128,
+}
+
+fn stamp(live: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(live).ok()?;
+    Some(Stamp {
+        len: m.len(),
+        dev: m.dev(),
+        ino: m.ino(),
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+    })
+}
+
+impl Tracked {
+    /// Reads and validates the whole journal (no lock: readers never need one).
+    pub fn read(plan: &Plan, contract: &Contract) -> Result<Tracked> {
+        let live = plan.dir.join(journal::LIVE_FILE);
+        let before = stamp(&live);
+        let journal = journal::read(&plan.dir, contract)?;
+        // A write between the two looks means the events may miss it: read again next time.
+        let after = stamp(&live);
+        let clean = journal.torn_tail.is_none() && journal.unterminated.is_none();
+        Ok(Tracked {
+            journal,
+            stamp: (before == after && clean).then_some(after).flatten(),
+        })
     }
+
+    /// Re-reads the journal if another writer changed it since; true if it did.
+    pub fn refresh(&mut self, plan: &Plan, contract: &Contract) -> Result<bool> {
+        let live = plan.dir.join(journal::LIVE_FILE);
+        if self.stamp.is_some() && self.stamp == stamp(&live) {
+            return Ok(false);
+        }
+        *self = Tracked::read(plan, contract)?;
+        Ok(true)
+    }
+}
+
+/// Appends the events `decide` returns for the journal as it stands under the writer lock, all
+/// with one write and one fsync (a group commit: a crash leaves a prefix of them, the last one
+/// possibly torn, which the next append repairs). Returns the events written (none when `decide`
+/// returns none). `tracked` is re-read under the lock only when the live file changed since
+/// this process last saw it, and then holds the appended events too.
+pub fn append_tracked(
+    plan: &Plan,
+    contract: &Contract,
+    tracked: &mut Tracked,
+    on_wait: impl FnOnce(&Path),
+    decide: impl FnOnce(&Journal) -> Result<Vec<NewEvent>>,
+) -> Result<Vec<Event>> {
+    let _lock = lock(plan, on_wait)?;
+    let live = plan.dir.join(journal::LIVE_FILE);
+    if tracked.stamp.is_none() || tracked.stamp != stamp(&live) {
+        let journal = read_for_append(plan, contract, &live)?;
+        *tracked = Tracked {
+            journal,
+            stamp: stamp(&live),
+        };
+    }
+    let news = decide(&tracked.journal)?;
+    if news.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut validator = Validator::new(contract);
+    validator.resume_after(tracked.journal.events.last().map_or(0, |e| e.seq));
+    let mut lines = Vec::with_capacity(news.len());
+    let mut events = Vec::with_capacity(news.len());
+    for (seq, new) in (tracked.journal.next_seq()..).zip(news) {
+        let (line, event) = stamped(&live, contract, &mut validator, seq, new)?;
+        lines.push(line);
+        events.push(event);
+    }
+    failpoint::hit("dwp.append.before-write");
+    // Whatever happens now, the next append looks at the file again.
+    tracked.stamp = None;
+    crate::fsx::append_lines(&live, &lines)?;
+    failpoint::hit("dwp.append.after-write");
+    tracked.journal.events.extend(events.iter().cloned());
+    tracked.stamp = stamp(&live);
+    Ok(events)
 }
 
 fn refuse_foreign_writer(dir: &Path) -> Result<()> {
@@ -131,7 +245,23 @@ fn refuse_foreign_writer(dir: &Path) -> Result<()> {
 }
 
 fn write(live: &Path, contract: &Contract, journal: &Journal, new: NewEvent) -> Result<Event> {
-    let seq = journal.next_seq();
+    let mut validator = Validator::new(contract);
+    validator.resume_after(journal.events.last().map_or(0, |e| e.seq));
+    let (line, event) = stamped(live, contract, &mut validator, journal.next_seq(), new)?;
+    failpoint::hit("dwp.append.before-write");
+    crate::fsx::append_line(live, &line)?;
+    failpoint::hit("dwp.append.after-write");
+    Ok(event)
+}
+
+/// The canonical line of `new` as event `seq`, validated like any read event.
+fn stamped(
+    live: &Path,
+    contract: &Contract,
+    validator: &mut Validator,
+    seq: u64,
+    new: NewEvent,
+) -> Result<(String, Event)> {
     let mut map = Map::new();
     map.insert(
         "schema".into(),
@@ -151,8 +281,6 @@ fn write(live: &Path, contract: &Contract, journal: &Journal, new: NewEvent) -> 
     }
     let value = Value::Object(map);
     let line = crate::canonical::to_compact(&value);
-    let mut validator = Validator::new(contract);
-    validator.resume_after(journal.events.last().map_or(0, |e| e.seq));
     let event = validator.event(value).map_err(|problem| {
         Error::failed(format!(
             "refusing to append an invalid {} event to {}: {problem}",
@@ -160,10 +288,7 @@ fn write(live: &Path, contract: &Contract, journal: &Journal, new: NewEvent) -> 
             live.display()
         ))
     })?;
-    failpoint::hit("dwp.append.before-write");
-    crate::fsx::append_line(live, &line)?;
-    failpoint::hit("dwp.append.after-write");
-    Ok(event)
+    Ok((line, event))
 }
 
 #[cfg(test)]

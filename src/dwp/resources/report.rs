@@ -52,8 +52,9 @@ impl Row {
         })
     }
 
-    /// The refusal detail for an over-ceiling row.
-    fn refusal_detail(&self) -> String {
+    /// The refusal detail for an over-ceiling row (also the detail of the `LIMIT: exhausted`
+    /// record a host writes when it stops for it).
+    pub fn refusal_detail(&self) -> String {
         let mut detail = format!(
             "enforced limit '{}' over its dispatchable ceiling: spent {} + pending {} > {} \
              (limit {} - reserve {})",

@@ -487,10 +487,11 @@ fn check_status(run_json: &Path, journal: &Path, run: &RunState, table: &OpTable
         ));
     }
     if run.status == RunStatus::InputRequired {
-        if run.unknown_ops.is_empty() && run.approval_ops.is_empty() {
+        if run.unknown_ops.is_empty() && run.approval_ops.is_empty() && run.plan_hold.is_none() {
             return Err(corrupt(
                 run_json,
-                "the run is inputRequired but unknownOps and approvalOps are empty".into(),
+                "the run is inputRequired but unknownOps, approvalOps and planHold are empty"
+                    .into(),
             ));
         }
         for op in &run.approval_ops {
