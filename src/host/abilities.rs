@@ -7,7 +7,8 @@
 //! - `meter_tokens`: the provider serving the agent's model role reports usage, and a plan run
 //!   writes it as observed samples. Per kind: `openai` reads the `usage` of every completion
 //!   (OpenAI-compatible servers report prompt/completion tokens; a reply without it writes no
-//!   sample and a warning); `script` only when every top-level line of the script carries
+//!   sample and a warning), `anthropic` the Messages API's `usage` (cached prompt tokens
+//!   count as input tokens, and are priced at the input rate); `script` only when every top-level line of the script carries
 //!   `usage` (the file is the provider, so it is read); `command` never (its protocol makes
 //!   `usage` optional, so nothing says it will come).
 //! - `meter_spend`: `meter_tokens` and a `[providers.X.price]` (USD per million tokens) for
@@ -50,7 +51,7 @@ pub struct Metering {
 pub fn metering(config: &ModelConfig, role: &str) -> Result<Metering> {
     let (name, provider, dir) = config.provider_config(role)?;
     let reports_usage = match provider {
-        ProviderConfig::Openai(_) => true,
+        ProviderConfig::Openai(_) | ProviderConfig::Anthropic(_) => true,
         ProviderConfig::Command(_) => false,
         ProviderConfig::Script(s) => script_reports_usage(&dir.join(&s.path)),
     };
@@ -89,6 +90,7 @@ fn model_of(config: &ModelConfig, role: &str) -> Option<String> {
     let (name, provider, _) = config.provider_config(role).ok()?;
     Some(match provider {
         ProviderConfig::Openai(o) => format!("model:{}", o.model),
+        ProviderConfig::Anthropic(a) => format!("model:{}", a.model),
         _ => format!("provider:{name}"),
     })
 }

@@ -201,6 +201,8 @@ pub struct AnthropicConfig {
     /// Stream answers: live text (`modelTextDelta`), a read timeout between chunks.
     #[serde(default)]
     pub stream: Option<bool>,
+    #[serde(default)]
+    pub price: Option<Price>,
 }
 
 /// Body fields an `anthropic` provider writes itself, or that change how replies are read.
@@ -494,6 +496,7 @@ impl ProviderConfig {
     pub fn price(&self) -> Option<&Price> {
         match self {
             ProviderConfig::Openai(o) => o.price.as_ref(),
+            ProviderConfig::Anthropic(a) => a.price.as_ref(),
             ProviderConfig::Command(c) => c.price.as_ref(),
             ProviderConfig::Script(s) => s.price.as_ref(),
         }
