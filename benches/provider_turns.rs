@@ -144,6 +144,7 @@ fn run_agent(root: &Path, url: &str, calls: usize) -> (Vec<f64>, f64) {
         provider_info: None,
         parallel_tools: 1,
         cancel: &cancel,
+        plan: None,
     };
     let mut cpu = vec![cpu_seconds()];
     let mut sink = |event: Event| {
