@@ -173,6 +173,7 @@ fn run_agent(root: &Path, repo: &Path, calls: usize, policy: Option<&Path>, roun
         capabilities: &prepared.lock.capabilities,
         mcp_tools: &[],
         mcp: None,
+        lsp: None,
         pass_env: &prepared.merged.pass_env,
         tool_rules: &prepared.merged.mcp_tools,
         fence: prepared.merged.fence(),
@@ -246,6 +247,7 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
             },
             fence,
             mcp: None,
+            lsp: None,
             task: None,
         };
         let call = kxen::tools::REGISTRY

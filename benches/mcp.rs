@@ -353,6 +353,7 @@ fn run_agent(root: &Path, entry: &str, calls: usize) -> (f64, usize, usize) {
         capabilities: &tool_names,
         mcp_tools: &prepared.lock.mcp_tools,
         mcp: prepared.mcp.as_ref(),
+        lsp: None,
         pass_env: &prepared.merged.pass_env,
         tool_rules: &prepared.merged.mcp_tools,
         fence: prepared.merged.fence(),

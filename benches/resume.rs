@@ -227,6 +227,7 @@ fn child_resume(root: &Path) -> f64 {
         capabilities: &resumed.meta.lock.capabilities,
         mcp_tools: &[],
         mcp: None,
+        lsp: None,
         pass_env: &resumed.merged.pass_env,
         tool_rules: &resumed.merged.mcp_tools,
         fence: resumed.merged.fence(),

@@ -115,6 +115,7 @@ fn run_agent(root: &Path, calls: usize) -> (f64, usize, usize) {
         capabilities: &prepared.lock.capabilities,
         mcp_tools: &[],
         mcp: None,
+        lsp: None,
         pass_env: &prepared.merged.pass_env,
         tool_rules: &prepared.merged.mcp_tools,
         fence: prepared.merged.fence(),

@@ -24,6 +24,7 @@ pub mod hash;
 pub mod host;
 pub mod ids;
 pub mod journal;
+pub mod lsp;
 pub mod mcp;
 mod own_env;
 pub mod policy;

@@ -36,6 +36,10 @@ pub struct DcpAgentLock {
     /// `entryHash` of each `[mcp.servers.NAME]` a granted tool comes from.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub mcp_servers: std::collections::BTreeMap<String, String>,
+    /// `entryHash` of each `[lsp.NAME]` of the runtime config, when `lsp` is granted: the
+    /// language servers the `lsp` tool may start (a changed set is drift on resume).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub lsp_servers: std::collections::BTreeMap<String, String>,
 }
 
 impl DcpAgentLock {
@@ -96,6 +100,7 @@ impl DcpAgentLock {
             created_at: crate::clock::now_rfc3339(),
             mcp_tools: Vec::new(),
             mcp_servers: std::collections::BTreeMap::new(),
+            lsp_servers: std::collections::BTreeMap::new(),
         })
     }
 
@@ -154,12 +159,26 @@ impl DcpAgentLock {
                 .iter()
                 .filter(|c| self.policy.refusal(c).is_none()),
         ) {
-            // An optional MCP capability is dropped when its server lacks it (see mcp::grant).
-            if !self.capabilities.contains(c) && !c.starts_with(crate::mcp::PREFIX) {
+            // An optional MCP capability is dropped when its server lacks it (see mcp::grant),
+            // an optional `lsp` when no language server is configured (lsp::grant).
+            if !self.capabilities.contains(c)
+                && !c.starts_with(crate::mcp::PREFIX)
+                && c != crate::lsp::CAPABILITY
+            {
                 return Err(corrupt(format!(
                     "capability `{c}` is missing from the effective set"
                 )));
             }
+        }
+        if !self.lsp_servers.is_empty()
+            && !self
+                .capabilities
+                .iter()
+                .any(|c| c == crate::lsp::CAPABILITY)
+        {
+            return Err(corrupt(
+                "language servers are locked but capability `lsp` is not granted".into(),
+            ));
         }
         for t in &self.mcp_tools {
             if t.name != crate::mcp::capability(&t.server, &t.tool) {
@@ -278,16 +297,19 @@ mod tests {
     fn effective_capabilities_are_required_plus_permitted_optional() {
         let def = definition(CAPS);
         let lock = DcpAgentLock::build(&def, &policy("{}", false)).unwrap();
-        assert_eq!(lock.capabilities, ["edit", "grep", "read", "write"]);
+        assert_eq!(lock.capabilities, ["edit", "grep", "lsp", "read", "write"]);
         let lock = DcpAgentLock::build(&def, &policy("{}", true)).unwrap();
-        assert_eq!(lock.capabilities, ["edit", "exec", "grep", "read", "write"]);
+        assert_eq!(
+            lock.capabilities,
+            ["edit", "exec", "grep", "lsp", "read", "write"]
+        );
         // Denied wins, even over --allow-shell.
         let lock = DcpAgentLock::build(
             &def,
             &policy(r#"{"deniedCapabilities": ["exec", "write"]}"#, true),
         )
         .unwrap();
-        assert_eq!(lock.capabilities, ["edit", "grep", "read"]);
+        assert_eq!(lock.capabilities, ["edit", "grep", "lsp", "read"]);
         lock.verify().unwrap();
         assert_eq!(lock.policy_hash, lock.policy.policy_hash());
         assert!(crate::clock::parse_rfc3339(&lock.created_at).is_some());
@@ -307,11 +329,11 @@ mod tests {
             err.message
                 .contains("`exec` (the policy's deniedCapabilities lists it)")
         );
-        let def = definition("  capabilities:\n    required: [lsp, read, mcp__gh__x]\n");
+        let def = definition("  capabilities:\n    required: [browser, read, mcp__gh__x]\n");
         let err = DcpAgentLock::build(&def, &policy("{}", true)).unwrap_err();
         assert!(
             err.message
-                .contains("`lsp` (this runtime has no tool for it"),
+                .contains("`browser` (this runtime has no tool for it"),
             "{}",
             err.message
         );
@@ -443,10 +465,10 @@ mod tests {
     fn a_locked_capability_no_longer_permitted_is_refused() {
         let mut lock = DcpAgentLock::build(&definition(CAPS), &policy("{}", false)).unwrap();
         // Simulate a runtime that no longer implements a locked capability: same policy hash,
-        // but `refusal` says no (here via an edited lock whose capability set names `lsp`).
-        lock.capabilities.push("lsp".into());
+        // but `refusal` says no (here via an edited lock whose capability set names `browser`).
+        lock.capabilities.push("browser".into());
         let err = lock.check_drift(&lock.policy.clone()).unwrap_err();
         assert_eq!(err.kind, ErrorKind::Policy);
-        assert!(err.message.contains("`lsp` is no longer permitted"));
+        assert!(err.message.contains("`browser` is no longer permitted"));
     }
 }

@@ -39,7 +39,7 @@ fn no_file_means_the_closed_defaults() {
     // Shell and MCP are off by default.
     assert_eq!(
         permitted_catalog(&p),
-        ["edit", "glob", "grep", "read", "write"]
+        ["edit", "glob", "grep", "lsp", "read", "write"]
     );
 }
 
@@ -165,13 +165,15 @@ fn permitted_catalog_rules() {
     let p = policy(r#"{"allowShell": true, "deniedCapabilities": ["exec", "edit"]}"#);
     assert_eq!(
         permitted_catalog(&p),
-        ["glob", "grep", "read", "task", "write"]
+        ["glob", "grep", "lsp", "read", "task", "write"]
     );
     assert!(p.refusal("exec").unwrap().contains("deniedCapabilities"));
     let p = policy(r#"{"allowShell": true}"#);
     assert_eq!(
         permitted_catalog(&p),
-        ["edit", "exec", "glob", "grep", "read", "task", "write"]
+        [
+            "edit", "exec", "glob", "grep", "lsp", "read", "task", "write"
+        ]
     );
     assert!(
         policy("{}")
@@ -181,11 +183,12 @@ fn permitted_catalog_rules() {
     );
     // allowedCapabilities restricts; unknown and unimplemented names are never permitted.
     let p = policy(
-        r#"{"allowedCapabilities": ["read", "lsp", "exec"], "allowShell": true, "allowMcp": true}"#,
+        r#"{"allowedCapabilities": ["read", "browser", "exec"], "allowShell": true, "allowMcp": true}"#,
     );
     assert_eq!(permitted_catalog(&p), ["exec", "read"]);
     assert!(p.refusal("grep").unwrap().contains("allowedCapabilities"));
-    assert!(p.refusal("lsp").unwrap().contains("no tool"));
+    assert!(p.refusal("lsp").unwrap().contains("allowedCapabilities"));
+    assert!(p.refusal("browser").unwrap().contains("no tool"));
     assert!(
         p.refusal("mcp__github__search")
             .unwrap()

@@ -41,6 +41,9 @@ pub const OPERATION_VAR: &str = "KXEN_OPERATION_ID";
 /// One MCP server of one kxen-agent process (`<random>.<server>`): what the server detached is
 /// stopped when the server is ([`crate::mcp::servers`]).
 pub const MCP_SERVER_VAR: &str = "KXEN_MCP_SERVER_ID";
+/// One language server of one kxen-agent process (`<random>.<server>`): what the server
+/// detached is stopped when the server is ([`crate::lsp::servers`]).
+pub const LSP_SERVER_VAR: &str = "KXEN_LSP_SERVER_ID";
 /// The Session of an `exec` child (for the command's own use; never a reason to kill).
 pub const SESSION_VAR: &str = "KXEN_SESSION_ID";
 /// The run of an `exec` child (for the command's own use; never a reason to kill).

@@ -37,6 +37,9 @@
 //! planning = "local"
 //! [tools]
 //! parallel = 4                         # read-class and `task` calls of one turn run together
+//! [lsp.python]                         # a language server of the `lsp` tool (crate::lsp::config)
+//! command = ["/usr/bin/python3", "-m", "pylsp"]
+//! extensions = [".py"]
 //! ```
 
 use std::collections::BTreeMap;
@@ -75,6 +78,8 @@ pub struct ModelConfig {
     roles: BTreeMap<String, String>,
     /// `[mcp.servers.NAME]`, with relative `cwd`s resolved against the file's directory.
     mcp_servers: BTreeMap<String, crate::mcp::ServerConfig>,
+    /// `[lsp.NAME]`: the language servers of the `lsp` tool.
+    lsp_servers: BTreeMap<String, crate::lsp::ServerConfig>,
     /// `[tools] parallel`: how many read-class and `task` calls of one turn run together.
     parallel_tools: usize,
 }
@@ -88,6 +93,8 @@ struct ConfigFile {
     roles: BTreeMap<String, String>,
     #[serde(default)]
     mcp: crate::mcp::McpSection,
+    #[serde(default)]
+    lsp: BTreeMap<String, crate::lsp::ServerConfig>,
     #[serde(default)]
     tools: ToolsSection,
 }
@@ -549,6 +556,7 @@ impl ModelConfig {
                     providers: BTreeMap::new(),
                     roles: BTreeMap::new(),
                     mcp_servers: BTreeMap::new(),
+                    lsp_servers: BTreeMap::new(),
                     parallel_tools: crate::run::agent_loop::DEFAULT_PARALLEL_TOOLS,
                 });
             }
@@ -626,6 +634,7 @@ impl ModelConfig {
                     .map(|(name, entry)| (name, entry.resolved(dir)))
                     .collect()
             },
+            lsp_servers: file.lsp,
         };
         config.validate()?;
         for p in config.providers.values() {
@@ -733,6 +742,7 @@ impl ModelConfig {
         for (name, entry) in &self.mcp_servers {
             crate::mcp::config::check(name, entry).map_err(|why| self.invalid(why))?;
         }
+        crate::lsp::config::check_all(&self.lsp_servers).map_err(|why| self.invalid(why))?;
         for (role, provider) in &self.roles {
             if !self.providers.contains_key(provider) {
                 return Err(self.invalid(format!(
@@ -767,6 +777,11 @@ impl ModelConfig {
 
     pub fn mcp_servers(&self) -> &BTreeMap<String, crate::mcp::ServerConfig> {
         &self.mcp_servers
+    }
+
+    /// The `[lsp.NAME]` tables.
+    pub fn lsp_servers(&self) -> &BTreeMap<String, crate::lsp::ServerConfig> {
+        &self.lsp_servers
     }
 
     /// The config file's path (it may not exist when it is the default location).

@@ -63,6 +63,8 @@ pub struct Execution<'a> {
     pub mcp_tools: &'a [crate::mcp::LockedTool],
     /// The servers of those tools (`None` when there are none).
     pub mcp: Option<&'a crate::mcp::Servers>,
+    /// The language servers of the `lsp` tool (`None` when it is not granted).
+    pub lsp: Option<&'a crate::lsp::Servers>,
     /// Sensitive environment variables tool subprocesses may see (merged policy).
     pub pass_env: &'a [String],
     /// The merged policy's `mcpTools` rules: a call whose rule is `ask` waits for a human
@@ -824,6 +826,7 @@ impl Loop<'_, '_> {
                 },
                 fence: self.ex.fence,
                 mcp: self.ex.mcp,
+                lsp: self.ex.lsp,
                 task: runner.as_ref().map(|r| r as &dyn TaskRunner),
             };
             admitted.execute(&ctx)

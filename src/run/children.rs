@@ -198,6 +198,7 @@ pub fn child_lock(
         created_at: crate::clock::now_rfc3339(),
         mcp_tools: parent.mcp_tools.clone(),
         mcp_servers: parent.mcp_servers.clone(),
+        lsp_servers: parent.lsp_servers.clone(),
     };
     lock.verify().map_err(|e| e.message)?;
     Ok(lock)
@@ -262,6 +263,7 @@ fn run_child(
         capabilities: &tool_names,
         mcp_tools: &meta.lock.mcp_tools,
         mcp: parent.mcp,
+        lsp: parent.lsp,
         pass_env: parent.pass_env,
         tool_rules: parent.tool_rules,
         parallel_tools: parent.parallel_tools,

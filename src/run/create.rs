@@ -52,6 +52,8 @@ pub struct Prepared {
     pub mcp_configs: std::collections::BTreeMap<String, crate::mcp::ServerConfig>,
     /// The MCP servers of the granted tools, running (set by [`grant_mcp`]).
     pub mcp: Option<crate::mcp::Servers>,
+    /// The language servers of `lsp`, when it is granted (none started yet).
+    pub lsp: Option<crate::lsp::Servers>,
 }
 
 /// Checks everything and builds the Session in memory. Writes nothing.
@@ -67,15 +69,20 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
     let (definition, built): (AgentDefinition, bool) = match &req.agent {
         Some(path) => (agent::load_definition(path)?, false),
         None => {
-            let catalog = policy::permitted_catalog(&merged);
+            let mut catalog = policy::permitted_catalog(&merged);
+            if config.lsp_servers().is_empty() {
+                // Never offer the Builder a tool that cannot work here.
+                catalog.retain(|c| c != crate::lsp::CAPABILITY);
+            }
             (
                 builder::build_definition(&config, &req.task, &catalog)?,
                 true,
             )
         }
     };
-    let lock = DcpAgentLock::build(&definition, &merged)
+    let mut lock = DcpAgentLock::build(&definition, &merged)
         .map_err(|e| e.with_consequence("no session was created"))?;
+    warnings.extend(crate::lsp::grant(&mut lock, config.lsp_servers())?);
     if lock.capabilities.is_empty() {
         // Legal (a pure question-answering agent), but usually an optional `exec` or the like
         // that the policy did not permit: say so before the model works blind.
@@ -121,6 +128,11 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
         run: RunState::new(&session_id, &run_id, &task, 1),
         task,
     };
+    let lsp = lock
+        .capabilities
+        .iter()
+        .any(|c| c == crate::lsp::CAPABILITY)
+        .then(|| crate::lsp::Servers::new(config.lsp_servers().clone(), binding.root.clone()));
     Ok(Prepared {
         new,
         lock,
@@ -133,6 +145,7 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
         built,
         mcp_configs: config.mcp_servers().clone(),
         mcp: None,
+        lsp,
     })
 }
 

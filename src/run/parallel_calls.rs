@@ -249,6 +249,7 @@ impl Loop<'_, '_> {
                                 },
                                 fence: ex.fence,
                                 mcp: ex.mcp,
+                                lsp: ex.lsp,
                                 task: runner.as_ref().map(|r| r as &dyn TaskRunner),
                             };
                             admitted.execute(&ctx)

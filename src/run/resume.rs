@@ -51,6 +51,8 @@ pub struct Resumed {
     pub warnings: Vec<String>,
     /// The servers of the locked MCP tools, running and checked against the lock.
     pub mcp: Option<crate::mcp::Servers>,
+    /// The language servers of `lsp` (checked against the lock; none started yet).
+    pub lsp: Option<crate::lsp::Servers>,
 }
 
 /// Checks the Session under its lease and picks (or creates) the run to execute.
@@ -144,6 +146,15 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
         crate::mcp::check_drift(&meta.lock, &servers)?;
         Some(servers)
     };
+    crate::lsp::check_drift(&meta.lock, config.lsp_servers())?;
+    let lsp = meta
+        .lock
+        .capabilities
+        .iter()
+        .any(|c| c == crate::lsp::CAPABILITY)
+        .then(|| {
+            crate::lsp::Servers::new(config.lsp_servers().clone(), meta.workspace.root.clone())
+        });
     if rebound {
         fsx::write_atomic_json(&paths.session_json(), &meta, fsx::STATE_FILE_MODE)?;
     }
@@ -160,6 +171,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
         new_run,
         warnings: verified.warnings,
         mcp,
+        lsp,
     })
 }
 

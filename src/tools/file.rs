@@ -35,7 +35,7 @@ const LINE_CHARS: usize = 500;
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct WriteArgs {
     /// File path relative to the workspace root
-    path: String,
+    pub(super) path: String,
     /// The complete new file content
     content: String,
 }
@@ -45,7 +45,7 @@ pub(crate) struct WriteArgs {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(crate) struct EditArgs {
     /// File path relative to the workspace root
-    path: String,
+    pub(super) path: String,
     /// Exact text to replace
     old_string: String,
     /// Replacement text

@@ -1,5 +1,5 @@
-//! The tools an agent can touch (kxen-agent.md §9): `read`, `glob`, `grep`, `write`, `edit`,
-//! `exec`, `task`, all listed in [`REGISTRY`] and nowhere else.
+//! The tools an agent can touch (kxen-agent.md §9): `read`, `glob`, `grep`, `lsp`, `write`,
+//! `edit`, `exec`, `task`, all listed in [`REGISTRY`] and nowhere else.
 //!
 //! A tool's capability name is its tool name. Running a call is two steps: [`Registry::admit`]
 //! checks it (a known tool, in the Session's capabilities, arguments a JSON object) before the
@@ -22,6 +22,7 @@
 pub(crate) mod env;
 mod exec;
 mod file;
+mod lsp;
 mod paths;
 mod read;
 mod registry;
@@ -74,6 +75,8 @@ pub struct ToolContext<'a> {
     pub fence: crate::sandbox::FencePolicy,
     /// The execution's MCP servers (`None`: no MCP tool is locked).
     pub mcp: Option<&'a crate::mcp::Servers>,
+    /// The execution's language servers (`None`: `lsp` is not granted).
+    pub lsp: Option<&'a crate::lsp::Servers>,
     /// Runs the child Session of a `task` call (`None` for every other call).
     pub task: Option<&'a dyn task::TaskRunner>,
 }
@@ -292,6 +295,7 @@ pub(crate) mod testutil {
                 },
                 fence: self.fence,
                 mcp: None,
+                lsp: None,
                 task: None,
             }
         }
@@ -332,7 +336,7 @@ mod tests {
 
     #[test]
     fn schemas_follow_capabilities_in_catalog_order() {
-        let caps: Vec<String> = ["exec", "read", "lsp", "grep"]
+        let caps: Vec<String> = ["exec", "read", "browser", "grep"]
             .iter()
             .map(|s| s.to_string())
             .collect();

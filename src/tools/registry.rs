@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::paths::Workspace;
-use super::{ToolContext, ToolOutput, ToolSchema, exec, file, read, schema, search, task};
+use super::{ToolContext, ToolOutput, ToolSchema, exec, file, lsp, read, schema, search, task};
 
 /// Every tool this runtime implements, in the order the model is offered them.
 pub static REGISTRY: Registry = Registry {
@@ -49,12 +49,26 @@ pub static REGISTRY: Registry = Registry {
             executor: &Typed::<search::GrepArgs>(|ws, args, _| search::grep(ws, args)),
         },
         Entry {
+            name: ToolName::Exact("lsp"),
+            description: "Ask the workspace's language server about a file: `diagnostics` \
+                (errors and warnings of the file as it is on disk now), `definition`, \
+                `references` or `hover` of the symbol at `line`/`character` (1-based), \
+                `documentSymbols` (the file's outline) or `workspaceSymbols` (symbols matching \
+                `query`). Results are `path:line:col …` lines.",
+            effect: SideEffect::Read,
+            gate: None,
+            executor: &Typed::<lsp::LspArgs>(lsp::run),
+        },
+        Entry {
             name: ToolName::Exact("write"),
             description: "Create or overwrite a file with the given content (parent directories \
                 are created).",
             effect: SideEffect::WorkspaceWrite,
             gate: None,
-            executor: &Typed::<file::WriteArgs>(|ws, args, _| file::write(ws, args)),
+            executor: &Typed::<file::WriteArgs>(|ws, args, ctx| {
+                let path = args.path.clone();
+                lsp::after_write(ws, &path, file::write(ws, args), ctx)
+            }),
         },
         Entry {
             name: ToolName::Exact("edit"),
@@ -63,7 +77,10 @@ pub static REGISTRY: Registry = Registry {
                 it unique.",
             effect: SideEffect::WorkspaceWrite,
             gate: None,
-            executor: &Typed::<file::EditArgs>(|ws, args, _| file::edit(ws, args)),
+            executor: &Typed::<file::EditArgs>(|ws, args, ctx| {
+                let path = args.path.clone();
+                lsp::after_write(ws, &path, file::edit(ws, args), ctx)
+            }),
         },
         Entry {
             name: ToolName::Exact("exec"),
@@ -408,7 +425,7 @@ mod tests {
         assert_eq!(
             seen,
             [
-                "read", "glob", "grep", "write", "edit", "exec", "task", "mcp__*"
+                "read", "glob", "grep", "lsp", "write", "edit", "exec", "task", "mcp__*"
             ]
         );
     }
@@ -416,7 +433,7 @@ mod tests {
     #[test]
     fn side_effects_and_gates() {
         let entry = |n| REGISTRY.find(n).unwrap();
-        for read_only in ["read", "glob", "grep"] {
+        for read_only in ["read", "glob", "grep", "lsp"] {
             assert_eq!(entry(read_only).effect(), SideEffect::Read);
             assert_eq!(entry(read_only).gate(), None);
         }
@@ -428,7 +445,7 @@ mod tests {
         assert_eq!(entry("exec").gate(), Some(Gate::Shell));
         assert_eq!(entry("task").effect(), SideEffect::Delegate);
         assert_eq!(entry("task").gate(), Some(Gate::Shell));
-        assert!(!REGISTRY.implements("lsp"));
+        assert!(!REGISTRY.implements("browser"));
         assert_eq!(entry("mcp__github__search").effect(), SideEffect::External);
         assert_eq!(entry("mcp__github__search").gate(), Some(Gate::Mcp));
         assert!(!REGISTRY.implements("mcp__"));
@@ -465,10 +482,10 @@ mod tests {
     #[test]
     fn the_policy_refusal_of_an_unimplemented_capability_lists_the_registry() {
         assert_eq!(
-            MergedPolicy::default().refusal("lsp").as_deref(),
+            MergedPolicy::default().refusal("browser").as_deref(),
             Some(
-                "this runtime has no tool for it (it implements read, glob, grep, write, edit, \
-                 exec, task, mcp__*)"
+                "this runtime has no tool for it (it implements read, glob, grep, lsp, write, \
+                 edit, exec, task, mcp__*)"
             )
         );
     }

@@ -23,6 +23,7 @@ mod fence;
 mod help_exit_codes;
 mod init;
 mod lineage;
+mod lsp;
 mod mcp;
 mod mcp_fence;
 mod mcp_hostile;
