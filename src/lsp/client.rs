@@ -576,7 +576,10 @@ fn initialize_params(root: &Path, options: Option<Value>) -> Value {
         ..Default::default()
     };
     let mut params = serde_json::to_value(InitializeParams {
-        process_id: Some(std::process::id()),
+        // No parent pid: servers that watch it (pyright) probe it with kill(pid, 0), which
+        // fails from inside the fence's user namespace (EPERM), and they exit thinking we died.
+        // The server dies with us anyway (PR_SET_PDEATHSIG and the process-group kill).
+        process_id: None,
         capabilities,
         initialization_options: options,
         client_info: Some(ClientInfo {

@@ -218,11 +218,11 @@ fn pyright_workspace_symbols_and_diagnostics() {
         ),
         answer("done"),
     ];
-    // Unfenced: inside the fence (any mode) pyright's workspace/symbol search finds nothing or
-    // the server exits (code 1, no message); not understood yet (README says so).
+    // In the default fence (readOnly, no network): pyright exits when it cannot see its
+    // client's pid, which is why `initialize` sends none.
     let entry = format!(
         "[lsp.pyright]\ncommand = [\"node\", {:?}, \"--stdio\"]\nextensions = [\"python\"]\n\
-         diagnostics_timeout_ms = 30000\nsandbox = \"off\"\n",
+         diagnostics_timeout_ms = 30000\n",
         server.to_str().unwrap()
     );
     let config = config_with(&env, &turns, &entry);
@@ -644,4 +644,126 @@ fn sigkills_during_lsp_calls_leave_no_server() {
         resolve_unknown(&env);
     }
     panic!("the run never completed");
+}
+
+/// `lsp` calls of one response run together with reads (a parallel batch, each call on a thread
+/// of its own): the server started by one of them survives its thread, serves the others, and
+/// is gone once the run ended.
+#[test]
+fn lsp_calls_join_parallel_batches_and_the_server_ends_with_the_run() {
+    let Some(python) = pylsp_python() else { return };
+    let env = TestEnv::new();
+    let repo = python_repo(&env);
+    let batch = |id: &str, calls: Vec<(&str, Value)>| {
+        let calls: Vec<Value> = calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, (tool, args))| json!({"id": format!("{id}-{i}"), "name": tool, "arguments": args}))
+            .collect();
+        json!({"text": "", "toolCalls": calls, "usage": {"inputTokens": 10, "outputTokens": 2}})
+    };
+    let turns = [
+        batch(
+            "b1",
+            vec![
+                ("lsp", lsp("diagnostics", "main.py", json!({}))),
+                ("lsp", lsp("documentSymbols", "lib.py", json!({}))),
+                ("read", json!({"path": "lib.py"})),
+            ],
+        ),
+        batch(
+            "b2",
+            vec![
+                (
+                    "lsp",
+                    lsp("definition", "main.py", json!({"line": 3, "character": 7})),
+                ),
+                (
+                    "lsp",
+                    lsp("hover", "main.py", json!({"line": 3, "character": 7})),
+                ),
+            ],
+        ),
+        answer("done"),
+    ];
+    let config = config_with(&env, &turns, &pylsp_entry(&python, ""));
+    let run = run_new(&env, &repo, "look", &lsp_agent(&env), &config, &[]);
+    run.expect(0);
+    let out = outputs(&run.jsonl());
+    assert_eq!(out.len(), 5, "{out:#?}");
+    assert!(out.iter().all(|(err, _)| !err), "{out:#?}");
+    assert_eq!(
+        out[0].1,
+        "main.py:4:7 error undefined name 'undefined_name' (pyflakes)"
+    );
+    assert!(out[1].1.contains("function greet"), "{}", out[1].1);
+    assert_eq!(out[3].1, "lib.py:1:5: def greet(name):");
+    for mark in attempt_marks(&env) {
+        assert!(
+            pids_with(&format!("KXEN_ATTEMPT_ID={mark}")).is_empty(),
+            "a process of attempt {mark} outlived the run"
+        );
+    }
+}
+
+/// A server that crashes, writes something that is not LSP or stops answering: a tool error
+/// naming it (with what it said), the run goes on, and the next call starts it again.
+#[test]
+fn a_crashed_or_hostile_server_is_a_tool_error_and_is_restarted() {
+    let Some(python) = pylsp_python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo(
+        "repo",
+        &[
+            ("crash.py", "crash\n"),
+            ("garbage.py", "garbage\n"),
+            ("hang.py", "hang\n"),
+            ("ok.py", "fine\n"),
+        ],
+    );
+    let at = json!({"line": 1, "character": 1});
+    let turns = [
+        call("c1", "lsp", lsp("hover", "crash.py", at.clone())),
+        call("c2", "lsp", lsp("hover", "ok.py", at.clone())),
+        call("c3", "lsp", lsp("hover", "garbage.py", at.clone())),
+        call("c4", "lsp", lsp("definition", "ok.py", at.clone())),
+        call("c5", "lsp", lsp("hover", "hang.py", at.clone())),
+        call("c6", "lsp", lsp("definition", "crash.py", at.clone())),
+        answer("done"),
+    ];
+    let starts = env.path().join("starts.txt");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lsp/fake_server.py");
+    let entry = format!(
+        "[lsp.fake]\ncommand = [{python:?}, {:?}]\nextensions = [\".py\"]\ntimeout_ms = 3000\n\
+         sandbox = \"off\"\nenv = {{ FAKE_LSP_STARTS = {:?} }}\n",
+        script.to_str().unwrap(),
+        starts.to_str().unwrap()
+    );
+    let config = config_with(&env, &turns, &entry);
+    let run = run_new(&env, &repo, "look", &lsp_agent(&env), &config, &[]);
+    run.expect(0);
+    let out = outputs(&run.jsonl());
+    assert_eq!(out.len(), 6, "{out:#?}");
+    let failed = |i: usize, words: &[&str]| {
+        assert!(out[i].0, "call {}: {}", i + 1, out[i].1);
+        for w in words {
+            assert!(out[i].1.contains(w), "call {}: {}", i + 1, out[i].1);
+        }
+    };
+    failed(
+        0,
+        &[
+            "language server `fake` failed",
+            "exit code 3",
+            "boom",
+            "restarted on the next call",
+        ],
+    );
+    assert_eq!(out[1], (false, "fake hover".to_string()));
+    failed(2, &["`fake`", "not an LSP message"]);
+    assert_eq!(out[3], (false, "ok.py:1:1: fine".to_string()));
+    failed(4, &["`fake`", "within 3000 ms"]);
+    assert_eq!(out[5], (false, "crash.py:1:1: crash".to_string()));
+    let started = std::fs::read_to_string(&starts).unwrap().lines().count();
+    assert_eq!(started, 4, "one start, then one after each failure");
 }

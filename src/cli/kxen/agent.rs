@@ -90,12 +90,23 @@ pub fn policy_check(
         Some(path) => Some(mcp_catalog(path, &merged)?),
         None => None,
     };
-    let permitted = policy::permitted_catalog(&merged);
+    // `lsp` works only with a language server of the config (as at Session creation).
+    let lsp_servers = match config {
+        Some(path) => crate::provider::ModelConfig::load(Some(path))?
+            .lsp_servers()
+            .clone(),
+        None => Default::default(),
+    };
+    let mut permitted = policy::permitted_catalog(&merged);
+    if lsp_servers.is_empty() {
+        permitted.retain(|c| c != crate::lsp::CAPABILITY);
+    }
     let lock = match agent {
-        Some(file) => Some(DcpAgentLock::build(
-            &agent::load_definition(file)?,
-            &merged,
-        )?),
+        Some(file) => {
+            let mut lock = DcpAgentLock::build(&agent::load_definition(file)?, &merged)?;
+            crate::lsp::grant(&mut lock, &lsp_servers)?;
+            Some(lock)
+        }
         None => None,
     };
     let fence = merged.fence();
@@ -128,6 +139,9 @@ pub fn policy_check(
             if let Some(servers) = &mcp {
                 value["mcpServers"] = json!(servers);
             }
+            if !lsp_servers.is_empty() {
+                value["lspServers"] = json!(crate::lsp::grant::locked(&lsp_servers));
+            }
             output::json_line(&value);
         }
         Format::Text => {
@@ -154,6 +168,13 @@ pub fn policy_check(
                     lock.definition.metadata.name,
                     lock.capabilities.join(", "),
                     lock.definition_hash
+                ));
+            }
+            for (name, entry) in &lsp_servers {
+                text.push_str(&format!(
+                    "language server {name}: {} ({})\n",
+                    entry.command.join(" "),
+                    entry.all_extensions().join(", ")
                 ));
             }
             for server in mcp.iter().flatten() {
