@@ -136,6 +136,7 @@ fn run_agent(root: &Path, url: &str, calls: usize) -> (Vec<f64>, f64) {
         capabilities: &prepared.lock.capabilities,
         mcp_tools: &[],
         mcp: None,
+        lsp: None,
         pass_env: &prepared.merged.pass_env,
         tool_rules: &prepared.merged.mcp_tools,
         fence: prepared.merged.fence(),
