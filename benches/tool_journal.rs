@@ -25,6 +25,9 @@ use kxen::run::events::Discard;
 use kxen::state::StateDir;
 
 fn main() {
+    // As the binary starts: the environment snapshot is taken (and credentials wiped) first, so
+    // redaction works from the fixed snapshot as it does in `kxen-agent`.
+    kxen::own_env::init().expect("environment snapshot");
     let calls: usize = std::env::var("KXEN_BENCH_CALLS")
         .ok()
         .and_then(|v| v.parse().ok())

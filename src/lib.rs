@@ -26,7 +26,7 @@ pub mod ids;
 pub mod journal;
 pub mod lsp;
 pub mod mcp;
-mod own_env;
+pub mod own_env;
 pub mod policy;
 mod process;
 pub mod provider;

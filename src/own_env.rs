@@ -40,6 +40,11 @@ pub(crate) fn vars() -> Vec<(OsString, OsString)> {
     }
 }
 
+/// Whether [`init`] took the snapshot: from then on [`vars`] never changes.
+pub(crate) fn is_fixed() -> bool {
+    SNAPSHOT.get().is_some()
+}
+
 /// One variable of the environment kxen-agent started with.
 pub(crate) fn var_os(name: &str) -> Option<OsString> {
     match SNAPSHOT.get() {

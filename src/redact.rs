@@ -19,6 +19,7 @@
 //! cut would otherwise survive without its tail. Redacting is idempotent.
 
 use std::ffi::OsString;
+use std::sync::{Arc, Mutex};
 
 /// What a secret is replaced with.
 pub const MARK: &str = "[redacted]";
@@ -29,7 +30,30 @@ pub const MIN_SECRET_LEN: usize = 8;
 
 /// `text` with every secret (module docs) replaced by [`MARK`].
 pub fn redact(text: &str) -> String {
-    redact_with(text, &secret_values(crate::own_env::vars()))
+    redact_with(text, &secrets())
+}
+
+/// The secret values of this process, longest first. Once the environment snapshot is fixed
+/// ([`crate::own_env::init`]) they change only when a provider key name is registered, so they
+/// are computed once per registration instead of once per redaction: every record, message and
+/// output line is redacted, and scanning the whole environment each time was most of a tool
+/// call's CPU (benches/tool_journal.rs).
+fn secrets() -> Arc<Vec<String>> {
+    static CACHE: Mutex<Option<(u64, Arc<Vec<String>>)>> = Mutex::new(None);
+    if !crate::own_env::is_fixed() {
+        // Before the snapshot (library use, tests) the live environment may still change.
+        return Arc::new(secret_values(crate::own_env::vars()));
+    }
+    let generation = crate::tools::env::registrations();
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((seen, values)) = cache.as_ref()
+        && *seen == generation
+    {
+        return Arc::clone(values);
+    }
+    let values = Arc::new(secret_values(crate::own_env::vars()));
+    *cache = Some((generation, Arc::clone(&values)));
+    values
 }
 
 /// Redacts `text` in place (no copy when it holds nothing to redact).
@@ -75,7 +99,7 @@ fn secret_values(vars: Vec<(OsString, OsString)>) -> Vec<String> {
 /// arguments come from the model and may nest deeper than a recursion would survive.
 pub fn redact_json(value: &mut serde_json::Value) {
     use serde_json::Value;
-    let secrets = secret_values(crate::own_env::vars());
+    let secrets = secrets();
     let mut stack = vec![value];
     while let Some(v) = stack.pop() {
         match v {

@@ -153,6 +153,13 @@ pub(crate) const NOT_SENSITIVE: &[&str] = &[
 ];
 
 static REGISTERED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+/// Bumped by every registration, so what was derived from the registered set can be recomputed.
+static REGISTRATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many provider key names were registered so far (see [`register_provider_key_env`]).
+pub(crate) fn registrations() -> u64 {
+    REGISTRATIONS.load(std::sync::atomic::Ordering::SeqCst)
+}
 
 /// Marks `name` as a model-provider key variable: it never reaches a tool, even via `passEnv`.
 /// The model config registers every `api_key_env` it loads.
@@ -161,6 +168,7 @@ pub fn register_provider_key_env(name: &str) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(name.to_string());
+    REGISTRATIONS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// Whether `name` is a model-provider key: well known (here or in the policy's list, any case)
