@@ -584,8 +584,20 @@ fn sigkills_during_lsp_calls_leave_no_server() {
     .collect();
     args.extend(["--agent".into(), agent.to_str().unwrap().into()]);
     args.extend(["--config".into(), config.to_str().unwrap().into()]);
+    // A language server of this env is running: the run is between or inside `lsp` calls.
+    let root = env.path().to_str().unwrap().to_string();
+    let server_up = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+            std::fs::read(p.path().join("environ")).is_ok_and(|bytes| {
+                let text = String::from_utf8_lossy(&bytes);
+                text.contains("KXEN_LSP_SERVER_ID=") && text.contains(root.as_str())
+            })
+        })
+    };
     let mut kills = 0;
-    for delay_ms in [250u64, 600, 900, 1200, 450] {
+    // Kills at moments spread over the calls, counted from the server's start (not from the
+    // spawn: a fast runtime would otherwise finish before a fixed delay on an idle machine).
+    for delay_ms in [0u64, 150, 300, 450, 75] {
         let mut child = env
             .cmd("kxen-agent")
             .args(&args)
@@ -593,6 +605,10 @@ fn sigkills_during_lsp_calls_leave_no_server() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
+        let wait_until = Instant::now() + Duration::from_secs(10);
+        while !server_up() && child.try_wait().unwrap().is_none() && Instant::now() < wait_until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         std::thread::sleep(Duration::from_millis(delay_ms));
         let finished_early = child.try_wait().unwrap().is_some();
         child.kill().ok();
