@@ -183,6 +183,7 @@ fn run_agent(root: &Path, repo: &Path, calls: usize, policy: Option<&Path>, roun
         parallel_tools: 1,
         cancel: &cancel,
         plan: None,
+        compaction: None,
     };
     let start = Instant::now();
     let ending = agent_loop::execute(&execution, &run_id, &mut Discard).unwrap();

@@ -363,6 +363,7 @@ fn run_agent(root: &Path, entry: &str, calls: usize) -> (f64, usize, usize) {
         parallel_tools: 1,
         cancel: &cancel,
         plan: None,
+        compaction: None,
     };
     // The server is already running (it was started and listed at creation), so the timer
     // measures calls, as the floor does.

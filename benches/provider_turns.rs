@@ -146,6 +146,7 @@ fn run_agent(root: &Path, url: &str, calls: usize) -> (Vec<f64>, f64) {
         parallel_tools: 1,
         cancel: &cancel,
         plan: None,
+        compaction: None,
     };
     let mut cpu = vec![cpu_seconds()];
     let mut sink = |event: Event| {

@@ -237,6 +237,7 @@ fn child_resume(root: &Path) -> f64 {
         parallel_tools: 1,
         cancel: &cancel,
         plan: None,
+        compaction: None,
     };
     agent_loop::execute(&execution, &resumed.run_id, &mut Discard).unwrap();
     let at = first.0.lock().unwrap().expect("the model was called");

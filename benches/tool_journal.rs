@@ -128,6 +128,7 @@ fn run_agent(root: &Path, calls: usize) -> (f64, usize, usize) {
         parallel_tools: 1,
         cancel: &cancel,
         plan: None,
+        compaction: None,
     };
     let start = Instant::now();
     let ending = agent_loop::execute(&execution, &run_id, &mut Discard).unwrap();

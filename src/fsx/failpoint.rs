@@ -24,6 +24,10 @@ pub const ALL: &[&str] = &[
     "tool.after-outcome-known",
     "tool.after-turn-append",
     "tool.after-settled",
+    // Compaction (run::compaction): the summary came back, nothing written; the `compaction`
+    // record is durable, the next model call not yet made.
+    "compaction.after-summary",
+    "compaction.after-record",
     // Approvals (run::approval): a call whose rule is `ask` is journaled awaiting approval
     // (nothing ran); an operator's decision is journaled by `run approve` / `run deny`.
     "approval.after-awaiting",

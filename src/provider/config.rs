@@ -18,6 +18,8 @@
 //! seed = 7
 //! extra_body = { cache_prompt = true } # optional, merged into the request body
 //! max_transport_retries = 5            # optional: HTTP 408/429/5xx and resets, with backoff
+//! context_window = 32768               # optional (tokens): compact the conversation when a
+//! compact_at = 0.8                     #   request passes this share of it (default 0.8)
 //! [providers.claude]
 //! kind = "anthropic"                   # the Messages API (/v1/messages) with tool use
 //! model = "claude-sonnet-4-5"
@@ -35,6 +37,7 @@
 //! [roles]
 //! execution = "local"
 //! planning = "local"
+//! compaction = "local"                 # optional: who writes summaries (default: execution's)
 //! [tools]
 //! parallel = 4                         # read-class and `task` calls of one turn run together
 //! [lsp.python]                         # a language server of the `lsp` tool (crate::lsp::config)
@@ -159,6 +162,14 @@ pub struct OpenAiConfig {
     /// Stream answers: live text (`modelTextDelta`), a read timeout between chunks.
     #[serde(default)]
     pub stream: Option<bool>,
+    /// The model's context window in tokens: with it, a run compacts its conversation once a
+    /// request would pass `compact_at` of it ([`crate::run::compaction`]).
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// The share of `context_window` at which a run compacts (above 0, at most 1; default
+    /// [`crate::run::compaction::DEFAULT_COMPACT_AT`]).
+    #[serde(default)]
+    pub compact_at: Option<f64>,
     #[serde(default)]
     pub price: Option<Price>,
 }
@@ -208,6 +219,14 @@ pub struct AnthropicConfig {
     /// Stream answers: live text (`modelTextDelta`), a read timeout between chunks.
     #[serde(default)]
     pub stream: Option<bool>,
+    /// The model's context window in tokens: with it, a run compacts its conversation once a
+    /// request would pass `compact_at` of it ([`crate::run::compaction`]).
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// The share of `context_window` at which a run compacts (above 0, at most 1; default
+    /// [`crate::run::compaction::DEFAULT_COMPACT_AT`]).
+    #[serde(default)]
+    pub compact_at: Option<f64>,
     #[serde(default)]
     pub price: Option<Price>,
 }
@@ -469,6 +488,14 @@ pub struct CommandConfig {
     pub argv: Vec<String>,
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// The model's context window in tokens: with it, a run compacts its conversation once a
+    /// request would pass `compact_at` of it ([`crate::run::compaction`]).
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// The share of `context_window` at which a run compacts (above 0, at most 1; default
+    /// [`crate::run::compaction::DEFAULT_COMPACT_AT`]).
+    #[serde(default)]
+    pub compact_at: Option<f64>,
     #[serde(default)]
     pub price: Option<Price>,
 }
@@ -477,6 +504,14 @@ pub struct CommandConfig {
 #[serde(deny_unknown_fields)]
 pub struct ScriptConfig {
     pub path: PathBuf,
+    /// The model's context window in tokens: with it, a run compacts its conversation once a
+    /// request would pass `compact_at` of it ([`crate::run::compaction`]).
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// The share of `context_window` at which a run compacts (above 0, at most 1; default
+    /// [`crate::run::compaction::DEFAULT_COMPACT_AT`]).
+    #[serde(default)]
+    pub compact_at: Option<f64>,
     #[serde(default)]
     pub price: Option<Price>,
 }
@@ -499,6 +534,16 @@ pub struct ProviderInfo {
 }
 
 impl ProviderConfig {
+    /// `context_window` and `compact_at`, as given.
+    pub fn context(&self) -> (Option<u64>, Option<f64>) {
+        match self {
+            ProviderConfig::Openai(o) => (o.context_window, o.compact_at),
+            ProviderConfig::Anthropic(a) => (a.context_window, a.compact_at),
+            ProviderConfig::Command(c) => (c.context_window, c.compact_at),
+            ProviderConfig::Script(s) => (s.context_window, s.compact_at),
+        }
+    }
+
     /// `[providers.NAME.price]`, if given.
     pub fn price(&self) -> Option<&Price> {
         match self {
@@ -724,6 +769,27 @@ impl ModelConfig {
             if timeout == Some(0) {
                 return Err(self.invalid(format!("{at} timeout_ms must be at least 1")));
             }
+            match p.context() {
+                (Some(w), _) if w < crate::run::compaction::MIN_CONTEXT_WINDOW => {
+                    return Err(self.invalid(format!(
+                        "{at} context_window = {w} is below {} tokens (no model's window is \
+                         that small; the value is in tokens, not kilotokens)",
+                        crate::run::compaction::MIN_CONTEXT_WINDOW
+                    )));
+                }
+                (None, Some(_)) => {
+                    return Err(self.invalid(format!(
+                        "{at} sets compact_at without context_window; compact_at is a share of \
+                         the window, so give context_window (tokens) too"
+                    )));
+                }
+                (_, Some(f)) if !(f.is_finite() && f > 0.0 && f <= 1.0) => {
+                    return Err(self.invalid(format!(
+                        "{at} compact_at must be above 0 and at most 1, found {f}"
+                    )));
+                }
+                _ => {}
+            }
             if let Some(price) = p.price() {
                 let rate_ok = |r: f64| r.is_finite() && r >= 0.0;
                 if !(rate_ok(price.input_per_million) && rate_ok(price.output_per_million)) {
@@ -803,6 +869,11 @@ impl ModelConfig {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
         Ok((name, p, dir))
+    }
+
+    /// Whether `[roles]` maps `role` (an optional role such as `compaction` falls back when not).
+    pub fn has_role(&self, role: &str) -> bool {
+        self.exists && self.roles.contains_key(role)
     }
 
     /// The provider config serving `role`, with its name.

@@ -10,6 +10,10 @@
 //! (`{"task":"check a","text":"a is fine"}`) belongs to the child Sessions whose `task` call had
 //! that description, and lines without one to top-level Sessions. Each Session counts only its
 //! own lines, so parallel children interleave deterministically.
+//!
+//! Compaction calls ([`crate::run::compaction`], role `compaction`) are answered from the lines
+//! with `"compaction": true` (`{"compaction":true,"text":"the summary"}`), counted by the
+//! compaction records the Session holds; the other calls never see those lines.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -51,6 +55,7 @@ impl ScriptProvider {
         &self,
         wanted: usize,
         task: Option<&str>,
+        compaction: bool,
     ) -> Result<std::result::Result<(usize, String), usize>> {
         let file = std::fs::File::open(&self.path)
             .map_err(|e| Error::io("read the model script", &self.path, e))?;
@@ -90,7 +95,11 @@ impl ScriptProvider {
                     self.path.display()
                 )));
             };
-            if line.trim().is_empty() || line_task(line).as_deref() != task {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let (line_task, line_compaction) = selectors(line);
+            if line_task.as_deref() != task || line_compaction != compaction {
                 continue;
             }
             if responses == wanted {
@@ -109,29 +118,40 @@ impl ScriptProvider {
     }
 }
 
-/// The `task` selector of a script line (see the module doc); `None` for a line without one,
-/// and for a line that is not a JSON object (it is reported when it is answered).
-fn line_task(line: &str) -> Option<String> {
+/// The `task` and `compaction` selectors of a script line (see the module doc); none for a
+/// line without them, and for a line that is not a JSON object (it is reported when it is
+/// answered).
+fn selectors(line: &str) -> (Option<String>, bool) {
     #[derive(serde::Deserialize)]
     struct Selector {
         #[serde(default)]
         task: Option<String>,
+        #[serde(default)]
+        compaction: Option<bool>,
     }
-    if !line.contains("\"task\"") {
-        return None; // the common case, without a parse
+    if !line.contains("\"task\"") && !line.contains("\"compaction\"") {
+        return (None, false); // the common case, without a parse
     }
-    serde_json::from_str::<Selector>(line).ok()?.task
+    match serde_json::from_str::<Selector>(line) {
+        Ok(s) => (s.task, s.compaction.unwrap_or(false)),
+        Err(_) => (None, false),
+    }
 }
 
 impl Provider for ScriptProvider {
     fn complete(&self, request: &ModelRequest, responses_so_far: usize) -> Result<ModelResponse> {
-        let (line_no, line) = match self.response_line(responses_so_far, request.task)? {
-            Ok(found) => found,
-            Err(count) => {
-                let whose = request
-                    .task
-                    .map_or(String::new(), |t| format!(" for task `{t}`"));
-                return Err(Error::external(format!(
+        let compaction = request.role == crate::run::compaction::COMPACTION_ROLE;
+        let (line_no, line) =
+            match self.response_line(responses_so_far, request.task, compaction)? {
+                Ok(found) => found,
+                Err(count) => {
+                    let mut whose = request
+                        .task
+                        .map_or(String::new(), |t| format!(" for task `{t}`"));
+                    if compaction {
+                        whose.push_str(" for compaction calls (\"compaction\": true)");
+                    }
+                    return Err(Error::external(format!(
                     "script exhausted: {} has {count} response line(s){whose} and response {} was \
                      requested",
                     self.path.display(),
@@ -140,8 +160,8 @@ impl Provider for ScriptProvider {
                 .with_hint(
                     "add more response lines to the script, or map the role to another provider",
                 ));
-            }
-        };
+                }
+            };
         let bad = |e: serde_json::Error| {
             Error::invalid(format!(
                 "{}:{line_no}: not a model response: {e}",
@@ -154,6 +174,7 @@ impl Provider for ScriptProvider {
         let mut value: serde_json::Value = serde_json::from_str(&line).map_err(bad)?;
         if let Some(fields) = value.as_object_mut() {
             fields.remove("task");
+            fields.remove("compaction");
         }
         serde_json::from_value(value).map_err(bad)
     }

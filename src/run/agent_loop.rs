@@ -29,12 +29,14 @@ use crate::host::{Exhausted, PlanHost};
 use crate::ids::{self, IdKind};
 use crate::journal::{BlobPointer, Journal, JournalRecord, OpPhase, ToolOutcome};
 use crate::process::orphans;
-use crate::provider::{CallEvent, ModelRequest, ModelResponse, Observer, Provider, ToolCall};
+use crate::provider::{
+    CallEvent, ChatMessage, ModelRequest, ModelResponse, Observer, Provider, ToolCall,
+};
 use crate::run::conversation::Conversation;
 use crate::run::events::{Event, EventSink, preview};
 use crate::run::repeat::RepeatGuard;
 use crate::run::settle;
-use crate::run::{approval, children, contract, prompt};
+use crate::run::{approval, children, compaction, contract, prompt};
 use crate::session::run_record::{Attempt, FailReason, RunError, RunResult, RunState, RunStatus};
 use crate::session::verify::{self, JournalIndex, MessageIndex};
 use crate::session::{CallRecord, Message, MessageLog, Role, UsageRecord};
@@ -83,6 +85,9 @@ pub struct Execution<'a> {
     pub cancel: &'a AtomicBool,
     /// The DWP plan task the run works on: its meter and limit check ([`crate::host`]).
     pub plan: Option<&'a Mutex<PlanHost>>,
+    /// When and by whom the conversation is compacted (`None`: the provider has no
+    /// `context_window`, the conversation grows as it is).
+    pub compaction: Option<compaction::Settings>,
 }
 
 /// How an execution ended.
@@ -175,6 +180,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         .and_then(crate::mcp::Servers::claim_attempt_mark)
         .unwrap_or_else(orphans::new_attempt_mark);
     let schemas = tools::REGISTRY.schemas(ex.capabilities, ex.mcp_tools);
+    let schema_bytes = serde_json::to_string(&schemas).map_or(0, |s| s.len() as u64);
     let repeats = RepeatGuard::from_history(
         ex.definition.spec.execution.max_repeated_calls,
         &conv,
@@ -189,6 +195,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         usage: conv.usage(),
         conv,
         schemas: Arc::new(schemas),
+        schema_bytes,
         blobs: BlobStore::new(ex.state.blobs_dir()),
         tool_home: ex.state.tool_home(ex.session_id),
         started: Instant::now(),
@@ -235,6 +242,8 @@ struct Loop<'a, 'b> {
     /// append ([`Loop::append`]) so no turn re-reads the files.
     conv: Conversation,
     schemas: Arc<Vec<ToolSchema>>,
+    /// The size of the tool schemas in a request (the compaction estimate's fixed part).
+    schema_bytes: u64,
     blobs: BlobStore,
     tool_home: PathBuf,
     started: Instant,
@@ -266,6 +275,17 @@ enum Stop {
     Fail(FailReason, String),
     /// A cancel arrived while waiting; the call is abandoned (it produced nothing to journal).
     Canceled,
+}
+
+/// What one model call sends, and to whom.
+struct CallSpec {
+    provider: Arc<dyn Provider>,
+    /// The role served (`compaction` for a summary, whoever serves it).
+    role: String,
+    messages: Arc<Vec<ChatMessage>>,
+    tools: Arc<Vec<ToolSchema>>,
+    /// An answer without text is a failed call (a summary), not only one without anything.
+    needs_text: bool,
 }
 
 /// The plan host of a run; a panic elsewhere while it was held does not stop the meter.
@@ -304,6 +324,11 @@ impl Loop<'_, '_> {
             }
             if let Some(stop) = self.plan_check(run)? {
                 return self.plan_stop(run, stop, sink);
+            }
+            match self.compact(run, sink)? {
+                Ok(()) => {}
+                Err(Stop::Fail(reason, why)) => return self.fail(run, reason, why, sink),
+                Err(Stop::Canceled) => return self.cancel(run, sink),
             }
             let mut response = match self.call_model(run, sink)? {
                 Ok(response) => response,
@@ -518,6 +543,7 @@ impl Loop<'_, '_> {
     fn complete_cancelable(
         &self,
         run_id: &str,
+        call: &CallSpec,
         timeout: Option<Duration>,
         responses_so_far: usize,
         sink: &mut dyn EventSink,
@@ -527,10 +553,10 @@ impl Loop<'_, '_> {
             Event(CallEvent),
             Done(Result<ModelResponse>),
         }
-        let provider = Arc::clone(&self.ex.provider);
-        let history = Arc::clone(self.conv.history());
-        let schemas = Arc::clone(&self.schemas);
-        let role = self.ex.definition.spec.execution.model_role.clone();
+        let provider = Arc::clone(&call.provider);
+        let history = Arc::clone(&call.messages);
+        let schemas = Arc::clone(&call.tools);
+        let role = call.role.clone();
         let attempt_mark = self.attempt_mark.clone();
         let call_mark = orphans::new_attempt_mark();
         let call_mark_sent = call_mark.clone();
@@ -652,6 +678,73 @@ impl Loop<'_, '_> {
         self.end(run, result, sink)
     }
 
+    /// Compacts the conversation when the next request would pass the threshold
+    /// ([`crate::run::compaction`]): asks for a summary of the span, then appends the
+    /// `compaction` record durably. A crash before the append leaves no record, after it a
+    /// complete one; the resumed run then decides again from the same log.
+    fn compact(
+        &mut self,
+        run: &RunState,
+        sink: &mut dyn EventSink,
+    ) -> Result<std::result::Result<(), Stop>> {
+        let ex = self.ex;
+        let Some(settings) = &ex.compaction else {
+            return Ok(Ok(()));
+        };
+        let threshold = settings.threshold();
+        let estimated = self.conv.estimated_tokens(self.schema_bytes);
+        if estimated < threshold {
+            return Ok(Ok(()));
+        }
+        let Some(span) = self.conv.compaction_span() else {
+            return Ok(Ok(()));
+        };
+        let task = self.conv.task().unwrap_or_default();
+        let call = CallSpec {
+            provider: Arc::clone(&settings.provider),
+            role: compaction::COMPACTION_ROLE.to_string(),
+            // The summary is read from a transcript, tool-less: a provider that refuses tool
+            // blocks without tool definitions (Anthropic) takes it as well as any.
+            messages: Arc::new(compaction::request_messages(task, &span.view)),
+            tools: Arc::new(Vec::new()),
+            needs_text: true,
+        };
+        let responses_so_far = self.conv.compactions();
+        let mut response =
+            match self.call_retrying(run, &call, responses_so_far, "compaction call", sink)? {
+                Ok(response) => response,
+                Err(stop) => return Ok(Err(stop)),
+            };
+        crate::redact::redact_in_place(&mut response.text);
+        failpoint::hit("compaction.after-summary");
+        let usage = response.usage.map(|u| UsageRecord {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_write_tokens: u.cache_write_tokens,
+        });
+        let mut record = Message::new(&run.id, Role::Compaction, response.text.trim());
+        record.compacts = Some(span.range.clone());
+        record.usage = usage;
+        let message_id = record.id.clone();
+        self.append(record)?;
+        failpoint::hit("compaction.after-record");
+        if let Some(u) = usage {
+            self.usage.add(u);
+        }
+        sink.emit(Event::Compacted {
+            run_id: run.id.clone(),
+            message_id,
+            from: span.range.from,
+            to: span.range.to,
+            messages: span.range.messages,
+            estimated_tokens: estimated,
+            threshold,
+            usage,
+        });
+        Ok(Ok(()))
+    }
+
     /// One model call, retried while it fails and `maxPureRetries` allows (a failed call
     /// produced nothing, so retrying it cannot repeat a side effect). The outer `Result` is an
     /// I/O failure of ours; the inner error ends the run.
@@ -660,9 +753,29 @@ impl Loop<'_, '_> {
         run: &RunState,
         sink: &mut dyn EventSink,
     ) -> Result<std::result::Result<ModelResponse, Stop>> {
+        let call = CallSpec {
+            provider: Arc::clone(&self.ex.provider),
+            role: self.ex.definition.spec.execution.model_role.clone(),
+            messages: Arc::clone(self.conv.history()),
+            tools: Arc::clone(&self.schemas),
+            needs_text: false,
+        };
+        let responses_so_far = self.messages.model_responses();
+        self.call_retrying(run, &call, responses_so_far, "model call", sink)
+    }
+
+    /// `call`, retried while it fails and `maxPureRetries` allows (`what` names it in the
+    /// failure).
+    fn call_retrying(
+        &mut self,
+        run: &RunState,
+        call: &CallSpec,
+        responses_so_far: usize,
+        what: &str,
+        sink: &mut dyn EventSink,
+    ) -> Result<std::result::Result<ModelResponse, Stop>> {
         let execution = &self.ex.definition.spec.execution;
         let retries = execution.max_pure_retries;
-        let responses_so_far = self.messages.model_responses();
         let mut last_error = String::new();
         for _ in 0..=retries {
             let timeout = match self.remaining_wall_clock(run) {
@@ -677,12 +790,15 @@ impl Loop<'_, '_> {
                 }
                 other => other,
             };
-            let answer = match self.complete_cancelable(&run.id, timeout, responses_so_far, sink) {
-                Ok(answer) => answer,
-                Err(stop) => return Ok(Err(stop)),
-            };
+            let answer =
+                match self.complete_cancelable(&run.id, call, timeout, responses_so_far, sink) {
+                    Ok(answer) => answer,
+                    Err(stop) => return Ok(Err(stop)),
+                };
             match answer {
-                Ok(r) if r.text.trim().is_empty() && r.tool_calls.is_empty() => {
+                Ok(r)
+                    if r.text.trim().is_empty() && (call.needs_text || r.tool_calls.is_empty()) =>
+                {
                     last_error = "the model returned an empty response".into();
                 }
                 Ok(r) => return Ok(Ok(r)),
@@ -692,7 +808,7 @@ impl Loop<'_, '_> {
         Ok(Err(Stop::Fail(
             FailReason::ProviderFailed,
             format!(
-                "the model call failed {} time{} (maxPureRetries {retries}): {last_error}",
+                "the {what} failed {} time{} (maxPureRetries {retries}): {last_error}",
                 retries + 1,
                 if retries == 0 { "" } else { "s" }
             ),

@@ -253,7 +253,14 @@ fn run_child(
         .unwrap_or_default();
     let provider: Arc<dyn Provider> = Arc::new(TaskProvider {
         inner: Arc::clone(&parent.provider),
-        description,
+        description: description.clone(),
+    });
+    // A child compacts as its parent does, its summaries answered for its task too.
+    let compaction = parent.compaction.as_ref().map(|c| {
+        c.with_provider(Arc::new(TaskProvider {
+            inner: Arc::clone(&c.provider),
+            description,
+        }))
     });
     let execution = Execution {
         state: parent.state,
@@ -273,6 +280,7 @@ fn run_child(
         provider_info: parent.provider_info.clone(),
         cancel,
         plan: None,
+        compaction,
     };
     let ending = agent_loop::execute(&execution, &run_id, &mut Discard)?;
     failpoint::hit("task.after-child-ended");

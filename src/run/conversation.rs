@@ -7,13 +7,44 @@
 //! a long Session therefore costs the conversation once, not once for the log and again for the
 //! model.
 //!
+//! A `compaction` record ([`crate::run::compaction`]) does not join the history: it replaces
+//! its range in the model's *view* ([`Conversation::history`]), which is the history itself
+//! until the first compaction and a separate, shorter list after it.
+//!
 //! [`MessageLog::open_visit`]: crate::session::MessageLog::open_visit
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::provider::{ChatMessage, ToolCall};
-use crate::session::{Message, Role, UsageRecord};
+use crate::run::compaction;
+use crate::session::{Compacted, Message, Role, UsageRecord};
+
+/// What the conversation keeps of each history entry besides the model's message.
+#[derive(Debug)]
+struct Entry {
+    id: String,
+    role: Option<Role>,
+    /// Tool messages: the assistant message holding the call.
+    reply_to: Option<String>,
+}
+
+/// A compaction in effect: history positions `from..=to` are replaced with `summary`.
+#[derive(Debug, Clone)]
+struct Active {
+    from: usize,
+    to: usize,
+    summary: ChatMessage,
+}
+
+/// The part of the conversation a compaction would replace now ([`Conversation::compaction_span`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Span {
+    /// The range, as the record names it.
+    pub range: Compacted,
+    /// What the model sees of it now (an earlier summary included): what is summarized.
+    pub view: Vec<ChatMessage>,
+}
 
 /// One run's view of the conversation. Feed it every message of the log in order ([`push`]).
 ///
@@ -39,16 +70,40 @@ pub struct Conversation {
     calls: Vec<(String, usize, usize)>,
     /// Operation id → the id of the latest message recording that operation's result.
     op_results: HashMap<String, String>,
+    /// Parallel to `history`: each entry's id and links (the system prompt's id is empty).
+    entries: Vec<Entry>,
+    /// Compactions in effect, by position, not overlapping.
+    active: Vec<Active>,
+    /// What the model sees once a compaction is in effect (`None`: the history itself).
+    view: Option<Arc<Vec<ChatMessage>>>,
+    /// [`compaction::message_bytes`] of the view.
+    view_bytes: u64,
+    /// The tokens the latest model response since the last compaction reported (input plus
+    /// output), and `view_bytes` just after it.
+    reported: Option<(u64, u64)>,
+    /// Compaction records in the log (the script provider's position for compaction calls).
+    compactions: usize,
 }
 
 impl Conversation {
     /// An empty conversation for run `run_id` (whose task is message `task_message_id`), whose
     /// history starts with the system prompt.
     pub fn new(run_id: &str, task_message_id: &str, system_prompt: String) -> Conversation {
+        let system = ChatMessage::system(system_prompt);
         Conversation {
+            view_bytes: compaction::message_bytes(&system),
+            entries: vec![Entry {
+                id: String::new(),
+                role: None,
+                reply_to: None,
+            }],
+            active: Vec::new(),
+            view: None,
+            reported: None,
+            compactions: 0,
             run_id: run_id.to_string(),
             task_message_id: task_message_id.to_string(),
-            history: Arc::new(vec![ChatMessage::system(system_prompt)]),
+            history: Arc::new(vec![system]),
             turns: 0,
             usage: UsageRecord::default(),
             task: None,
@@ -67,6 +122,16 @@ impl Conversation {
         }
         if m.id == self.task_message_id {
             self.task = Some(m.content.clone());
+        }
+        if m.role == Role::Compaction {
+            self.compactions += 1;
+            if this_run && let Some(u) = m.usage {
+                self.usage.add(u);
+            }
+            if let Some(range) = &m.compacts {
+                self.apply(range, &m.content);
+            }
+            return;
         }
         if let Some(op_id) = &m.op_id {
             self.op_results.insert(op_id.clone(), m.id.clone());
@@ -88,12 +153,168 @@ impl Conversation {
             }
             _ => {}
         }
-        Arc::make_mut(&mut self.history).push(into_chat(m));
+        let reported = (m.role == Role::Assistant)
+            .then_some(m.usage)
+            .flatten()
+            .map(|u| u.input_tokens.saturating_add(u.output_tokens));
+        self.entries.push(Entry {
+            id: m.id.clone(),
+            role: Some(m.role),
+            reply_to: m.reply_to.clone(),
+        });
+        let chat = into_chat(m);
+        self.view_bytes += compaction::message_bytes(&chat);
+        if let Some(view) = &mut self.view {
+            Arc::make_mut(view).push(chat.clone());
+        }
+        Arc::make_mut(&mut self.history).push(chat);
+        if let Some(tokens) = reported {
+            self.reported = Some((tokens, self.view_bytes));
+        }
     }
 
-    /// The model's history, to share with a model call.
+    /// What the model sees: the system prompt and every message, with each compacted range
+    /// replaced by its summary. Shared with a model call.
     pub fn history(&self) -> &Arc<Vec<ChatMessage>> {
+        self.view.as_ref().unwrap_or(&self.history)
+    }
+
+    /// Every message as the model would see it without compaction (the system prompt first).
+    pub fn full_history(&self) -> &Arc<Vec<ChatMessage>> {
         &self.history
+    }
+
+    /// Compaction records in the log.
+    pub fn compactions(&self) -> usize {
+        self.compactions
+    }
+
+    /// The estimated size in tokens of the next request, `fixed_bytes` (the tool schemas) aside
+    /// from the messages (see [`crate::run::compaction`] for how it is estimated).
+    pub fn estimated_tokens(&self, fixed_bytes: u64) -> u64 {
+        match self.reported {
+            Some((tokens, at)) => tokens.saturating_add(compaction::estimate_tokens(
+                self.view_bytes.saturating_sub(at),
+            )),
+            None => compaction::estimate_tokens(self.view_bytes + fixed_bytes),
+        }
+    }
+
+    /// Puts a compaction record of `range` with `summary` into effect: earlier compactions
+    /// inside the range are replaced with it. A range the history does not hold (which
+    /// `session verify`'s checks refuse before any run reads the log) changes nothing.
+    fn apply(&mut self, range: &Compacted, summary: &str) {
+        let from = self.entries.iter().position(|e| e.id == range.from);
+        let to = self.entries.iter().rposition(|e| e.id == range.to);
+        let (Some(from), Some(to)) = (from, to) else {
+            return;
+        };
+        if from == 0 || from > to {
+            return;
+        }
+        self.active.retain(|a| !(a.from >= from && a.to <= to));
+        if self.active.iter().any(|a| a.to >= from && a.from <= to) {
+            return; // a partial overlap: refused by verify, ignored here
+        }
+        let at = self.active.partition_point(|a| a.from < from);
+        self.active.insert(
+            at,
+            Active {
+                from,
+                to,
+                summary: compaction::summary_message(summary),
+            },
+        );
+        let mut view = Vec::with_capacity(self.history.len());
+        let mut next = 0;
+        for a in &self.active {
+            view.extend_from_slice(&self.history[next..a.from]);
+            view.push(a.summary.clone());
+            next = a.to + 1;
+        }
+        view.extend_from_slice(&self.history[next..]);
+        self.view_bytes = view.iter().map(compaction::message_bytes).sum();
+        self.view = Some(Arc::new(view));
+        // The last report measured a request that is no longer the one sent.
+        self.reported = None;
+    }
+
+    /// The range a compaction would replace now, with the part of the view it covers; `None`
+    /// when nothing can be compacted: the range runs from the first message after this run's
+    /// task (or the start of this run's earlier compaction, so summaries are cumulative) to
+    /// the message before the latest assistant message, must hold something no compaction
+    /// covers yet, no `user` message, and every tool exchange in it whole.
+    pub fn compaction_span(&self) -> Option<Span> {
+        let task = self
+            .entries
+            .iter()
+            .position(|e| e.id == self.task_message_id)?;
+        let last_turn = self
+            .entries
+            .iter()
+            .rposition(|e| e.role == Some(Role::Assistant))?;
+        let start = self
+            .active
+            .iter()
+            .find(|a| a.from > task)
+            .map_or(task + 1, |a| a.from);
+        if last_turn <= start {
+            return None;
+        }
+        let end = last_turn - 1;
+        let covered = self
+            .active
+            .iter()
+            .filter(|a| a.from >= start)
+            .map(|a| a.to)
+            .max();
+        if covered.is_some_and(|to| to >= end) {
+            return None;
+        }
+        let ids: HashSet<&str> = self.entries[start..=end]
+            .iter()
+            .map(|e| e.id.as_str())
+            .collect();
+        let inside = |id: &str| ids.contains(id);
+        for (i, e) in self.entries.iter().enumerate().skip(start) {
+            match e.role {
+                Some(Role::User) if i <= end => return None,
+                Some(Role::Tool) => {
+                    let asked_inside = e.reply_to.as_deref().is_some_and(inside);
+                    if asked_inside != (i <= end) {
+                        return None;
+                    }
+                }
+                Some(Role::Assistant) if i <= end => {
+                    let calls = self.history[i].tool_calls.len();
+                    if (0..calls).any(|c| !self.answered.contains(&(e.id.clone(), c))) {
+                        return None;
+                    }
+                }
+                _ => {}
+            }
+        }
+        // The view of the range: its messages, an earlier summary in place of its own range.
+        let mut view = Vec::new();
+        let mut next = start;
+        for a in self
+            .active
+            .iter()
+            .filter(|a| a.from >= start && a.to <= end)
+        {
+            view.extend_from_slice(&self.history[next..a.from]);
+            view.push(a.summary.clone());
+            next = a.to + 1;
+        }
+        view.extend_from_slice(&self.history[next..=end]);
+        Some(Span {
+            range: Compacted {
+                from: self.entries[start].id.clone(),
+                to: self.entries[end].id.clone(),
+                messages: end + 1 - start,
+            },
+            view,
+        })
     }
 
     /// Model responses of this run in the log (all attempts).
@@ -161,6 +382,7 @@ fn into_chat(m: Message) -> ChatMessage {
                 .collect(),
         ),
         Role::Tool => ChatMessage::tool(m.tool_call_id.unwrap_or_default(), m.content),
+        Role::Compaction => compaction::summary_message(&m.content),
     }
 }
 
@@ -235,6 +457,107 @@ mod tests {
         conv.push(answer("run_b", "msg_1", 0, Some("op_1")));
         assert!(conv.unanswered_calls().is_empty());
         assert_eq!(conv.history().len(), log.len() + 2);
+    }
+
+    fn compaction(run: &str, range: &Span, summary: &str) -> Message {
+        let mut m = Message::new(run, Role::Compaction, summary);
+        m.compacts = Some(range.range.clone());
+        m.usage = Some(UsageRecord {
+            input_tokens: 100,
+            output_tokens: 7,
+            ..UsageRecord::default()
+        });
+        m
+    }
+
+    /// A run of `turns` one-call turns after its task, each answered.
+    fn turns(conv: &mut Conversation, run: &str, from: usize, turns: usize) {
+        for n in from..from + turns {
+            let id = format!("msg_a{n}");
+            let mut a = ask(run, &id, 1);
+            a.usage = None;
+            conv.push(a);
+            conv.push(answer(run, &id, 0, Some(&format!("op_{n}"))));
+        }
+    }
+
+    #[test]
+    fn a_compaction_replaces_its_range_in_the_view_and_keeps_task_and_last_turn() {
+        let mut task = Message::new("run_b", Role::User, "do it");
+        task.id = "msg_task".into();
+        let mut conv = Conversation::new("run_b", "msg_task", "system".into());
+        conv.push(task);
+        assert_eq!(conv.compaction_span(), None, "nothing to compact yet");
+        turns(&mut conv, "run_b", 0, 1);
+        assert_eq!(conv.compaction_span(), None, "only the last turn");
+        turns(&mut conv, "run_b", 1, 3);
+        let before = conv.estimated_tokens(0);
+        let span = conv.compaction_span().unwrap();
+        // From the first message after the task to the one before the last turn.
+        assert_eq!(span.range.from, "msg_a0");
+        assert_eq!(span.range.to, conv.entries[conv.entries.len() - 3].id);
+        assert_eq!(span.range.messages, 6);
+        assert_eq!(span.view.len(), 6);
+        conv.push(compaction("run_b", &span, "first summary"));
+        let view = conv.history().clone();
+        // system, task, summary, last assistant, its result.
+        assert_eq!(view.len(), 5, "{view:?}");
+        assert_eq!(view[1].content, "do it");
+        assert!(view[2].content.ends_with("first summary"));
+        assert!(view[2].content.starts_with(compaction::SUMMARY_HEADER));
+        assert_eq!(view[3].tool_calls.len(), 1);
+        assert_eq!(
+            conv.full_history().len(),
+            10,
+            "the history keeps everything"
+        );
+        assert_eq!(conv.compactions(), 1);
+        assert_eq!(conv.usage().input_tokens, 100, "the call's usage counts");
+        assert_eq!(conv.turns(), 4, "but it is no turn");
+        assert!(conv.estimated_tokens(0) < before);
+        assert_eq!(conv.compaction_span(), None, "nothing new to compact");
+        // New turns append to the view; the next compaction is cumulative.
+        turns(&mut conv, "run_b", 4, 2);
+        assert_eq!(conv.history().len(), 9);
+        let span = conv.compaction_span().unwrap();
+        assert_eq!(span.range.from, "msg_a0", "starts where the first did");
+        assert_eq!(span.range.messages, 10);
+        assert!(span.view[0].content.ends_with("first summary"));
+        assert_eq!(span.view.len(), 5, "summary, then two turns and a half");
+        conv.push(compaction("run_b", &span, "second summary"));
+        let view = conv.history();
+        assert_eq!(view.len(), 5);
+        assert!(view[2].content.ends_with("second summary"));
+        assert!(!view.iter().any(|m| m.content.ends_with("first summary")));
+        // Calls and results are still indexed over the whole history.
+        assert_eq!(conv.calls().count(), 6);
+        assert!(conv.unanswered_calls().is_empty());
+    }
+
+    #[test]
+    fn a_range_that_would_split_an_exchange_is_not_offered() {
+        let mut task = Message::new("run_b", Role::User, "do it");
+        task.id = "msg_task".into();
+        let mut conv = Conversation::new("run_b", "msg_task", "system".into());
+        conv.push(task);
+        // Two calls, one answered: the earlier turn may not be compacted.
+        conv.push(ask("run_b", "msg_x", 2));
+        conv.push(answer("run_b", "msg_x", 0, Some("op_x")));
+        turns(&mut conv, "run_b", 0, 1);
+        assert_eq!(conv.compaction_span(), None);
+        // A reported usage is the estimate's base, plus what came after it.
+        let mut conv = Conversation::new("run_b", "msg_task", "s".repeat(3000));
+        assert_eq!(conv.estimated_tokens(300), 1000 + 100 + 11);
+        let mut a = ask("run_b", "msg_r", 0);
+        a.usage = Some(UsageRecord {
+            input_tokens: 40,
+            output_tokens: 2,
+            ..UsageRecord::default()
+        });
+        conv.push(a);
+        assert_eq!(conv.estimated_tokens(300), 42);
+        conv.push(Message::new("run_b", Role::User, "x".repeat(268)));
+        assert_eq!(conv.estimated_tokens(300), 42 + 100);
     }
 
     /// What the loop computed from the whole message list before the conversation was indexed

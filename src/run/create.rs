@@ -44,6 +44,8 @@ pub struct Prepared {
     pub provider_info: Option<Value>,
     /// `[tools] parallel` of the config.
     pub parallel_tools: usize,
+    /// When the conversation is compacted (the execution provider's `context_window`).
+    pub compaction: Option<crate::run::compaction::Settings>,
     /// Warnings from capturing the workspace binding.
     pub warnings: Vec<String>,
     /// The definition came from the Builder.
@@ -100,6 +102,7 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
     }
     let role = &lock.definition.spec.execution.model_role;
     let provider: Arc<dyn Provider> = Arc::from(config.provider_for(role)?);
+    let compaction = crate::run::compaction::settings(&config, role, &provider)?;
     let provider_info = config
         .provider_info(role)
         .ok()
@@ -141,6 +144,7 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
         provider,
         provider_info,
         parallel_tools: config.parallel_tools(),
+        compaction,
         warnings,
         built,
         mcp_configs: config.mcp_servers().clone(),

@@ -89,6 +89,20 @@ pub enum Event {
     /// A piece of the model's text as it streams in (streaming providers). Nothing of it is
     /// durable: the whole response is recorded once complete (then `modelText`).
     ModelTextDelta { run_id: String, text: String },
+    /// The conversation was compacted ([`crate::run::compaction`]): the durable `compaction`
+    /// record `messageId` stands for messages `from`..`to` (`messages` of them) in the model's
+    /// later requests; the messages stay in the Session. `estimatedTokens` passed `threshold`.
+    Compacted {
+        run_id: String,
+        message_id: String,
+        from: String,
+        to: String,
+        messages: usize,
+        estimated_tokens: u64,
+        threshold: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<UsageRecord>,
+    },
     /// A tool call is about to run (its `Started` record is durable).
     ToolStarted {
         run_id: String,

@@ -9,6 +9,7 @@ pub mod agent_loop;
 pub mod approval;
 pub mod builder;
 pub mod children;
+pub mod compaction;
 pub mod contract;
 pub mod conversation;
 pub mod create;

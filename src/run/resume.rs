@@ -45,6 +45,8 @@ pub struct Resumed {
     pub provider_info: Option<Value>,
     /// `[tools] parallel` of the config.
     pub parallel_tools: usize,
+    /// When the conversation is compacted (the execution provider's `context_window`).
+    pub compaction: Option<crate::run::compaction::Settings>,
     pub run_id: String,
     /// The run was created by this resume (from `--task`).
     pub new_run: bool,
@@ -130,6 +132,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
     let config = ModelConfig::load(req.config.as_deref())?;
     config.check_pass_env(&merged.all_pass_env())?;
     let provider: Arc<dyn Provider> = Arc::from(config.provider_for(role)?);
+    let compaction = crate::run::compaction::settings(&config, role, &provider)?;
     let provider_info = config
         .provider_info(role)
         .ok()
@@ -167,6 +170,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
         provider,
         provider_info,
         parallel_tools: config.parallel_tools(),
+        compaction,
         run_id,
         new_run,
         warnings: verified.warnings,

@@ -187,8 +187,15 @@ fn render_conversation(msgs: &[Message]) -> String {
             Role::User => "user",
             Role::Assistant => "assistant",
             Role::Tool => "tool",
+            Role::Compaction => "compaction",
         };
         out.push_str(&format!("#{} {role} {} (run {})\n", i + 1, m.id, m.run_id));
+        if let Some(range) = &m.compacts {
+            out.push_str(&format!(
+                "  replaces {} messages, {} to {}, in later requests\n",
+                range.messages, range.from, range.to
+            ));
+        }
         if m.role == Role::Tool {
             out.push_str(&format!(
                 "  result of {} ({})\n",

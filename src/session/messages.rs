@@ -22,6 +22,20 @@ pub enum Role {
     Assistant,
     /// The result of one tool call, in reply to an assistant message.
     Tool,
+    /// A summary that replaces a range of earlier messages in what the model sees
+    /// ([`Compacted`]); the messages themselves stay in the log.
+    Compaction,
+}
+
+/// The range of messages a `compaction` record replaces, by id, both ends included: every line
+/// of the log from `from` to `to` (earlier compaction records among them are replaced with
+/// them). `messages` counts those lines. See [`crate::run::compaction`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Compacted {
+    pub from: String,
+    pub to: String,
+    pub messages: usize,
 }
 
 /// A tool call as the model made it.
@@ -92,7 +106,11 @@ pub struct Message {
     /// Tool messages: the result is an error.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
-    /// Assistant messages: tokens of the model call, when the provider reported them.
+    /// Compaction records: the range their summary (`content`) replaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compacts: Option<Compacted>,
+    /// Assistant messages and compaction records: tokens of the model call, when the provider
+    /// reported them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageRecord>,
     pub created_at: String,
@@ -122,6 +140,7 @@ impl Message {
             call_index: None,
             op_id: None,
             is_error: false,
+            compacts: None,
             usage: None,
             created_at: crate::clock::now_rfc3339(),
         }

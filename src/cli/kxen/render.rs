@@ -90,6 +90,16 @@ impl Renderer {
             )),
             Event::Warning { message } => output::Diagnostics::kxen(Format::Text).warning(&message),
             Event::RunStarted { run_id, .. } => say(&format!("run {run_id} started")),
+            Event::Compacted {
+                messages,
+                estimated_tokens,
+                threshold,
+                message_id,
+                ..
+            } => say(&format!(
+                "  compacted {messages} messages into a summary ({message_id}): the next \
+                 request was about {estimated_tokens} tokens, compaction starts at {threshold}"
+            )),
             // Streamed already: its line was ended above.
             Event::ModelText { .. } if streamed => {}
             Event::ModelText { text, .. } => say(text.trim_end()),

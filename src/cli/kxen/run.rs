@@ -180,6 +180,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
         parallel_tools: prepared.parallel_tools,
         cancel,
         plan: host.as_ref(),
+        compaction: prepared.compaction.clone(),
     };
     let ending = agent_loop::execute(&execution, &run_id, &mut renderer)?;
     drop(lease);
@@ -328,6 +329,7 @@ fn resume_here(
         parallel_tools: resumed.parallel_tools,
         cancel,
         plan: host.as_ref(),
+        compaction: resumed.compaction.clone(),
     };
     let ending = match (remote, args.push_every) {
         (Some(remote), Some(every)) => {

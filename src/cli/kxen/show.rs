@@ -194,6 +194,18 @@ fn session_text(s: &Value) -> String {
     }
     out.push('\n');
     for m in s["messages"].as_array().into_iter().flatten() {
+        if let Some(range) = m["compacts"].as_object() {
+            // What later requests carry in place of the range (the messages stay above).
+            out.push_str(&format!(
+                "[compaction] {} messages, {} to {}, summarized: ",
+                range.get("messages").and_then(Value::as_u64).unwrap_or(0),
+                range.get("from").and_then(Value::as_str).unwrap_or("-"),
+                range.get("to").and_then(Value::as_str).unwrap_or("-"),
+            ));
+            out.push_str(&clip(str_of(m, "content"), 100));
+            out.push('\n');
+            continue;
+        }
         out.push_str(&format!(
             "[{}] {}",
             str_of(m, "role"),

@@ -34,6 +34,10 @@ pub(super) struct MsgRef {
     /// record: the journal covers a last assistant message no successor's `prevHash` protects.
     pub call_args: Vec<u64>,
     pub op_id: Option<String>,
+    /// Tool messages: the assistant message and the position of the call they answer.
+    pub reply_to: Option<(String, usize)>,
+    /// Compaction records: the range they replace (`from`, `to`, message count).
+    pub compacts: Option<(String, String, usize)>,
     /// For an assistant message without tool calls (a run's final answer): a hash of its content,
     /// to compare with the run's recorded `finalText`. The last line of a chained file has no
     /// successor to protect it; this cross-reference does.
@@ -74,6 +78,14 @@ impl MsgRef {
                 .collect(),
             call_ids: m.tool_calls.iter().map(|c| c.id.clone()).collect(),
             op_id: m.op_id.clone(),
+            reply_to: m
+                .reply_to
+                .clone()
+                .map(|r| (r, m.call_index.unwrap_or(usize::MAX))),
+            compacts: m
+                .compacts
+                .as_ref()
+                .map(|c| (c.from.clone(), c.to.clone(), c.messages)),
         }
     }
 }
@@ -121,7 +133,7 @@ pub(super) enum OpRef {
         /// [`digest`] of the arguments' compact JSON.
         arguments: u64,
         /// The assistant message the record carries (see [`JournalRecord::Started`]).
-        embedded: Option<MsgRef>,
+        embedded: Option<Box<MsgRef>>,
     },
     Settled {
         op_id: String,
@@ -160,7 +172,9 @@ impl JournalIndex {
                 tool_call_id: tool_call_id.clone(),
                 call_index: *call_index,
                 arguments: digest(&arguments.to_string()),
-                embedded: assistant.as_ref().map(|m| MsgRef::of(m, self.line)),
+                embedded: assistant
+                    .as_ref()
+                    .map(|m| Box::new(MsgRef::of(m, self.line))),
             }),
             JournalRecord::AwaitingApproval {
                 op_id,
@@ -599,6 +613,126 @@ pub(super) fn check_messages(
     Ok(())
 }
 
+/// Every `compaction` record's range ([`crate::run::compaction`]): both ends are conversation
+/// messages before the record, in order; the count it gives is the conversation messages the
+/// range holds; it holds no `user` message (a task is never summarized away) and every tool
+/// exchange in it whole (each call's result, and no result of a call outside it); and it holds
+/// each earlier compaction's range whole or not at all. Only a record carries a range.
+pub(super) fn check_compactions(messages: &Path, index: &MessageIndex) -> Result<()> {
+    let refs = &index.refs;
+    if !refs
+        .iter()
+        .any(|m| m.role == Role::Compaction || m.compacts.is_some())
+    {
+        return Ok(());
+    }
+    // Ids are unique (checked before: `MessageIndex::by_id`).
+    let pos: HashMap<&str, usize> = refs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.id.as_str(), i))
+        .collect();
+    let mut earlier: Vec<(usize, usize, &str)> = Vec::new();
+    for (i, m) in refs.iter().enumerate() {
+        let bad = |why: String| {
+            corrupt_at(
+                messages,
+                m.line,
+                format!("compaction record {} {why}", m.id),
+            )
+        };
+        if m.role != Role::Compaction {
+            if m.compacts.is_some() {
+                return Err(corrupt_at(
+                    messages,
+                    m.line,
+                    format!(
+                        "message {} names a compacted range but is not a compaction record",
+                        m.id
+                    ),
+                ));
+            }
+            continue;
+        }
+        let Some((from_id, to_id, count)) = &m.compacts else {
+            return Err(bad("names no range (`compacts`)".into()));
+        };
+        let end = |id: &str| {
+            pos.get(id)
+                .copied()
+                .filter(|&p| p < i && refs[p].role != Role::Compaction)
+        };
+        let (Some(from), Some(to)) = (end(from_id), end(to_id)) else {
+            let missing = if end(from_id).is_none() {
+                from_id
+            } else {
+                to_id
+            };
+            return Err(bad(format!(
+                "names message {missing}, which is not a conversation message before it in the log"
+            )));
+        };
+        if from > to {
+            return Err(bad(format!(
+                "has a range that runs backwards (from line {} to line {})",
+                refs[from].line, refs[to].line
+            )));
+        }
+        let range = &refs[from..=to];
+        let held = range.iter().filter(|r| r.role != Role::Compaction).count();
+        if held != *count {
+            return Err(bad(format!(
+                "says it replaces {count} messages, but lines {} to {} hold {held}",
+                refs[from].line, refs[to].line
+            )));
+        }
+        if let Some(user) = range.iter().find(|r| r.role == Role::User) {
+            return Err(bad(format!(
+                "would summarize away user message {} (line {}): a task is never compacted",
+                user.id, user.line
+            )));
+        }
+        let inside = |p: usize| (from..=to).contains(&p);
+        let mut answered = std::collections::HashSet::new();
+        for (p, r) in refs.iter().enumerate() {
+            let Some((asked, index)) = &r.reply_to else {
+                continue;
+            };
+            let asked_inside = pos.get(asked.as_str()).is_some_and(|&a| inside(a));
+            if asked_inside != inside(p) {
+                return Err(bad(format!(
+                    "splits a tool exchange: tool message {} (line {}) answers message {asked},                      and only one of them is in the range",
+                    r.id, r.line
+                )));
+            }
+            if inside(p) {
+                answered.insert((asked.as_str(), *index));
+            }
+        }
+        for r in range.iter().filter(|r| r.role == Role::Assistant) {
+            if let Some(c) =
+                (0..r.call_ids.len()).find(|c| !answered.contains(&(r.id.as_str(), *c)))
+            {
+                return Err(bad(format!(
+                    "holds tool call {} of message {} (line {}) without its result",
+                    r.call_ids[c], r.id, r.line
+                )));
+            }
+        }
+        if let Some((_, _, other)) = earlier
+            .iter()
+            .find(|(f, t, _)| !((*f >= from && *t <= to) || *t < from || *f > to))
+        {
+            return Err(bad(format!(
+                "overlaps part of the range of compaction record {other} (a range holds an \
+                 earlier one whole or not at all)"
+            )));
+        }
+        earlier.push((from, to, m.id.as_str()));
+    }
+    Ok(())
+}
+
 /// The check a writer makes before it changes run `run`: [`check_run`] and [`check_messages`]
 /// for that run, on the messages and journal the writer read (`messages`, `journal`; `table` is
 /// the folded journal). Blobs are not re-hashed. Any failure is corrupt state (exit 10) naming
@@ -629,7 +763,8 @@ pub fn check_writer(
             table,
         },
     )]);
-    check_messages(messages_path, messages, &seen, 0, Some(&run.id))
+    check_messages(messages_path, messages, &seen, 0, Some(&run.id))?;
+    check_compactions(messages_path, messages)
 }
 
 fn file_name(path: &Path) -> &str {
@@ -646,4 +781,134 @@ pub(super) fn corrupt(path: &Path, why: String) -> Error {
 pub(super) fn corrupt_at(path: &Path, line: usize, why: String) -> Error {
     Error::corrupt(format!("{}:{line}: {why}", path.display()))
         .with_hint("restore the session from a backup or bundle")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::{CallRecord, Compacted};
+
+    /// task, then `turns` one-call turns (assistant `msg_aN`, result `msg_rN`).
+    fn log(turns: usize) -> Vec<Message> {
+        let mut out = vec![Message::new("run_1", Role::User, "task")];
+        out[0].id = "msg_task".into();
+        for n in 0..turns {
+            let mut a = Message::new("run_1", Role::Assistant, "");
+            a.id = format!("msg_a{n}");
+            a.tool_calls = vec![CallRecord {
+                id: format!("c{n}"),
+                name: "read".into(),
+                arguments: serde_json::json!({}),
+            }];
+            let mut r = Message::new("run_1", Role::Tool, "x");
+            r.id = format!("msg_r{n}");
+            r.reply_to = Some(a.id.clone());
+            r.call_index = Some(0);
+            out.extend([a, r]);
+        }
+        out
+    }
+
+    fn record(id: &str, from: &str, to: &str, messages: usize) -> Message {
+        let mut m = Message::new("run_1", Role::Compaction, "summary");
+        m.id = id.into();
+        m.compacts = Some(Compacted {
+            from: from.into(),
+            to: to.into(),
+            messages,
+        });
+        m
+    }
+
+    fn check(messages: &[Message]) -> std::result::Result<(), String> {
+        let mut index = MessageIndex::default();
+        for m in messages {
+            index.push(m);
+        }
+        check_compactions(Path::new("messages.jsonl"), &index).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn compaction_ranges_are_checked() {
+        let mut ok = log(4);
+        ok.push(record("msg_c1", "msg_a0", "msg_r1", 4));
+        assert_eq!(check(&ok), Ok(()));
+        // Cumulative (holds the first whole, the record among its lines) and disjoint: fine.
+        let mut more = ok.clone();
+        more.push(record("msg_c2", "msg_a0", "msg_r2", 6));
+        assert_eq!(check(&more), Ok(()));
+        let mut disjoint = ok.clone();
+        disjoint.push(record("msg_c2", "msg_a2", "msg_r2", 2));
+        assert_eq!(check(&disjoint), Ok(()));
+
+        let cases: Vec<(Message, &str)> = vec![
+            (
+                record("msg_c", "msg_a0", "msg_zz", 4),
+                "names message msg_zz",
+            ),
+            (record("msg_c", "msg_a1", "msg_a0", 1), "runs backwards"),
+            (
+                record("msg_c", "msg_a0", "msg_r1", 5),
+                "says it replaces 5 messages",
+            ),
+            (
+                record("msg_c", "msg_task", "msg_r0", 3),
+                "would summarize away user message msg_task",
+            ),
+            (
+                record("msg_c", "msg_r0", "msg_r1", 3),
+                "splits a tool exchange",
+            ),
+            (
+                record("msg_c", "msg_a0", "msg_a1", 3),
+                "splits a tool exchange",
+            ),
+            (
+                record("msg_c", "msg_a1", "msg_r2", 4),
+                "overlaps part of the range of compaction record msg_c1",
+            ),
+            (
+                record("msg_c", "msg_c1", "msg_r2", 4),
+                "not a conversation message",
+            ),
+        ];
+        for (bad, why) in cases {
+            let mut messages = ok.clone();
+            messages.push(bad);
+            let err = check(&messages).unwrap_err();
+            assert!(err.contains(why), "{why}: {err}");
+            assert!(err.starts_with("messages.jsonl:"), "{err}");
+        }
+        // A range that names a message after the record.
+        let mut later = log(2);
+        later.insert(3, record("msg_c", "msg_a0", "msg_r1", 4));
+        assert!(
+            check(&later)
+                .unwrap_err()
+                .contains("not a conversation message before it")
+        );
+        // A call without its result in the range.
+        let mut open = log(2);
+        open.remove(2);
+        open.push(record("msg_c", "msg_a0", "msg_r1", 3));
+        let err = check(&open).unwrap_err();
+        assert!(err.contains("holds tool call c0"), "{err}");
+        // Only a compaction record carries a range; a record carries one.
+        let mut stray = log(1);
+        stray[1].compacts = Some(Compacted {
+            from: "msg_a0".into(),
+            to: "msg_a0".into(),
+            messages: 1,
+        });
+        assert!(
+            check(&stray)
+                .unwrap_err()
+                .contains("is not a compaction record")
+        );
+        let mut bare = log(1);
+        let mut r = record("msg_c", "x", "y", 0);
+        r.compacts = None;
+        bare.push(r);
+        assert!(check(&bare).unwrap_err().contains("names no range"));
+    }
 }

@@ -36,8 +36,8 @@ mod prefetch;
 mod snapshot;
 
 use consistency::{
-    BlobCheck, RunFiles, RunSeen, check_messages, check_run_journal, check_run_record, corrupt,
-    corrupt_at,
+    BlobCheck, RunFiles, RunSeen, check_compactions, check_messages, check_run_journal,
+    check_run_record, corrupt, corrupt_at,
 };
 pub use consistency::{JournalIndex, MessageIndex, check_writer};
 use prefetch::Early;
@@ -215,6 +215,7 @@ fn verify_checked(
     let (messages, chain) = messages?;
     note_chain(&messages_path, &chain, &mut out);
     let by_id = messages.by_id(&messages_path)?;
+    check_compactions(&messages_path, &messages)?;
     out.messages = messages.len();
 
     let runs = listed?;

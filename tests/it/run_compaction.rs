@@ -1,0 +1,620 @@
+//! Durable compaction (issue #20 item 5): a long scripted run with a small `context_window`
+//! compacts several times and keeps every message on disk; crashes at the compaction's durable
+//! steps (and a SIGKILL while the summary call is in flight) neither lose messages nor compact
+//! twice; the requests stay prefix-stable between compactions and byte-identical after a kill
+//! and resume; `session verify`, export/import and forks before and after a compaction point
+//! understand the records.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::env::TestEnv;
+use crate::fake_model::{Reply, completion, serve, tool_call_message};
+use crate::run_support::*;
+
+/// Turns of the long scripted run (one `read` each), before its final answer.
+const TURNS: usize = 200;
+
+fn file_text(n: usize) -> String {
+    format!("file {n}: {}\n", "lorem ipsum dolor sit amet ".repeat(12))
+}
+
+/// A repository of `n` files `f000.txt`…, each a few hundred bytes.
+fn repo(env: &TestEnv, n: usize) -> PathBuf {
+    let files: Vec<(String, String)> = (0..n)
+        .map(|i| (format!("f{i:03}.txt"), file_text(i)))
+        .collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    env.git_repo("repo", &refs)
+}
+
+/// A reader with room for the long run.
+fn reader(env: &TestEnv) -> PathBuf {
+    let path = env.path().join("reader.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata:\n  name: reader\nspec:\n  \
+         objective: Read every file.\n  instructions:\n    - Read them one by one.\n  \
+         successCriteria: []\n  capabilities:\n    required: [read]\n    optional: []\n  \
+         execution:\n    maxTurns: 256\n  output: {format: text, requiredFields: []}\n",
+    )
+    .unwrap();
+    path
+}
+
+/// The long run's script: `TURNS` reads, the answer, then summaries for compaction calls; a
+/// config with `context` lines added to the provider's table.
+fn script(env: &TestEnv, context: &str) -> PathBuf {
+    let mut lines = Vec::new();
+    for n in 0..TURNS {
+        lines.push(json!({"text": format!("Reading f{n:03}."), "toolCalls": [
+            {"id": format!("call_{n}"), "name": "read", "arguments": {"path": format!("f{n:03}.txt")}}]}));
+    }
+    lines.push(json!({"text": "Read all 200 files."}));
+    for k in 0..100 {
+        lines.push(json!({"compaction": true, "text": format!("Summary {k}: the files shown so far were read, each says lorem ipsum."),
+                          "usage": {"inputTokens": 900, "outputTokens": 20}}));
+    }
+    let dir = env.path().join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.join("turns.jsonl"), text).unwrap();
+    let config = dir.join(format!("config{}.toml", context.len()));
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.script]\nkind = \"script\"\npath = \"turns.jsonl\"\n{context}\n\n[roles]\nexecution = \"script\"\n"
+        ),
+    )
+    .unwrap();
+    config
+}
+
+const SMALL_WINDOW: &str = "context_window = 4000\ncompact_at = 0.8";
+
+fn only_session(env: &TestEnv) -> String {
+    let list = env.run("kxen-agent", &["session", "list"]).jsonl();
+    assert_eq!(list.len(), 1, "{list:?}");
+    list[0]["id"].as_str().unwrap().to_string()
+}
+
+fn messages_in(state: &Path, session: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(state.join("sessions").join(session).join("messages.jsonl"))
+        .unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn count(messages: &[Value], role: &str) -> usize {
+    messages.iter().filter(|m| m["role"] == role).count()
+}
+
+/// What a run decided, without ids and times: role, content and tool calls of each message.
+fn decisions(messages: &[Value]) -> Vec<Value> {
+    messages
+        .iter()
+        .map(|m| {
+            json!([
+                m["role"],
+                m["content"],
+                m["toolCalls"],
+                m["compacts"]["messages"]
+            ])
+        })
+        .collect()
+}
+
+#[test]
+fn a_200_turn_run_compacts_several_times_keeps_every_message_and_verifies() {
+    let env = TestEnv::new();
+    let repo = repo(&env, TURNS);
+    let agent = reader(&env);
+    let config = script(&env, SMALL_WINDOW);
+    let run = run_new(&env, &repo, "Read every file", &agent, &config, &[]);
+    run.expect(0);
+    let events = run.jsonl();
+    let done = finished(&events);
+    assert_eq!(done["turns"], TURNS as u64 + 1, "compactions are no turns");
+    let compacted: Vec<&Value> = events.iter().filter(|e| e["type"] == "compacted").collect();
+    assert!(compacted.len() >= 3, "{} compactions", compacted.len());
+    for e in &compacted {
+        assert!(
+            e["estimatedTokens"].as_u64() >= e["threshold"].as_u64(),
+            "{e}"
+        );
+        assert_eq!(e["threshold"], 3200);
+    }
+    // Every summary call's usage counts in the run's usage.
+    assert_eq!(
+        done["usage"]["inputTokens"],
+        900 * compacted.len() as u64,
+        "{done}"
+    );
+
+    let session = only_session(&env);
+    let messages = messages_in(&env.state_dir(), &session);
+    // Nothing was deleted: the task, every turn and result, the answer, and the records.
+    assert_eq!(count(&messages, "user"), 1);
+    assert_eq!(count(&messages, "assistant"), TURNS + 1);
+    assert_eq!(count(&messages, "tool"), TURNS);
+    assert_eq!(count(&messages, "compaction"), compacted.len());
+    let records: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["role"] == "compaction")
+        .collect();
+    let first_from = &records[0]["compacts"]["from"];
+    for (k, r) in records.iter().enumerate() {
+        assert_eq!(
+            r["content"],
+            format!("Summary {k}: the files shown so far were read, each says lorem ipsum.")
+        );
+        // Cumulative: every range starts right after the task.
+        assert_eq!(&r["compacts"]["from"], first_from);
+        assert_eq!(r["compacts"]["from"], messages[1]["id"]);
+        assert_eq!(r["id"], compacted[k]["messageId"]);
+    }
+    let verify = env.run("kxen-agent", &["session", "verify", &session]);
+    assert_eq!(verify.code, 0, "{}", verify.stderr);
+
+    // The same run without a context window: the same turns, no record.
+    let plain_env = TestEnv::new();
+    let plain_repo = repo_in(&plain_env);
+    let plain_config = script(&plain_env, "");
+    let plain = run_new(
+        &plain_env,
+        &plain_repo,
+        "Read every file",
+        &reader(&plain_env),
+        &plain_config,
+        &[],
+    );
+    plain.expect(0);
+    let plain_messages = messages_in(&plain_env.state_dir(), &only_session(&plain_env));
+    let without: Vec<Value> = messages
+        .iter()
+        .filter(|m| m["role"] != "compaction")
+        .cloned()
+        .collect();
+    assert_eq!(decisions(&without), decisions(&plain_messages));
+
+    // `session show` names the records in both views; `session diff` shows them.
+    let shown = env
+        .run("kxen-agent", &["session", "show", &session])
+        .jsonl();
+    let shown_records = shown[0]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "compaction")
+        .count();
+    assert_eq!(shown_records, records.len());
+    let text = env.run(
+        "kxen-agent",
+        &["--format", "text", "session", "show", &session],
+    );
+    text.expect(0);
+    assert!(
+        text.stdout.contains("[compaction] ") && text.stdout.contains("summarized: Summary 0:"),
+        "{}",
+        text.stdout
+    );
+
+    // Export and import into another state dir: the records travel and verify there.
+    let bundle = env.path().join("ses.bundle.json");
+    env.run(
+        "kxen-agent",
+        &[
+            "session",
+            "export",
+            &session,
+            "--output",
+            bundle.to_str().unwrap(),
+        ],
+    )
+    .expect(0);
+    let other = env.path().join("state-b");
+    let imported = env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            other.to_str().unwrap(),
+            "session",
+            "import",
+            bundle.to_str().unwrap(),
+            "--workspace",
+            repo.to_str().unwrap(),
+        ],
+    );
+    imported.expect(0);
+    assert_eq!(messages_in(&other, &session), messages);
+    let verify = env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            other.to_str().unwrap(),
+            "session",
+            "verify",
+            &session,
+        ],
+    );
+    assert_eq!(verify.code, 0, "{}", verify.stderr);
+
+    // Forks: at the last message before the first record (its range's end) the fork has the
+    // full history and no record; at the last message it has every record.
+    let before_at = records[0]["compacts"]["to"].as_str().unwrap();
+    let fork = |at: &str| {
+        let out = env.run("kxen-agent", &["session", "fork", &session, "--at", at]);
+        out.expect(0);
+        out.jsonl()[0]["sessionId"].as_str().unwrap().to_string()
+    };
+    let before = fork(before_at);
+    let before_messages = messages_in(&env.state_dir(), &before);
+    assert_eq!(count(&before_messages, "compaction"), 0);
+    let pos = messages.iter().position(|m| m["id"] == before_at).unwrap();
+    assert_eq!(before_messages, messages[..=pos]);
+    let last = messages.last().unwrap()["id"].as_str().unwrap();
+    let after = fork(last);
+    let after_messages = messages_in(&env.state_dir(), &after);
+    assert_eq!(count(&after_messages, "compaction"), records.len());
+    for id in [&before, &after] {
+        let verify = env.run("kxen-agent", &["session", "verify", id]);
+        assert_eq!(verify.code, 0, "{id}: {}", verify.stderr);
+    }
+    let diff = env.run(
+        "kxen-agent",
+        &["--format", "text", "session", "diff", &before, &after],
+    );
+    assert!(
+        diff.stdout.contains("compaction") && diff.stdout.contains("replaces "),
+        "{}",
+        diff.stdout
+    );
+}
+
+fn repo_in(env: &TestEnv) -> PathBuf {
+    repo(env, TURNS)
+}
+
+/// A crash right after the summary came back (nothing written) and right after the record is
+/// durable, at the second compaction: the resumed run ends with exactly the messages of the
+/// uninterrupted run — no compaction lost, none done twice. As a power cut too.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_crash_at_each_compaction_step_loses_nothing_and_compacts_once() {
+    let reference = {
+        let env = TestEnv::new();
+        let repo = repo(&env, TURNS);
+        let config = script(&env, SMALL_WINDOW);
+        run_new(&env, &repo, "Read every file", &reader(&env), &config, &[]).expect(0);
+        messages_in(&env.state_dir(), &only_session(&env))
+    };
+    for point in ["compaction.after-summary", "compaction.after-record"] {
+        for power_cut in [false, true] {
+            let what = format!("{point} (power cut: {power_cut})");
+            let env = TestEnv::new();
+            let repo = repo(&env, TURNS);
+            let agent = reader(&env);
+            let config = script(&env, SMALL_WINDOW);
+            let mut cmd = env.cmd("kxen-agent");
+            cmd.args(["run", "--workspace", repo.to_str().unwrap()])
+                .args([
+                    "--task",
+                    "Read every file",
+                    "--agent",
+                    agent.to_str().unwrap(),
+                ])
+                .args(["--config", config.to_str().unwrap()])
+                .env("KXEN_FAILPOINT", point)
+                .env("KXEN_FAILPOINT_SKIP", "1");
+            if power_cut {
+                cmd.env("KXEN_FAILPOINT_POWERCUT", "1");
+            }
+            let out = cmd.output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                None,
+                "{what}: the failpoint was not reached"
+            );
+            let session = only_session(&env);
+            let crashed = messages_in(&env.state_dir(), &session);
+            let records = count(&crashed, "compaction");
+            assert_eq!(
+                records,
+                if point == "compaction.after-record" {
+                    2
+                } else {
+                    1
+                },
+                "{what}: no record, or a complete one"
+            );
+            let verify = env.run("kxen-agent", &["session", "verify", &session]);
+            assert_eq!(verify.code, 0, "{what}: {}", verify.stderr);
+            let resumed = env.run(
+                "kxen-agent",
+                &["--resume", &session, "--config", config.to_str().unwrap()],
+            );
+            resumed.expect(0);
+            assert_eq!(finished(&resumed.jsonl())["turns"], TURNS as u64 + 1);
+            let after = messages_in(&env.state_dir(), &session);
+            assert_eq!(decisions(&after), decisions(&reference), "{what}");
+            let verify = env.run("kxen-agent", &["session", "verify", &session]);
+            assert_eq!(verify.code, 0, "{what}: {}", verify.stderr);
+        }
+    }
+}
+
+// ---- Over HTTP: request bytes, SIGKILL during the summary call ----
+
+/// Turns of the HTTP run.
+const HTTP_TURNS: usize = 40;
+/// Its window: the fake server reports a quarter of the body's bytes as prompt tokens.
+const HTTP_WINDOW: u64 = 3000;
+
+fn is_compaction(request: &crate::fake_model::Request) -> bool {
+    request.json()["messages"][0]["content"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("You compact"))
+}
+
+/// The fake model: reads `f{n+1}` after the result of `f{n}` (so the answer depends on the
+/// request alone, as after a resume), answers a compaction call with a summary naming how many
+/// results it saw, and a new task (`Go on`) with a final answer; reports prompt tokens as a
+/// quarter of the body's bytes.
+fn http_reply(request: &crate::fake_model::Request) -> Reply {
+    let body = request.json();
+    let tokens = request.body.len() as u64 / 4;
+    let usage = json!({"prompt_tokens": tokens, "completion_tokens": 10});
+    let with_usage = |message: Value| {
+        let mut c = completion(message);
+        c["usage"] = usage.clone();
+        Reply::json(&c)
+    };
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    if is_compaction(request) {
+        let text = messages[1]["content"].as_str().unwrap_or_default();
+        let results = text.matches("[tool result").count();
+        return with_usage(json!({"role": "assistant",
+            "content": format!("Read the files up to the {results} results shown; all say lorem ipsum.")}));
+    }
+    let last = messages.last().cloned().unwrap_or_default();
+    if last["role"] == "user" && last["content"] == "Go on" {
+        return with_usage(json!({"role": "assistant", "content": "Nothing more to read."}));
+    }
+    let next = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .and_then(|m| m["content"].as_str())
+        .and_then(|c| c.split("file ").nth(1))
+        .and_then(|c| c.split(':').next())
+        .and_then(|n| n.parse::<usize>().ok())
+        .map_or(0, |n| n + 1);
+    if next >= HTTP_TURNS {
+        return with_usage(json!({"role": "assistant", "content": "Read them all."}));
+    }
+    with_usage(tool_call_message(
+        &format!("call_{next}"),
+        "read",
+        &json!({"path": format!("f{next:03}.txt")}),
+    ))
+}
+
+fn http_config(env: &TestEnv, url: &str, window: bool) -> PathBuf {
+    let context = if window {
+        format!("context_window = {HTTP_WINDOW}\n")
+    } else {
+        String::new()
+    };
+    let dir = env.path().join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("http{}.toml", u8::from(window)));
+    std::fs::write(
+        &path,
+        format!(
+            "[providers.m]\nkind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nseed = 1\n{context}\n[roles]\nexecution = \"m\"\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn bodies(seen: &crate::fake_model::Seen) -> Vec<Vec<u8>> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.body.clone())
+        .collect()
+}
+
+fn is_summary_body(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body).unwrap()["messages"][0]["content"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("You compact"))
+}
+
+#[test]
+fn requests_stay_stable_between_compactions_and_identical_after_a_sigkill_in_the_summary_call() {
+    // Uninterrupted.
+    let env = TestEnv::new();
+    let workspace = repo(&env, HTTP_TURNS);
+    let agent = reader(&env);
+    let (url, seen) = serve(|_, r| http_reply(r));
+    let config = http_config(&env, &url, true);
+    let run = run_new(&env, &workspace, "Read every file", &agent, &config, &[]);
+    run.expect(0);
+    let events = run.jsonl();
+    let original = only_session(&env);
+    assert_eq!(finished(&events)["turns"], HTTP_TURNS as u64 + 1);
+    let compactions = events.iter().filter(|e| e["type"] == "compacted").count();
+    assert!(compactions >= 2, "{compactions} compactions");
+    let a = bodies(&seen);
+    assert_eq!(a.iter().filter(|b| is_summary_body(b)).count(), compactions);
+    // Every request fits the window (as the server counts tokens).
+    for b in &a {
+        assert!(
+            b.len() as u64 / 4 <= HTTP_WINDOW,
+            "a request of {} bytes",
+            b.len()
+        );
+    }
+    // Between compactions each request is the one before plus new messages; the first after a
+    // compaction starts with the same system prompt and task.
+    let turns: Vec<&Vec<u8>> = a.iter().filter(|b| !is_summary_body(b)).collect();
+    let mut restarts = 0;
+    for pair in turns.windows(2) {
+        let (before, after) = (
+            String::from_utf8_lossy(pair[0]),
+            String::from_utf8_lossy(pair[1]),
+        );
+        let open = before.strip_suffix("]}").unwrap();
+        if !after.starts_with(open) {
+            restarts += 1;
+            let v: Value = serde_json::from_str(&after).unwrap();
+            let w: Value = serde_json::from_str(&before).unwrap();
+            assert_eq!(v["messages"][0], w["messages"][0]);
+            assert_eq!(v["messages"][1], w["messages"][1]);
+            assert!(
+                v["messages"][2]["content"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("[Summary of the earlier conversation"),
+                "{after}"
+            );
+        }
+    }
+    assert_eq!(
+        restarts, compactions,
+        "only a compaction changes the prefix"
+    );
+
+    // Killed (SIGKILL) while the second summary call is in flight, then resumed.
+    let env_b = TestEnv::new();
+    let repo_b = repo(&env_b, HTTP_TURNS);
+    let stalled = Arc::new(AtomicBool::new(false));
+    let stall = Arc::clone(&stalled);
+    let summaries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (url_b, seen_b) = serve(move |_, r| {
+        if is_compaction(r)
+            && summaries.fetch_add(1, Ordering::SeqCst) == 1
+            && !stall.swap(true, Ordering::SeqCst)
+        {
+            return Reply::Chunks {
+                content_type: "application/json",
+                pieces: vec![(Duration::from_secs(30), String::new())],
+                end: false,
+            };
+        }
+        http_reply(r)
+    });
+    let config_b = http_config(&env_b, &url_b, true);
+    let mut child = spawn_new(
+        &env_b,
+        &repo_b,
+        "Read every file",
+        &agent_in(&env_b),
+        &config_b,
+        &[],
+    );
+    while !stalled.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let session = only_session(&env_b);
+    let crashed = messages_in(&env_b.state_dir(), &session);
+    assert_eq!(
+        count(&crashed, "compaction"),
+        1,
+        "the killed summary left no record"
+    );
+    let resumed = env_b.run(
+        "kxen-agent",
+        &["--resume", &session, "--config", config_b.to_str().unwrap()],
+    );
+    resumed.expect(0);
+    let mut b = bodies(&seen_b);
+    let killed = b
+        .iter()
+        .enumerate()
+        .filter(|(_, body)| is_summary_body(body))
+        .nth(1)
+        .unwrap()
+        .0;
+    assert_eq!(
+        b[killed],
+        b[killed + 1],
+        "the summary call was sent again, the same"
+    );
+    b.remove(killed);
+    assert_eq!(a.len(), b.len());
+    for (n, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            x == y,
+            "request {n} differs after kill and resume:\n{}\n{}",
+            String::from_utf8_lossy(x),
+            String::from_utf8_lossy(y)
+        );
+    }
+    let verify = env_b.run("kxen-agent", &["session", "verify", &session]);
+    assert_eq!(verify.code, 0, "{}", verify.stderr);
+
+    // A fork before the first compaction point continues with the full history, one after it
+    // with the summary (the forks resume without a window, so nothing compacts again).
+    let messages = messages_in(&env.state_dir(), &original);
+    let first = messages.iter().find(|m| m["role"] == "compaction").unwrap();
+    let before_at = first["compacts"]["to"].as_str().unwrap().to_string();
+    let last = messages.last().unwrap()["id"].as_str().unwrap().to_string();
+    let plain = http_config(&env, &url, false);
+    for (at, summarized) in [(before_at, false), (last, true)] {
+        let out = env.run("kxen-agent", &["session", "fork", &original, "--at", &at]);
+        out.expect(0);
+        let fork = out.jsonl()[0]["sessionId"].as_str().unwrap().to_string();
+        let sent = seen.lock().unwrap().len();
+        let go = env.run(
+            "kxen-agent",
+            &[
+                "--resume",
+                &fork,
+                "--task",
+                "Go on",
+                "--config",
+                plain.to_str().unwrap(),
+            ],
+        );
+        go.expect(0);
+        let request = seen.lock().unwrap()[sent].json();
+        let sent_messages = request["messages"].as_array().unwrap();
+        let has_summary = sent_messages.iter().any(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("[Summary of the earlier conversation"))
+        });
+        assert_eq!(has_summary, summarized, "fork at {at}");
+        let results = sent_messages.iter().filter(|m| m["role"] == "tool").count();
+        let copied = messages_in(&env.state_dir(), &fork);
+        if summarized {
+            assert!(
+                results < count(&copied, "tool"),
+                "fork at {at}: {results} results sent"
+            );
+        } else {
+            assert_eq!(
+                results,
+                count(&copied, "tool"),
+                "fork at {at}: the full history"
+            );
+        }
+    }
+}
+
+fn agent_in(env: &TestEnv) -> PathBuf {
+    reader(env)
+}
