@@ -184,6 +184,7 @@ fn run_agent(root: &Path, repo: &Path, calls: usize, policy: Option<&Path>, roun
         cancel: &cancel,
         plan: None,
         compaction: None,
+        protected: &[],
     };
     let start = Instant::now();
     let ending = agent_loop::execute(&execution, &run_id, &mut Discard).unwrap();
@@ -213,6 +214,7 @@ fn fence_build_secs(root: &Path, repo: &Path, calls: usize, policy: FencePolicy)
         workspace: repo,
         home: &home,
         tmp: &tmp,
+        protected: &[],
     };
     let start = Instant::now();
     for _ in 0..calls {

@@ -364,6 +364,7 @@ fn run_agent(root: &Path, entry: &str, calls: usize) -> (f64, usize, usize) {
         cancel: &cancel,
         plan: None,
         compaction: None,
+        protected: &[],
     };
     // The server is already running (it was started and listed at creation), so the timer
     // measures calls, as the floor does.

@@ -147,6 +147,7 @@ fn run_agent(root: &Path, url: &str, calls: usize) -> (Vec<f64>, f64) {
         cancel: &cancel,
         plan: None,
         compaction: None,
+        protected: &[],
     };
     let mut cpu = vec![cpu_seconds()];
     let mut sink = |event: Event| {

@@ -238,6 +238,7 @@ fn child_resume(root: &Path) -> f64 {
         cancel: &cancel,
         plan: None,
         compaction: None,
+        protected: &[],
     };
     agent_loop::execute(&execution, &resumed.run_id, &mut Discard).unwrap();
     let at = first.0.lock().unwrap().expect("the model was called");

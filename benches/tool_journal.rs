@@ -129,6 +129,7 @@ fn run_agent(root: &Path, calls: usize) -> (f64, usize, usize) {
         cancel: &cancel,
         plan: None,
         compaction: None,
+        protected: &[],
     };
     let start = Instant::now();
     let ending = agent_loop::execute(&execution, &run_id, &mut Discard).unwrap();

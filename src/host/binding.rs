@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PlanBinding {
-    /// The plan folder, absolute and normalized.
+    /// The plan folder, canonical ([`plan_dir`]).
     pub dir: PathBuf,
     /// The plan id (`PLAN_…`).
     pub plan: String,
@@ -33,8 +33,13 @@ pub struct Bound {
     pub first_input: String,
 }
 
-/// The plan folder as recorded: absolute, `.`/`..` resolved lexically.
+/// The plan folder as recorded: canonical (symlinks resolved, so that a symlink on the way to
+/// it, which may sit in the agent's workspace, cannot later point a resume at another folder);
+/// a folder that does not exist: absolute, `.`/`..` resolved lexically.
 pub fn plan_dir(dir: &Path) -> PathBuf {
+    if let Ok(canonical) = dir.canonicalize() {
+        return canonical;
+    }
     let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
     crate::dwp::plan::folder::normalize(&abs)
 }

@@ -81,7 +81,13 @@ impl PlanHost {
         metering: Metering,
         base: UsageRecord,
     ) -> Result<PlanHost> {
-        let plan = Plan::open(&binding.dir)?;
+        // Opened by its canonical path, once: the folder may sit in the workspace, where the
+        // agent's commands could later swap a symlink on the way to it.
+        let dir = binding
+            .dir
+            .canonicalize()
+            .unwrap_or_else(|_| binding.dir.clone());
+        let plan = Plan::open(&dir)?;
         let contract = plan.contract()?;
         let tracked = Tracked::read(&plan, &contract)?;
         let identity = identity();
@@ -377,6 +383,12 @@ impl PlanHost {
         } else {
             ids
         }
+    }
+
+    /// The plan folder as this host opened it (canonical: a symlink swapped in the workspace
+    /// later does not redirect the host's appends).
+    pub fn plan_dir(&self) -> &std::path::Path {
+        &self.plan.dir
     }
 
     /// The plan's contract (for the delegation grant).

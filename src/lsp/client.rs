@@ -212,6 +212,7 @@ impl Client {
                     workspace: &workspace,
                     home: &home,
                     tmp: &tmp,
+                    protected: &[],
                 };
                 crate::sandbox::spawn(&fence, cmd)
             })

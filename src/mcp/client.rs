@@ -252,6 +252,7 @@ impl Client {
             workspace: spec.workspace,
             home: spec.home,
             tmp: spec.tmp.path(),
+            protected: &[],
         };
         let mut child = match crate::sandbox::spawn(&fence, cmd) {
             Ok(spawned) => spawned.child,

@@ -88,6 +88,9 @@ pub struct Execution<'a> {
     /// When and by whom the conversation is compacted (`None`: the provider has no
     /// `context_window`, the conversation grows as it is).
     pub compaction: Option<compaction::Settings>,
+    /// Directories no tool may change (canonical): the plan folder of a plan run, so that the
+    /// model cannot forge the host's samples or remove a `LIMIT` record ([`ToolContext`]).
+    pub protected: &'a [PathBuf],
 }
 
 /// How an execution ended.
@@ -227,6 +230,18 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
     if let Some(host) = ex.plan {
         for message in lock_host(host).advisories() {
             sink.emit(Event::Warning { message });
+        }
+        if !ex.fence.is_fenced() && ex.capabilities.iter().any(|c| c == "exec") {
+            for dir in ex.protected {
+                sink.emit(Event::Warning {
+                    message: format!(
+                        "the policy's sandbox is \"off\": `exec` commands run unfenced and could \
+                         change the plan folder {} (its journal and meter records), which only \
+                         the fence keeps read-only for them",
+                        dir.display()
+                    ),
+                });
+            }
         }
     }
     lp.run(&mut run, sink)
@@ -944,6 +959,7 @@ impl Loop<'_, '_> {
                 mcp: self.ex.mcp,
                 lsp: self.ex.lsp,
                 task: runner.as_ref().map(|r| r as &dyn TaskRunner),
+                protected: self.ex.protected,
             };
             admitted.execute(&ctx)
         };

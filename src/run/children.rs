@@ -281,6 +281,7 @@ fn run_child(
         cancel,
         plan: None,
         compaction,
+        protected: parent.protected,
     };
     let ending = agent_loop::execute(&execution, &run_id, &mut Discard)?;
     failpoint::hit("task.after-child-ended");

@@ -251,6 +251,7 @@ impl Loop<'_, '_> {
                                 mcp: ex.mcp,
                                 lsp: ex.lsp,
                                 task: runner.as_ref().map(|r| r as &dyn TaskRunner),
+                                protected: ex.protected,
                             };
                             admitted.execute(&ctx)
                         };

@@ -1,6 +1,7 @@
 //! The fence around agent commands (`exec`): Landlock filesystem rules, an empty network
 //! namespace unless the policy allows the network, and read-only bind mounts over the
-//! repository's own programs (`.git/config`, `.git/hooks/`, `.git/info/`).
+//! repository's own programs (`.git/config`, `.git/hooks/`, `.git/info/`) and over the folder
+//! of the DWP plan a run works on ([`FenceSpec::protected`]).
 //!
 //! Everything is prepared in the parent ([`Fence::build`]: the Landlock ruleset with its rules,
 //! the paths to bind, the id maps, a report pipe); the forked child then only makes syscalls
@@ -113,6 +114,10 @@ pub struct FenceSpec<'a> {
     pub home: &'a Path,
     /// The per-operation temp dir (`TMPDIR`): always writable.
     pub tmp: &'a Path,
+    /// Directories inside the writable workspace the command must not change (the folder of
+    /// the DWP plan the run works on): bound read-only, with every directory from the workspace
+    /// down to each pinned, so none can be renamed away and replaced by a writable copy.
+    pub protected: &'a [PathBuf],
 }
 
 /// What was enforced, for the operation's record (`run show`).
@@ -124,7 +129,7 @@ pub struct FenceRecord {
     pub landlock_abi: u32,
     /// `none` (an empty network namespace) or `host`.
     pub network: String,
-    /// How many git paths were bound read-only.
+    /// How many paths were bound read-only (git's programs, a protected plan folder).
     pub read_only_paths: u32,
 }
 
@@ -132,7 +137,7 @@ impl FenceRecord {
     /// One line for `run show`'s text view.
     pub fn summary(&self) -> String {
         format!(
-            "{}, Landlock ABI {}, network {}, {} read-only git path{}",
+            "{}, Landlock ABI {}, network {}, {} read-only path{}",
             self.sandbox.as_str(),
             self.landlock_abi,
             self.network,
@@ -245,6 +250,7 @@ impl Fence {
             }
             git = git_dirs::discover(spec.workspace);
             writable.extend(git.writable_outside.iter().cloned());
+            protect_dirs(spec.workspace, spec.protected, &mut git);
         }
         let ruleset = rules::build(&writable).map_err(|missing| Refusal { missing })?;
         // The directories bound writable over the read-only mount tree: the writable roots
@@ -312,6 +318,37 @@ impl Fence {
         #[cfg(not(target_os = "linux"))]
         let _ = cmd;
         (self.record, self.report)
+    }
+}
+
+/// Adds the protected directories that lie inside the (writable) workspace to the read-only
+/// binds, and pins every directory between the workspace and each of them. A protected
+/// directory elsewhere needs nothing: Landlock keeps it read-only already (it is under no
+/// writable root but the workspace's own, the tool HOME's or the temp dir's, which never hold
+/// a plan folder). Canonical paths, so a symlink in the workspace does not redirect the binds.
+#[cfg(target_os = "linux")]
+fn protect_dirs(workspace: &Path, protected: &[PathBuf], out: &mut git_dirs::Protected) {
+    let Ok(workspace) = workspace.canonicalize() else {
+        return;
+    };
+    for dir in protected {
+        let Ok(dir) = dir.canonicalize() else {
+            continue;
+        };
+        let Ok(rel) = dir.strip_prefix(&workspace) else {
+            continue;
+        };
+        let mut at = workspace.clone();
+        let mut parts = rel.components().peekable();
+        while let Some(part) = parts.next() {
+            at.push(part);
+            if parts.peek().is_some() && !out.pinned.contains(&at) {
+                out.pinned.push(at.clone());
+            }
+        }
+        if !out.read_only.contains(&dir) {
+            out.read_only.push(dir);
+        }
     }
 }
 
@@ -416,6 +453,7 @@ pub fn probe(policy: FencePolicy) -> Result<Option<u32>, Refusal> {
         workspace: dir,
         home: dir,
         tmp: dir,
+        protected: &[],
     };
     let mut cmd = Command::new("/bin/true");
     cmd.stdin(std::process::Stdio::null())

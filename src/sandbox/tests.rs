@@ -146,6 +146,77 @@ fn git_commit_works_but_config_hooks_and_info_are_read_only() {
     assert!(out.fence.unwrap().read_only_paths >= 3);
 }
 
+/// The folder of the plan a run works on is the host's evidence: a command can neither write
+/// it (append, truncate, replace, create, chmod, hard-link) nor move it or a directory on the
+/// way to it aside and put a forged copy in its place, however it spells the path; the rest of
+/// `.dwp/` and the workspace stay writable.
+#[test]
+fn the_protected_plan_folder_is_read_only_and_cannot_be_moved_aside() {
+    let mut fx = Fixture::new();
+    let plan = fx.root.join(".dwp/plans/PLAN_a_b");
+    std::fs::create_dir_all(plan.join("analysis_results/kxen-agent-meter")).unwrap();
+    let journal = "{\"seq\":1}\n{\"seq\":2,\"statement\":\"LIMIT: exhausted tokens\"}\n";
+    std::fs::write(plan.join("journal.ndjson"), journal).unwrap();
+    std::fs::write(
+        plan.join("analysis_results/kxen-agent-meter/m.ndjson"),
+        "m\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(fx.root.join("sub")).unwrap();
+    std::os::unix::fs::symlink(".dwp/plans/PLAN_a_b", fx.root.join("plan-link")).unwrap();
+    fx.protected = vec![plan.clone()];
+    let out = exec(
+        &fx,
+        "echo forged >> .dwp/plans/PLAN_a_b/journal.ndjson; \
+         truncate -s 0 .dwp/plans/PLAN_a_b/journal.ndjson; \
+         sed -i /LIMIT/d .dwp/plans/PLAN_a_b/journal.ndjson; \
+         echo f >> sub/../.dwp/plans/PLAN_a_b/journal.ndjson; \
+         echo f >> plan-link/journal.ndjson; \
+         ln -s .dwp/plans/PLAN_a_b/journal.ndjson j && echo f >> j; \
+         ln .dwp/plans/PLAN_a_b/journal.ndjson hard && echo f >> hard; \
+         echo f > .dwp/plans/PLAN_a_b/analysis_results/kxen-agent-meter/m.ndjson; \
+         touch .dwp/plans/PLAN_a_b/analysis_results/new.json; \
+         rm -f .dwp/plans/PLAN_a_b/journal.ndjson; \
+         chmod 000 .dwp/plans/PLAN_a_b/journal.ndjson; \
+         mv .dwp/plans/PLAN_a_b .dwp/plans/aside; mv .dwp/plans .dwp/plans-aside; \
+         mv .dwp dwp-aside; rm -rf .dwp; \
+         cd .dwp/plans && echo f >> PLAN_a_b/journal.ndjson; cd \"$OLDPWD\"; \
+         echo ok > .dwp/config.json && mkdir -p .dwp/plans/PLAN_c_d && \
+         echo ok > .dwp/plans/PLAN_c_d/journal.ndjson && echo ok > a.txt && echo wrote-others",
+    );
+    assert!(out.text.contains("wrote-others"), "{}", out.text);
+    assert_eq!(
+        std::fs::read_to_string(plan.join("journal.ndjson")).unwrap(),
+        journal
+    );
+    assert_eq!(
+        std::fs::read_to_string(plan.join("analysis_results/kxen-agent-meter/m.ndjson")).unwrap(),
+        "m\n"
+    );
+    assert!(!plan.join("analysis_results/new.json").exists());
+    let mode = std::fs::metadata(plan.join("journal.ndjson")).unwrap();
+    assert_ne!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0
+    );
+    for aside in [".dwp/plans/aside", ".dwp/plans-aside", "dwp-aside", "hard"] {
+        assert!(!fx.root.join(aside).exists(), "{aside}: {}", out.text);
+    }
+    assert_eq!(fx.get(".dwp/plans/PLAN_c_d/journal.ndjson"), "ok\n");
+    assert_eq!(fx.get("a.txt"), "ok\n");
+    assert!(out.fence.unwrap().read_only_paths >= 1);
+    // A protected folder outside the workspace is Landlock's: read-only already.
+    let outside = fx.tmp.path().join("elsewhere/PLAN_e_f");
+    std::fs::create_dir_all(&outside).unwrap();
+    fx.protected = vec![outside.clone()];
+    let out = exec(
+        &fx,
+        &format!("echo f > {}/journal.ndjson", outside.display()),
+    );
+    assert_eq!(denials(&out.text), 1, "{}", out.text);
+    assert!(!outside.join("journal.ndjson").exists());
+}
+
 #[test]
 fn a_linked_worktree_can_commit_and_its_pointers_are_read_only() {
     let mut fx = Fixture::new();
@@ -263,6 +334,7 @@ fn the_refusal_names_what_is_missing_and_the_escape_hatch() {
             workspace: Path::new("/"),
             home: Path::new("/"),
             tmp: Path::new("/"),
+            protected: &[],
         })
         .unwrap()
         .is_none()

@@ -124,6 +124,7 @@ fn run_with_env(
         workspace: ws.root(),
         home: ctx.tool_home,
         tmp: &tmp.0,
+        protected: ctx.protected,
     };
     let (mut child, fence) = match sandbox::spawn(&spec, cmd) {
         Ok(s) => (s.child, s.fence),

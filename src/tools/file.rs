@@ -358,6 +358,72 @@ mod tests {
         }
     }
 
+    /// A plan run's folder holds the host's evidence (samples, meter records, LIMIT lines): a
+    /// model that could write there could forge its own usage. No spelling gets in.
+    #[test]
+    fn write_and_edit_refuse_the_protected_plan_folder() {
+        let mut fx = Fixture::new();
+        let plan = fx.root.join(".dwp/plans/PLAN_a_b");
+        std::fs::create_dir_all(plan.join("analysis_results")).unwrap();
+        let journal = "{\"seq\":1}\n";
+        std::fs::write(plan.join("journal.ndjson"), journal).unwrap();
+        std::fs::create_dir_all(fx.root.join("sub")).unwrap();
+        std::os::unix::fs::symlink(&plan, fx.root.join("plan-link")).unwrap();
+        std::os::unix::fs::symlink(fx.root.join(".dwp"), fx.root.join("dwp-link")).unwrap();
+        std::os::unix::fs::symlink(plan.join("journal.ndjson"), fx.root.join("j")).unwrap();
+        // Protected as the runtime records it, spelled through a symlink of the parent.
+        fx.protected = vec![fx.root.join("dwp-link/plans/PLAN_a_b")];
+        let abs = plan.join("journal.ndjson");
+        for path in [
+            ".dwp/plans/PLAN_a_b/journal.ndjson",
+            "./.dwp/plans/PLAN_a_b/journal.ndjson",
+            ".dwp/./plans/PLAN_a_b/analysis_results/forged.json",
+            ".dwp/plans/PLAN_a_b/analysis_results/new/dir/forged.json",
+            ".dwp/plans/PLAN_a_b/contracts/9.json",
+            "plan-link/journal.ndjson",
+            "dwp-link/plans/PLAN_a_b/state.json",
+            "j",
+            abs.to_str().unwrap(),
+        ] {
+            let out = fx.run("write", json!({"path": path, "content": "forged\n"}));
+            assert!(out.is_error, "{path}: {}", out.text);
+            assert!(out.text.contains("DWP plan folder"), "{path}: {}", out.text);
+        }
+        let out = fx.run(
+            "write",
+            json!({"path": "sub/../.dwp/plans/PLAN_a_b/x", "content": ""}),
+        );
+        assert!(out.is_error && out.text.contains(".."), "{}", out.text);
+        for path in [
+            ".dwp/plans/PLAN_a_b/journal.ndjson",
+            "j",
+            "plan-link/journal.ndjson",
+        ] {
+            let out = fx.run(
+                "edit",
+                json!({"path": path, "oldString": "1", "newString": "2"}),
+            );
+            assert!(
+                out.is_error && out.text.contains("DWP plan folder"),
+                "{path}: {}",
+                out.text
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&abs).unwrap(), journal);
+        let entries = |d: &std::path::Path| std::fs::read_dir(d).unwrap().count();
+        assert_eq!(entries(&plan), 2, "nothing new in the plan folder");
+        assert_eq!(entries(&plan.join("analysis_results")), 0);
+        // Next to it everything stays writable: another plan, the .dwp folder, the repo.
+        for path in [
+            ".dwp/plans/PLAN_c_d/journal.ndjson",
+            ".dwp/config.json",
+            "src/a.rs",
+        ] {
+            let out = fx.run("write", json!({"path": path, "content": "x"}));
+            assert!(!out.is_error, "{path}: {}", out.text);
+        }
+    }
+
     #[test]
     fn edit_replaces_unique_string_and_keeps_mode() {
         let fx = Fixture::new();

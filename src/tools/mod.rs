@@ -79,6 +79,10 @@ pub struct ToolContext<'a> {
     pub lsp: Option<&'a crate::lsp::Servers>,
     /// Runs the child Session of a `task` call (`None` for every other call).
     pub task: Option<&'a dyn task::TaskRunner>,
+    /// Directories no tool may change, canonical: the folder of the DWP plan the run works on
+    /// (its journal and meter artifacts are the host's evidence, written by the runtime only).
+    /// `write`/`edit` refuse paths inside them; `exec` children see them read-only.
+    pub protected: &'a [std::path::PathBuf],
 }
 
 /// The Session, run, attempt and operation a tool call belongs to.
@@ -141,7 +145,9 @@ impl Admitted<'_> {
     /// Runs the admitted call. Never panics; every failure is a tool error.
     pub fn execute(&self, ctx: &ToolContext) -> ToolOutput {
         let name = self.name();
-        let run = || match paths::Workspace::new(ctx.workspace_root) {
+        let run = || match paths::Workspace::new(ctx.workspace_root)
+            .map(|ws| ws.with_protected(ctx.protected))
+        {
             Ok(ws) => cap(redacted(self.run(&ws, ctx)), ctx.blobs),
             Err(e) => ToolOutput::error(e),
         };
@@ -256,6 +262,8 @@ pub(crate) mod testutil {
         pub attempt: String,
         /// The default fence (`workspaceWrite`, no network): tests run commands fenced.
         pub fence: crate::sandbox::FencePolicy,
+        /// Directories the tools must not change (a plan folder).
+        pub protected: Vec<std::path::PathBuf>,
     }
 
     impl Fixture {
@@ -277,6 +285,7 @@ pub(crate) mod testutil {
                 op_id: crate::ids::new_id(crate::ids::IdKind::Operation),
                 attempt: crate::process::orphans::new_attempt_mark(),
                 fence: crate::sandbox::FencePolicy::default(),
+                protected: Vec::new(),
             }
         }
 
@@ -297,6 +306,7 @@ pub(crate) mod testutil {
                 mcp: None,
                 lsp: None,
                 task: None,
+                protected: &self.protected,
             }
         }
 

@@ -14,6 +14,12 @@
 //! (`HEAD` plus `objects/` or `commondir`: where a `.git` file points, a worktree's or a
 //! submodule's git directory, a bare repository), checked on the canonical path so a symlink
 //! does not get around it. Reading stays allowed.
+//!
+//! Writes are also refused inside the protected directories ([`Workspace::with_protected`]):
+//! the folder of the DWP plan a run works on, whose journal and meter artifacts are the host's
+//! own evidence (a model that could edit them could forge usage samples or remove a `LIMIT`
+//! record and escape the plan's limits). Compared on the canonical path, so neither a symlink
+//! into the folder nor a spelling of it gets around the check.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -21,6 +27,8 @@ use std::path::{Component, Path, PathBuf};
 #[derive(Debug, Clone)]
 pub(crate) struct Workspace {
     root: PathBuf,
+    /// Canonical directories no write may touch (see the module docs).
+    protected: Vec<PathBuf>,
 }
 
 impl Workspace {
@@ -34,7 +42,20 @@ impl Workspace {
                 root.display()
             ));
         }
-        Ok(Workspace { root })
+        Ok(Workspace {
+            root,
+            protected: Vec::new(),
+        })
+    }
+
+    /// The same workspace, refusing writes inside `dirs` too (each canonicalized; a directory
+    /// that does not exist is kept as given, so a later one at that place is still refused).
+    pub(crate) fn with_protected(mut self, dirs: &[PathBuf]) -> Workspace {
+        self.protected = dirs
+            .iter()
+            .map(|d| canonical_or_ancestor(d).unwrap_or_else(|| d.clone()))
+            .collect();
+        self
     }
 
     pub(crate) fn root(&self) -> &Path {
@@ -115,6 +136,14 @@ impl Workspace {
         }
         if dirs.iter().any(|d| looks_like_git_dir(d)) {
             return refuse();
+        }
+        if let Some(dir) = self.protected.iter().find(|p| resolved.starts_with(p)) {
+            return Err(format!(
+                "path `{input}` is inside the DWP plan folder {} this run works on; tools never \
+                 write there (its journal and meter records are the runtime's evidence, written \
+                 only by kxen-agent and `dwp`)",
+                self.display(dir)
+            ));
         }
         Ok(resolved)
     }

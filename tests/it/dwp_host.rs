@@ -697,3 +697,97 @@ fn task_is_refused_in_a_plan_run_without_the_delegation_grant() {
     let text = finished[0]["output"].as_str().unwrap();
     assert!(text.contains("agent_delegation"), "{text}");
 }
+
+/// The plan folder sits in the workspace here (as `dwp` lays it out): the agent's own tools must
+/// not be a way to forge the host's samples or drop its LIMIT record. Every attempt is a tool
+/// error the model reads; the journal holds only what the host appended, and stays valid.
+#[test]
+fn the_agents_tools_cannot_change_the_plan_folder_in_the_workspace() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let plan = write_plan(&repo, &contract(100_000, &[]));
+    std::os::unix::fs::symlink(&plan, repo.join("plan-link")).unwrap();
+    let rel = format!(".dwp/plans/{PLAN}");
+    let forged = r#"{"seq":3,"type":"resource_sample","value":0}"#;
+    let turns = vec![
+        call(
+            "w1",
+            "write",
+            json!({"path": format!("{rel}/journal.ndjson"), "content": forged}),
+        ),
+        call(
+            "w2",
+            "write",
+            json!({"path": "plan-link/analysis_results/kxen-agent-meter/forged.json", "content": "{}"}),
+        ),
+        call(
+            "e1",
+            "edit",
+            json!({"path": format!("{rel}/journal.ndjson"), "oldString": "approval", "newString": "x"}),
+        ),
+        call(
+            "x1",
+            "exec",
+            json!({"command": format!(
+                "echo '{forged}' >> {rel}/journal.ndjson; sed -i 1d plan-link/journal.ndjson; \
+                 rm -rf {rel}/analysis_results; mv .dwp .dwp-aside; echo tried"
+            )}),
+        ),
+        answer("done"),
+    ];
+    let cfg = config(&env, &turns, false);
+    let out = kx(
+        &env,
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "Tamper",
+            "--agent",
+            fixer(&env).to_str().unwrap(),
+            "--config",
+            cfg.to_str().unwrap(),
+            "--allow-shell",
+            "--plan",
+            plan.to_str().unwrap(),
+            "--plan-task",
+            "T-docs",
+        ],
+    );
+    out.expect(0);
+    let finished: Vec<Value> = out
+        .jsonl()
+        .into_iter()
+        .filter(|e| e["type"] == "toolFinished")
+        .collect();
+    assert_eq!(finished.len(), 4);
+    for f in &finished[..3] {
+        assert_eq!(f["isError"], true, "{f}");
+        assert!(
+            f["output"].as_str().unwrap().contains("DWP plan folder"),
+            "{f}"
+        );
+    }
+    let exec_out = finished[3]["output"].as_str().unwrap();
+    assert!(exec_out.contains("tried"), "{exec_out}");
+    assert!(exec_out.contains("Read-only file system"), "{exec_out}");
+    // Only the host's own lines: the two of the fixture, then one sample per model call.
+    let events = events(&plan);
+    assert_eq!(events[0]["type"], "approval");
+    assert!(
+        events[2..]
+            .iter()
+            .all(|e| e["type"] == "resource_sample" && e["actor"]["kind"] == "host_adapter"),
+        "{events:?}"
+    );
+    assert_eq!(samples(&plan, "tokens").len(), 5);
+    assert!(!repo.join(".dwp-aside").exists());
+    assert!(plan.join("analysis_results").is_dir());
+    assert!(
+        !plan
+            .join("analysis_results/kxen-agent-meter/forged.json")
+            .exists()
+    );
+    assert_journal_valid(&env, &plan);
+}

@@ -162,6 +162,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
     let paths = state.session(&session_id);
     let cancel = signals::cancel_flag();
     let tool_names = prepared.lock.tool_names();
+    let protected = protected_dirs(host.as_ref());
     let execution = Execution {
         state: &state,
         session_id: &session_id,
@@ -181,6 +182,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
         cancel,
         plan: host.as_ref(),
         compaction: prepared.compaction.clone(),
+        protected: &protected,
     };
     let ending = agent_loop::execute(&execution, &run_id, &mut renderer)?;
     drop(lease);
@@ -311,6 +313,7 @@ fn resume_here(
     });
     let cancel = signals::cancel_flag();
     let tool_names = resumed.meta.lock.tool_names();
+    let protected = protected_dirs(host.as_ref());
     let execution = Execution {
         state: &state,
         session_id: &resumed.meta.id,
@@ -330,6 +333,7 @@ fn resume_here(
         cancel,
         plan: host.as_ref(),
         compaction: resumed.compaction.clone(),
+        protected: &protected,
     };
     let ending = match (remote, args.push_every) {
         (Some(remote), Some(every)) => {
@@ -376,6 +380,16 @@ impl EventSink for PushEvery<'_> {
         }
         self.inner.emit(event);
     }
+}
+
+/// What the agent's tools may not change in a plan run: the plan folder (canonical).
+fn protected_dirs(host: Option<&std::sync::Mutex<crate::host::PlanHost>>) -> Vec<PathBuf> {
+    host.map(|h| {
+        let h = h.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        h.plan_dir().to_path_buf()
+    })
+    .into_iter()
+    .collect()
 }
 
 /// `--plan DIR --plan-task T` (clap makes each require the other).
