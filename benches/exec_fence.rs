@@ -252,6 +252,7 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
             mcp: None,
             lsp: None,
             task: None,
+            protected: &[],
         };
         let call = kxen::tools::REGISTRY
             .admit("exec", &args, &capabilities)
