@@ -158,6 +158,7 @@ fn run_agent(root: &Path, url: &str, calls: usize, window: Option<u64>) {
         parallel_tools: 1,
         cancel: &cancel,
         plan: None,
+        protected: &[],
         compaction: prepared.compaction.clone(),
     };
     let mut sink = |_: Event| {};
