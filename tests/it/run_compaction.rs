@@ -358,69 +358,134 @@ const HTTP_TURNS: usize = 40;
 /// Its window: the fake server reports a quarter of the body's bytes as prompt tokens.
 const HTTP_WINDOW: u64 = 3000;
 
-fn is_compaction(request: &crate::fake_model::Request) -> bool {
-    request.json()["messages"][0]["content"]
-        .as_str()
-        .is_some_and(|s| s.starts_with("You compact"))
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    OpenAi,
+    Anthropic,
+}
+
+/// Every text of a request body's messages (message content, text blocks, tool results), in
+/// order, with each one's role (`tool` for a result); the system prompt is not among them.
+fn texts(body: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for m in body["messages"].as_array().into_iter().flatten() {
+        let role = m["role"].as_str().unwrap_or_default().to_string();
+        if role == "system" {
+            continue; // see [`system`]
+        }
+        match &m["content"] {
+            Value::String(text) => out.push((role, text.clone())),
+            Value::Array(blocks) => {
+                for b in blocks {
+                    match b["type"].as_str() {
+                        Some("text") => {
+                            out.push((role.clone(), b["text"].as_str().unwrap().into()))
+                        }
+                        Some("tool_result") => {
+                            out.push(("tool".into(), b["content"].as_str().unwrap().into()))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The system prompt of a request body.
+fn system(body: &Value) -> String {
+    match &body["system"] {
+        Value::Array(blocks) => blocks[0]["text"].as_str().unwrap().to_string(),
+        _ => body["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    }
+}
+
+fn is_summary_body(body: &[u8]) -> bool {
+    system(&serde_json::from_slice(body).unwrap()).starts_with("You compact")
 }
 
 /// The fake model: reads `f{n+1}` after the result of `f{n}` (so the answer depends on the
 /// request alone, as after a resume), answers a compaction call with a summary naming how many
 /// results it saw, and a new task (`Go on`) with a final answer; reports prompt tokens as a
 /// quarter of the body's bytes.
-fn http_reply(request: &crate::fake_model::Request) -> Reply {
+fn http_reply(kind: Kind, request: &crate::fake_model::Request) -> Reply {
     let body = request.json();
     let tokens = request.body.len() as u64 / 4;
-    let usage = json!({"prompt_tokens": tokens, "completion_tokens": 10});
-    let with_usage = |message: Value| {
-        let mut c = completion(message);
-        c["usage"] = usage.clone();
-        Reply::json(&c)
+    let texts = texts(&body);
+    let text = if is_summary_body(&request.body) {
+        let transcript = &texts.last().unwrap().1;
+        let results = transcript.matches("[tool result").count();
+        Some(format!(
+            "Read the files up to the {results} results shown; all say lorem ipsum."
+        ))
+    } else if texts
+        .last()
+        .is_some_and(|(role, t)| role == "user" && t == "Go on")
+    {
+        Some("Nothing more to read.".to_string())
+    } else {
+        None
     };
-    let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    if is_compaction(request) {
-        let text = messages[1]["content"].as_str().unwrap_or_default();
-        let results = text.matches("[tool result").count();
-        return with_usage(json!({"role": "assistant",
-            "content": format!("Read the files up to the {results} results shown; all say lorem ipsum.")}));
-    }
-    let last = messages.last().cloned().unwrap_or_default();
-    if last["role"] == "user" && last["content"] == "Go on" {
-        return with_usage(json!({"role": "assistant", "content": "Nothing more to read."}));
-    }
-    let next = messages
+    let next = texts
         .iter()
         .rev()
-        .find(|m| m["role"] == "tool")
-        .and_then(|m| m["content"].as_str())
-        .and_then(|c| c.split("file ").nth(1))
+        .find(|(role, _)| role == "tool")
+        .and_then(|(_, c)| c.split("file ").nth(1))
         .and_then(|c| c.split(':').next())
         .and_then(|n| n.parse::<usize>().ok())
         .map_or(0, |n| n + 1);
-    if next >= HTTP_TURNS {
-        return with_usage(json!({"role": "assistant", "content": "Read them all."}));
+    let text = text.or_else(|| (next >= HTTP_TURNS).then(|| "Read them all.".to_string()));
+    let path = format!("f{next:03}.txt");
+    match kind {
+        Kind::OpenAi => {
+            let mut c = match text {
+                Some(text) => completion(json!({"role": "assistant", "content": text})),
+                None => completion(tool_call_message(
+                    &format!("call_{next}"),
+                    "read",
+                    &json!({"path": path}),
+                )),
+            };
+            c["usage"] = json!({"prompt_tokens": tokens, "completion_tokens": 10});
+            Reply::json(&c)
+        }
+        Kind::Anthropic => {
+            let content = match text {
+                Some(text) => json!([{"type": "text", "text": text}]),
+                None => json!([{"type": "tool_use", "id": format!("toolu_{next}"), "name": "read",
+                                "input": {"path": path}}]),
+            };
+            Reply::json(&json!({"content": content,
+                                "usage": {"input_tokens": tokens, "output_tokens": 10}}))
+        }
     }
-    with_usage(tool_call_message(
-        &format!("call_{next}"),
-        "read",
-        &json!({"path": format!("f{next:03}.txt")}),
-    ))
 }
 
-fn http_config(env: &TestEnv, url: &str, window: bool) -> PathBuf {
+fn http_config(env: &TestEnv, kind: Kind, url: &str, window: bool) -> PathBuf {
     let context = if window {
         format!("context_window = {HTTP_WINDOW}\n")
     } else {
         String::new()
+    };
+    let table = match kind {
+        Kind::OpenAi => {
+            format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nseed = 1\n")
+        }
+        Kind::Anthropic => {
+            format!("kind = \"anthropic\"\nbase_url = \"{url}\"\nmodel = \"claude-test\"\n")
+        }
     };
     let dir = env.path().join("model");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("http{}.toml", u8::from(window)));
     std::fs::write(
         &path,
-        format!(
-            "[providers.m]\nkind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nseed = 1\n{context}\n[roles]\nexecution = \"m\"\n"
-        ),
+        format!("[providers.m]\n{table}{context}\n[roles]\nexecution = \"m\"\n"),
     )
     .unwrap();
     path
@@ -434,20 +499,34 @@ fn bodies(seen: &crate::fake_model::Seen) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn is_summary_body(body: &[u8]) -> bool {
-    serde_json::from_slice::<Value>(body).unwrap()["messages"][0]["content"]
-        .as_str()
-        .is_some_and(|s| s.starts_with("You compact"))
+/// `body` without its cache breakpoints (Anthropic's move to the last message each turn).
+fn without_breakpoints(body: &[u8]) -> String {
+    String::from_utf8(body.to_vec())
+        .unwrap()
+        .replace(",\"cache_control\":{\"type\":\"ephemeral\"}", "")
+}
+
+const SUMMARY_HEADER: &str = "[Summary of the earlier conversation";
+
+#[test]
+fn openai_requests_stay_stable_between_compactions_and_identical_after_a_sigkill_in_the_summary_call()
+ {
+    check_http(Kind::OpenAi);
 }
 
 #[test]
-fn requests_stay_stable_between_compactions_and_identical_after_a_sigkill_in_the_summary_call() {
+fn anthropic_requests_stay_stable_between_compactions_and_identical_after_a_sigkill_in_the_summary_call()
+ {
+    check_http(Kind::Anthropic);
+}
+
+fn check_http(kind: Kind) {
     // Uninterrupted.
     let env = TestEnv::new();
     let workspace = repo(&env, HTTP_TURNS);
     let agent = reader(&env);
-    let (url, seen) = serve(|_, r| http_reply(r));
-    let config = http_config(&env, &url, true);
+    let (url, seen) = serve(move |_, r| http_reply(kind, r));
+    let config = http_config(&env, kind, &url, true);
     let run = run_new(&env, &workspace, "Read every file", &agent, &config, &[]);
     run.expect(0);
     let events = run.jsonl();
@@ -466,28 +545,19 @@ fn requests_stay_stable_between_compactions_and_identical_after_a_sigkill_in_the
         );
     }
     // Between compactions each request is the one before plus new messages; the first after a
-    // compaction starts with the same system prompt and task.
+    // compaction keeps everything before the messages, then the task, then the summary.
     let turns: Vec<&Vec<u8>> = a.iter().filter(|b| !is_summary_body(b)).collect();
     let mut restarts = 0;
     for pair in turns.windows(2) {
-        let (before, after) = (
-            String::from_utf8_lossy(pair[0]),
-            String::from_utf8_lossy(pair[1]),
-        );
+        let (before, after) = (without_breakpoints(pair[0]), without_breakpoints(pair[1]));
         let open = before.strip_suffix("]}").unwrap();
         if !after.starts_with(open) {
             restarts += 1;
-            let v: Value = serde_json::from_str(&after).unwrap();
-            let w: Value = serde_json::from_str(&before).unwrap();
-            assert_eq!(v["messages"][0], w["messages"][0]);
-            assert_eq!(v["messages"][1], w["messages"][1]);
-            assert!(
-                v["messages"][2]["content"]
-                    .as_str()
-                    .unwrap()
-                    .starts_with("[Summary of the earlier conversation"),
-                "{after}"
-            );
+            let head = &before[..before.find("\"messages\":[").unwrap()];
+            assert!(after.starts_with(head), "{after}");
+            let texts = texts(&serde_json::from_str(&after).unwrap());
+            assert_eq!(texts[0].1, "Read every file");
+            assert!(texts[1].1.starts_with(SUMMARY_HEADER), "{after}");
         }
     }
     assert_eq!(
@@ -502,7 +572,7 @@ fn requests_stay_stable_between_compactions_and_identical_after_a_sigkill_in_the
     let stall = Arc::clone(&stalled);
     let summaries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (url_b, seen_b) = serve(move |_, r| {
-        if is_compaction(r)
+        if is_summary_body(&r.body)
             && summaries.fetch_add(1, Ordering::SeqCst) == 1
             && !stall.swap(true, Ordering::SeqCst)
         {
@@ -512,14 +582,14 @@ fn requests_stay_stable_between_compactions_and_identical_after_a_sigkill_in_the
                 end: false,
             };
         }
-        http_reply(r)
+        http_reply(kind, r)
     });
-    let config_b = http_config(&env_b, &url_b, true);
+    let config_b = http_config(&env_b, kind, &url_b, true);
     let mut child = spawn_new(
         &env_b,
         &repo_b,
         "Read every file",
-        &agent_in(&env_b),
+        &reader(&env_b),
         &config_b,
         &[],
     );
@@ -558,7 +628,7 @@ fn requests_stay_stable_between_compactions_and_identical_after_a_sigkill_in_the
     for (n, (x, y)) in a.iter().zip(&b).enumerate() {
         assert!(
             x == y,
-            "request {n} differs after kill and resume:\n{}\n{}",
+            "{kind:?} request {n} differs after kill and resume:\n{}\n{}",
             String::from_utf8_lossy(x),
             String::from_utf8_lossy(y)
         );
@@ -572,7 +642,7 @@ fn requests_stay_stable_between_compactions_and_identical_after_a_sigkill_in_the
     let first = messages.iter().find(|m| m["role"] == "compaction").unwrap();
     let before_at = first["compacts"]["to"].as_str().unwrap().to_string();
     let last = messages.last().unwrap()["id"].as_str().unwrap().to_string();
-    let plain = http_config(&env, &url, false);
+    let plain = http_config(&env, kind, &url, false);
     for (at, summarized) in [(before_at, false), (last, true)] {
         let out = env.run("kxen-agent", &["session", "fork", &original, "--at", &at]);
         out.expect(0);
@@ -591,14 +661,12 @@ fn requests_stay_stable_between_compactions_and_identical_after_a_sigkill_in_the
         );
         go.expect(0);
         let request = seen.lock().unwrap()[sent].json();
-        let sent_messages = request["messages"].as_array().unwrap();
-        let has_summary = sent_messages.iter().any(|m| {
-            m["content"]
-                .as_str()
-                .is_some_and(|c| c.starts_with("[Summary of the earlier conversation"))
-        });
+        let sent_texts = texts(&request);
+        let has_summary = sent_texts
+            .iter()
+            .any(|(_, t)| t.starts_with(SUMMARY_HEADER));
         assert_eq!(has_summary, summarized, "fork at {at}");
-        let results = sent_messages.iter().filter(|m| m["role"] == "tool").count();
+        let results = sent_texts.iter().filter(|(role, _)| role == "tool").count();
         let copied = messages_in(&env.state_dir(), &fork);
         if summarized {
             assert!(
@@ -615,6 +683,75 @@ fn requests_stay_stable_between_compactions_and_identical_after_a_sigkill_in_the
     }
 }
 
-fn agent_in(env: &TestEnv) -> PathBuf {
-    reader(env)
+/// A compacted Session pushed to a git remote and pulled on another machine arrives with its
+/// records, verifies there, and a second run there compacts on from them.
+#[test]
+fn a_compacted_session_travels_through_a_git_remote() {
+    let m = crate::session_remote::machines();
+    let agent = m.env.path().join("rereader.yaml");
+    std::fs::write(
+        &agent,
+        "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata:\n  name: rereader\nspec:\n  \
+         objective: Read the README again and again.\n  instructions: [Read.]\n  \
+         successCriteria: []\n  capabilities:\n    required: [read]\n    optional: []\n  \
+         execution:\n    maxTurns: 128\n    maxRepeatedCalls: 0\n  \
+         output: {format: text, requiredFields: []}\n",
+    )
+    .unwrap();
+    let mut lines = Vec::new();
+    for run in 0..2 {
+        for n in 0..30 {
+            lines.push(json!({"text": format!("Run {run}, read {n}."), "toolCalls": [
+                {"id": format!("call_{run}_{n}"), "name": "read", "arguments": {"path": "README.md"}}]}));
+        }
+        lines.push(json!({"text": format!("Run {run} done.")}));
+    }
+    for k in 0..40 {
+        lines.push(json!({"compaction": true, "text": format!("Summary {k}: read the README.")}));
+    }
+    let dir = m.env.path().join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.join("turns.jsonl"), text).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "[providers.script]\nkind = \"script\"\npath = \"turns.jsonl\"\ncontext_window = 1000\n\n[roles]\nexecution = \"script\"\n",
+    )
+    .unwrap();
+    let mut first = m.cmd(0, &["run", "--task", "Read it", "--agent"]);
+    first.arg(&agent).arg("--config").arg(&config);
+    let out = crate::env::Run::from(first.output().unwrap());
+    out.expect(0);
+    let id = finished(&out.jsonl())["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let local = messages_in(&m.state[0], &id);
+    let records = count(&local, "compaction");
+    assert!(records >= 2, "{records} compactions");
+    m.run(0, &["session", "push", &id]).expect(0);
+    let ws_b = m.ws[1].to_str().unwrap();
+    m.run(1, &["session", "pull", &id, "--workspace", ws_b])
+        .expect(0);
+    assert_eq!(messages_in(&m.state[1], &id), local);
+    m.run(1, &["session", "verify", &id]).expect(0);
+    // A second run on B: its own compactions start after its own task.
+    let mut more = m.cmd(1, &["--resume", &id, "--task", "Again", "--config"]);
+    more.arg(&config);
+    crate::env::Run::from(more.output().unwrap()).expect(0);
+    let after = messages_in(&m.state[1], &id);
+    assert!(count(&after, "compaction") > records);
+    let second_task = after.iter().rposition(|m| m["role"] == "user").unwrap();
+    for r in after[second_task..]
+        .iter()
+        .filter(|r| r["role"] == "compaction")
+    {
+        let from = after
+            .iter()
+            .position(|x| x["id"] == r["compacts"]["from"])
+            .unwrap();
+        assert_eq!(from, second_task + 1, "the second task is never compacted");
+    }
+    m.run(1, &["session", "verify", &id]).expect(0);
 }
