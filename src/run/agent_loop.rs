@@ -720,7 +720,11 @@ impl Loop<'_, '_> {
             role: compaction::COMPACTION_ROLE.to_string(),
             // The summary is read from a transcript, tool-less: a provider that refuses tool
             // blocks without tool definitions (Anthropic) takes it as well as any.
-            messages: Arc::new(compaction::request_messages(task, &span.view)),
+            messages: Arc::new(compaction::request_messages(
+                task,
+                &span.view,
+                settings.transcript_budget(),
+            )),
             tools: Arc::new(Vec::new()),
             needs_text: true,
         };

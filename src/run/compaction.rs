@@ -38,6 +38,8 @@ pub const MIN_CONTEXT_WINDOW: u64 = 256;
 pub const COMPACTION_ROLE: &str = "compaction";
 /// The conservative bytes-per-token ratio of the size estimate (see the module docs).
 pub const BYTES_PER_TOKEN: u64 = 3;
+/// The share of the window a compaction call leaves for the summary it asks for.
+pub const SUMMARY_ROOM: f64 = 0.05;
 
 /// When and by whom a run's conversation is compacted.
 #[derive(Debug, Clone)]
@@ -54,6 +56,17 @@ impl Settings {
     /// The estimated request size (tokens) at which the run compacts.
     pub fn threshold(&self) -> u64 {
         ((self.context_window as f64) * self.compact_at).floor() as u64
+    }
+
+    /// The bytes a compaction call may take (its instructions, the task and the transcript):
+    /// the window's worth at [`BYTES_PER_TOKEN`] (so the call fits even where text runs that
+    /// dense), less room for the summary ([`SUMMARY_ROOM`] of the window). A range is at most the
+    /// request before the threshold was passed, so only text that runs sparser than that (at
+    /// about 4 bytes a token, a few percent of the longest entries) is ever cut.
+    pub fn transcript_budget(&self) -> usize {
+        let window = self.context_window * BYTES_PER_TOKEN;
+        let room = (window as f64 * SUMMARY_ROOM) as u64;
+        window.saturating_sub(room) as usize
     }
 
     /// The same settings with the summaries written by `provider` (a `task` child's wrapper).
@@ -117,17 +130,67 @@ pub const SUMMARY_HEADER: &str = "[Summary of the earlier conversation, written 
 compacted to fit the context window; the messages it replaces are not shown.]";
 
 /// The messages of the compaction call for a run with `task`, summarizing `span` (the part of
-/// the model's view the record will replace, an earlier summary included).
-pub fn request_messages(task: &str, span: &[ChatMessage]) -> Vec<ChatMessage> {
+/// the model's view the record will replace, an earlier summary included), in at most about
+/// `budget` bytes: when the transcript would be longer (a range that grew past the window, say
+/// after `context_window` was lowered between runs), the longest entries are cut to an equal
+/// share, each cut saying how much it left out, so the call itself still fits.
+pub fn request_messages(task: &str, span: &[ChatMessage], budget: usize) -> Vec<ChatMessage> {
     let mut text = String::from("The agent's task (kept as it is, for context):\n");
     text.push_str(task);
     text.push_str("\n\nThe conversation to summarize, oldest first:\n");
-    for m in span {
+    let entries: Vec<String> = span
+        .iter()
+        .map(|m| {
+            let mut entry = String::new();
+            transcript_entry(m, &mut entry);
+            entry
+        })
+        .collect();
+    let cap = entry_cap(
+        &entries,
+        budget.saturating_sub(text.len() + INSTRUCTIONS.len()),
+    );
+    for entry in &entries {
         text.push('\n');
-        transcript_entry(m, &mut text);
+        match cap {
+            Some(cap) if entry.len() > cap => {
+                let cut = (0..=cap)
+                    .rev()
+                    .find(|&i| entry.is_char_boundary(i))
+                    .unwrap_or(0);
+                text.push_str(&entry[..cut]);
+                text.push_str(&format!(
+                    "… [{} bytes left out to fit the window]\n",
+                    entry.len() - cut
+                ));
+            }
+            _ => text.push_str(entry),
+        }
     }
     text.push_str("\nWrite the summary now.");
     vec![ChatMessage::system(INSTRUCTIONS), ChatMessage::user(text)]
+}
+
+/// The length every entry is cut to so that all of them fit `budget` bytes (`None`: they fit
+/// as they are): the largest cap under which the cut entries add up to the budget, never below
+/// 200 bytes an entry.
+fn entry_cap(entries: &[String], budget: usize) -> Option<usize> {
+    let total: usize = entries.iter().map(String::len).sum();
+    if total <= budget {
+        return None;
+    }
+    let mut lengths: Vec<usize> = entries.iter().map(String::len).collect();
+    lengths.sort_unstable();
+    // Entries shorter than the cap stay whole; the rest share what is left.
+    let mut left = budget;
+    for (i, len) in lengths.iter().enumerate() {
+        let share = left / (lengths.len() - i);
+        if *len > share {
+            return Some(share.max(200));
+        }
+        left -= len;
+    }
+    None
 }
 
 /// One message as a line of the transcript a compaction call reads.
@@ -179,8 +242,8 @@ mod tests {
             ),
             ChatMessage::tool("c1", "alpha"),
         ];
-        let a = request_messages("fix it", &span);
-        assert_eq!(a, request_messages("fix it", &span));
+        let a = request_messages("fix it", &span, 1 << 20);
+        assert_eq!(a, request_messages("fix it", &span, 1 << 20));
         assert_eq!(a[0].role, ChatRole::System);
         let text = &a[1].content;
         assert!(text.contains("fix it"), "{text}");
@@ -191,6 +254,31 @@ mod tests {
         );
         assert!(text.contains("[tool result c1] alpha"), "{text}");
         assert!(a.iter().all(|m| m.tool_calls.is_empty()));
+    }
+
+    #[test]
+    fn a_transcript_past_the_budget_cuts_its_longest_entries() {
+        let span = vec![
+            ChatMessage::tool("c1", "é".repeat(20_000)),
+            ChatMessage::assistant("short", vec![]),
+            ChatMessage::tool("c2", "y".repeat(30_000)),
+        ];
+        let whole = request_messages("t", &span, 1 << 20);
+        assert!(whole[1].content.len() > 60_000);
+        let cut = request_messages("t", &span, 12_000 + INSTRUCTIONS.len());
+        let text = &cut[1].content;
+        assert!(text.len() < 13_000, "{}", text.len());
+        assert!(
+            text.contains("[assistant] short"),
+            "a short entry stays whole"
+        );
+        assert_eq!(text.matches("bytes left out to fit the window").count(), 2);
+        assert_eq!(entry_cap(&["a".repeat(10)], 100), None);
+        assert_eq!(
+            entry_cap(&["a".repeat(10), "b".repeat(1000)], 500),
+            Some(490)
+        );
+        assert_eq!(entry_cap(&["b".repeat(1000)], 10), Some(200));
     }
 
     #[test]
