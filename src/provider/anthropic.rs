@@ -427,11 +427,12 @@ impl MessagesStream {
                 match delta.get("type").and_then(Value::as_str) {
                     Some("text_delta") => {
                         let text = delta.get("text").and_then(Value::as_str).unwrap_or("");
-                        let whole = format!(
-                            "{}{text}",
-                            block.get("text").and_then(Value::as_str).unwrap_or("")
-                        );
-                        block["text"] = Value::String(whole);
+                        // Appended in place: copying the text so far for every delta made a
+                        // long answer quadratic.
+                        match block.get_mut("text") {
+                            Some(Value::String(whole)) => whole.push_str(text),
+                            _ => block["text"] = Value::String(text.to_string()),
+                        }
                         if !text.is_empty() {
                             request.report(super::CallEvent::TextDelta(text.to_string()));
                         }

@@ -566,27 +566,9 @@ impl ModelConfig {
         explicit: Option<&Path>,
         env: impl Fn(&str) -> Option<OsString>,
     ) -> Result<ModelConfig> {
-        let nonempty = |name: &str| env(name).filter(|v| !v.is_empty());
-        let (path, source) = if let Some(p) = explicit {
-            (p.to_path_buf(), ConfigSource::Flag)
-        } else if let Some(p) = nonempty("KXEN_AGENT_CONFIG") {
-            (PathBuf::from(p), ConfigSource::Env)
-        } else if let Some(xdg) = nonempty("XDG_CONFIG_HOME") {
-            (
-                PathBuf::from(xdg).join("kxen-agent/config.toml"),
-                ConfigSource::Default,
-            )
-        } else if let Some(home) = nonempty("HOME") {
-            (
-                PathBuf::from(home).join(".config/kxen-agent/config.toml"),
-                ConfigSource::Default,
-            )
-        } else {
-            return Err(Error::invalid(
-                "cannot find the model config: neither --config, KXEN_AGENT_CONFIG, \
-                 XDG_CONFIG_HOME nor HOME is set",
-            )
-            .with_hint("pass --config FILE (see README \"Models\")"));
+        let (path, source) = match explicit {
+            Some(p) => (p.to_path_buf(), ConfigSource::Flag),
+            None => Self::default_location_with(env)?,
         };
         let path = std::path::absolute(&path).unwrap_or(path);
         let bytes = match std::fs::read(&path) {
@@ -642,6 +624,40 @@ impl ModelConfig {
             .with_hint("save the config as UTF-8 (TOML files are UTF-8)")
         })?;
         Self::parse(&text, &path, source)
+    }
+
+    /// Where [`ModelConfig::load`] looks without `--config`: `$KXEN_AGENT_CONFIG`, else
+    /// `$XDG_CONFIG_HOME/kxen-agent/config.toml`, else `~/.config/kxen-agent/config.toml` (and
+    /// where `kxen-agent config init` writes by default, so that the file it writes is the one
+    /// a plain `kxen-agent run` reads).
+    pub fn default_location() -> Result<(PathBuf, ConfigSource)> {
+        Self::default_location_with(crate::own_env::var_os)
+    }
+
+    /// [`ModelConfig::default_location`] with an injected environment, for tests.
+    pub fn default_location_with(
+        env: impl Fn(&str) -> Option<OsString>,
+    ) -> Result<(PathBuf, ConfigSource)> {
+        let nonempty = |name: &str| env(name).filter(|v| !v.is_empty());
+        if let Some(p) = nonempty("KXEN_AGENT_CONFIG") {
+            Ok((PathBuf::from(p), ConfigSource::Env))
+        } else if let Some(xdg) = nonempty("XDG_CONFIG_HOME") {
+            Ok((
+                PathBuf::from(xdg).join("kxen-agent/config.toml"),
+                ConfigSource::Default,
+            ))
+        } else if let Some(home) = nonempty("HOME") {
+            Ok((
+                PathBuf::from(home).join(".config/kxen-agent/config.toml"),
+                ConfigSource::Default,
+            ))
+        } else {
+            Err(Error::invalid(
+                "cannot find the model config: neither --config, KXEN_AGENT_CONFIG, \
+                 XDG_CONFIG_HOME nor HOME is set",
+            )
+            .with_hint("pass --config FILE (see README \"Models\")"))
+        }
     }
 
     /// Parses config text that was read from `path` (relative script paths and command

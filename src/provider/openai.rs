@@ -302,37 +302,46 @@ impl ChatStream {
         if data.trim() == "[DONE]" {
             return Ok(true);
         }
-        let chunk: Value =
-            serde_json::from_str(data).map_err(|e| super::http::malformed(what, e, data))?;
-        if let Some(error) = chunk.get("error") {
+        // The typed, borrowing read is the fast way; what it refuses (a value of another type
+        // than the API's, a duplicate key) is read through a `Value` with the same meaning.
+        let value: Value;
+        let chunk = match serde_json::from_str::<Chunk>(data) {
+            Ok(chunk) => chunk,
+            Err(_) => {
+                value = serde_json::from_str(data)
+                    .map_err(|e| super::http::malformed(what, e, data))?;
+                Chunk::from_value(&value)
+            }
+        };
+        self.apply(what, chunk, data, request)
+    }
+
+    /// Adds one chunk's pieces (`data`, its text, is quoted if it is malformed).
+    fn apply(
+        &mut self,
+        what: &str,
+        chunk: Chunk,
+        data: &str,
+        request: &ModelRequest,
+    ) -> std::result::Result<bool, Failure> {
+        if let Some(error) = &chunk.error {
             return Err(Failure::Fatal(Error::external(format!(
                 "{what}: the stream reported an error: {}",
                 excerpt(&crate::redact::redact(&error.to_string()), 300)
             ))));
         }
-        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(u.clone());
+        if let Some(u) = chunk.usage.filter(|u| u.is_object()) {
+            self.usage = Some(u);
         }
-        let Some(delta) = chunk.pointer("/choices/0/delta") else {
+        let Some(delta) = chunk.choices.and_then(|c| c.delta) else {
             return Ok(false);
         };
-        if let Some(text) = delta.get("content").and_then(Value::as_str)
-            && !text.is_empty()
-        {
-            self.text.push_str(text);
-            request.report(super::CallEvent::TextDelta(text.to_string()));
+        if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+            self.text.push_str(&text);
+            request.report(super::CallEvent::TextDelta(text.into_owned()));
         }
-        for (position, call) in delta
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let index = call
-                .get("index")
-                .and_then(Value::as_u64)
-                .unwrap_or(position as u64);
+        for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
+            let index = call.index.unwrap_or(position as u64);
             if index >= MAX_STREAMED_CALLS {
                 return Err(super::http::malformed(
                     what,
@@ -345,15 +354,15 @@ impl ChatStream {
                 self.calls.resize_with(index + 1, Default::default);
             }
             let slot = &mut self.calls[index];
-            if let Some(id) = call.get("id").and_then(Value::as_str) {
-                slot.0 = id.to_string();
+            if let Some(id) = call.id {
+                slot.0 = id.into_owned();
             }
-            let function = call.get("function").unwrap_or(&Value::Null);
-            if let Some(name) = function.get("name").and_then(Value::as_str) {
-                slot.1.push_str(name);
+            let function = call.function.unwrap_or_default();
+            if let Some(name) = function.name {
+                slot.1.push_str(&name);
             }
-            if let Some(args) = function.get("arguments").and_then(Value::as_str) {
-                slot.2.push_str(args);
+            if let Some(args) = function.arguments {
+                slot.2.push_str(&args);
             }
         }
         Ok(false)
@@ -379,6 +388,110 @@ impl ChatStream {
         }
         body
     }
+}
+
+/// One chunk of a chat-completions stream, the parts the answer is built from. Deserialized
+/// straight from the event's text, borrowing its strings (a `Cow` allocates only for text with
+/// escapes) and keeping only `choices[0]`: a `Value` tree per chunk was most of a streamed
+/// call's CPU (benches/provider_stream.rs).
+#[derive(Debug, Default, serde::Deserialize)]
+struct Chunk<'a> {
+    /// Present (and not null) when the server reports an error in the stream.
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    usage: Option<Value>,
+    #[serde(default, borrow, deserialize_with = "first_choice")]
+    choices: Option<Choice<'a>>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct Choice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<CallDelta<'a>>>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct CallDelta<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default, borrow)]
+    id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    function: Option<FunctionDelta<'a>>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct FunctionDelta<'a> {
+    #[serde(default, borrow)]
+    name: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl<'a> Chunk<'a> {
+    /// The chunk a `Value` holds, read leniently: a field of another type than the API's is
+    /// absent (as `Value::as_str` and `as_u64` read it), whatever the chunk is it yields one.
+    fn from_value(v: &'a Value) -> Chunk<'a> {
+        use std::borrow::Cow;
+        let text = |v: &'a Value, key: &str| v.get(key).and_then(Value::as_str).map(Cow::Borrowed);
+        let delta = v.pointer("/choices/0/delta").map(|d| Delta {
+            content: text(d, "content"),
+            tool_calls: d.get("tool_calls").and_then(Value::as_array).map(|calls| {
+                calls
+                    .iter()
+                    .map(|c| CallDelta {
+                        index: c.get("index").and_then(Value::as_u64),
+                        id: text(c, "id"),
+                        function: c.get("function").map(|f| FunctionDelta {
+                            name: text(f, "name"),
+                            arguments: text(f, "arguments"),
+                        }),
+                    })
+                    .collect()
+            }),
+        });
+        Chunk {
+            error: v.get("error").filter(|e| !e.is_null()).cloned(),
+            usage: v.get("usage").cloned(),
+            choices: Some(Choice { delta }),
+        }
+    }
+}
+
+/// `choices`: the first element (the only one the runtime asks for), the others skipped
+/// without being built; null is none.
+fn first_choice<'de, D>(d: D) -> std::result::Result<Option<Choice<'de>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    struct First;
+    impl<'de> serde::de::Visitor<'de> for First {
+        type Value = Option<Choice<'de>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an array of choices")
+        }
+        fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_seq<A>(self, mut seq: A) -> std::result::Result<Self::Value, A::Error>
+        where
+            A: serde::de::SeqAccess<'de>,
+        {
+            let first = seq.next_element()?;
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            Ok(first)
+        }
+    }
+    d.deserialize_any(First)
 }
 
 #[cfg(test)]
@@ -895,5 +1008,74 @@ mod tests {
                 ..Usage::default()
             })
         );
+    }
+
+    /// The stream of `chunks` read through the typed fast path (`typed`) or always through a
+    /// `Value` ([`Chunk::from_value`]): the answer, or the failure's message.
+    fn read_chunks(chunks: &[String], typed: bool) -> std::result::Result<Value, String> {
+        let request = ModelRequest {
+            role: "execution",
+            messages: &[],
+            tools: &[],
+            timeout: None,
+            attempt_mark: None,
+            call_mark: None,
+            task: None,
+            observer: None,
+            cancel: None,
+        };
+        let mut stream = ChatStream::default();
+        for data in chunks {
+            let step = if typed {
+                stream.on_event("p", data, &request)
+            } else {
+                match serde_json::from_str::<Value>(data) {
+                    Ok(v) => stream.apply("p", Chunk::from_value(&v), data, &request),
+                    Err(e) => Err(super::super::http::malformed("p", e, data)),
+                }
+            };
+            match step {
+                Ok(_) => {}
+                Err(Failure::Fatal(e)) => return Err(e.message),
+                Err(Failure::Transient { why, .. }) => return Err(why),
+            }
+        }
+        Ok(stream.into_body())
+    }
+
+    proptest::proptest! {
+        /// The typed read of a chunk means what the `Value` read means, for chunks of the API's
+        /// shape and for chunks with values of other types, nulls, extra keys and duplicates.
+        #[test]
+        fn typed_chunks_read_like_values(
+            pieces in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    r#""content":"a""#, r#""content":"b\n\u00e9""#, r#""content":null"#,
+                    r#""content":5"#, r#""content":"""#, r#""tool_calls":[{"index":0,"id":"c1","function":{"name":"re","arguments":"{\"p"}}]"#,
+                    r#""tool_calls":[{"index":1,"function":{"arguments":"ath\":1}"}}]"#,
+                    r#""tool_calls":[{"function":{"name":"x"}},{"id":"c9"}]"#,
+                    r#""tool_calls":[{"index":"0","function":{"arguments":{"a":1}}}]"#,
+                    r#""tool_calls":[{"index":-1}]"#, r#""tool_calls":null"#, r#""tool_calls":{}"#,
+                    r#""role":"assistant""#,
+                ]),
+                0..4,
+            ),
+            outer in proptest::sample::select(vec![
+                "", r#","usage":{"prompt_tokens":3}"#, r#","usage":7"#, r#","error":null"#,
+                r#","error":{"message":"boom"}"#, r#","choices":[]"#, r#","x":[1,{"y":2}]"#,
+            ]),
+            shape in 0..5usize,
+        ) {
+            let delta = format!("{{{}}}", pieces.join(","));
+            let chunk = match shape {
+                0 => format!(r#"{{"choices":[{{"index":0,"delta":{delta}}}]{outer}}}"#),
+                1 => format!(r#"{{"choices":[{{"delta":{delta}}},{{"delta":{{"content":"z"}}}}]{outer}}}"#),
+                2 => format!(r#"{{"choices":null{outer}}}"#),
+                3 => format!(r#"{{"choices":[7]{outer}}}"#),
+                _ => format!(r#"{{"choices":[{{"delta":null}}]{outer}}}"#),
+            };
+            let chunks = vec![chunk.clone(), chunk];
+            proptest::prop_assert_eq!(read_chunks(&chunks, true), read_chunks(&chunks, false));
+        }
     }
 }

@@ -8,6 +8,7 @@ mod agent_validate;
 mod approval;
 mod bundle_corpus;
 mod cli_hints;
+mod config_init;
 mod dwp_abilities;
 mod dwp_config;
 mod dwp_fixtures;

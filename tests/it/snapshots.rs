@@ -96,6 +96,11 @@ fn help_texts() {
             &["session", "--help"][..],
             "kxen_agent_session_help",
         ),
+        (
+            "kxen-agent",
+            &["config", "init", "--help"][..],
+            "kxen_agent_config_init_help",
+        ),
         ("dwp", &["--help"][..], "dwp_help"),
     ] {
         let out = env.run(bin, args);

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod agent;
 mod bundle;
+mod config;
 mod host;
 mod init;
 mod lineage;
@@ -64,6 +65,60 @@ pub enum Command {
     /// kxen-agent as a DWP host: what it can truthfully declare.
     #[command(subcommand)]
     Host(HostCommand),
+    /// The model config: which provider serves which model role.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Write a commented model config for one kind of server (never a key: only the name of
+    /// the variable holding it, `api_key_env`). Refuses to overwrite an existing file (exit 5)
+    /// unless --force, which replaces it atomically.
+    Init {
+        /// The server the config is for (each is a complete, tested config; README "Models").
+        #[arg(long, value_enum, default_value_t = ProviderTemplate::Openai)]
+        provider: ProviderTemplate,
+        /// Where to write it (default: the file `kxen-agent run` reads without --config:
+        /// $KXEN_AGENT_CONFIG, else $XDG_CONFIG_HOME/kxen-agent/config.toml, else
+        /// ~/.config/kxen-agent/config.toml).
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Replace an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// `config init --provider`: the templates of [`crate::templates::ModelConfigTemplate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProviderTemplate {
+    /// The OpenAI API (chat-completions, OPENAI_API_KEY).
+    Openai,
+    /// The Anthropic API (Messages, ANTHROPIC_API_KEY).
+    Anthropic,
+    /// OpenRouter or another OpenAI-format gateway (OPENROUTER_API_KEY).
+    Openrouter,
+    /// A local ollama server (OpenAI format, port 11434, no key).
+    Ollama,
+    /// A vLLM server (OpenAI format, port 8000).
+    Vllm,
+    /// A llama.cpp llama-server (OpenAI format, port 8080).
+    Llamacpp,
+}
+
+impl ProviderTemplate {
+    fn template(self) -> crate::templates::ModelConfigTemplate {
+        use crate::templates::ModelConfigTemplate as T;
+        match self {
+            ProviderTemplate::Openai => T::Openai,
+            ProviderTemplate::Anthropic => T::Anthropic,
+            ProviderTemplate::Openrouter => T::Openrouter,
+            ProviderTemplate::Ollama => T::Ollama,
+            ProviderTemplate::Vllm => T::Vllm,
+            ProviderTemplate::Llamacpp => T::Llamacpp,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -544,6 +599,11 @@ fn dispatch(cli: Cli) -> Result<ExitStatus> {
             agent,
             policy,
         }) => host::abilities(config.as_deref(), agent.as_deref(), &policy.flags()),
+        Command::Config(ConfigCommand::Init {
+            provider,
+            output,
+            force,
+        }) => config::init(provider.template(), output.as_deref(), force, format),
     }
 }
 
@@ -555,6 +615,24 @@ mod tests {
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_config_template_has_its_provider_value() {
+        use clap::ValueEnum;
+        let names: Vec<String> = ProviderTemplate::value_variants()
+            .iter()
+            .map(|v| {
+                let value = v.to_possible_value().unwrap();
+                assert_eq!(value.get_name(), v.template().name());
+                value.get_name().to_string()
+            })
+            .collect();
+        let all: Vec<&str> = crate::templates::ModelConfigTemplate::ALL
+            .iter()
+            .map(|t| t.name())
+            .collect();
+        assert_eq!(names, all);
     }
 
     #[test]
