@@ -1076,6 +1076,70 @@ demo = "demo"
     }
 
     #[test]
+    fn context_window_and_compact_at_are_checked_and_the_compaction_role_is_optional() {
+        let table = |extra: &str| {
+            format!(
+                "[providers.s]\nkind = \"script\"\npath = \"t.jsonl\"\n{extra}\n[roles]\nexecution = \"s\"\n"
+            )
+        };
+        for (extra, why) in [
+            (
+                "context_window = 100",
+                "context_window = 100 is below 256 tokens",
+            ),
+            ("compact_at = 0.5", "sets compact_at without context_window"),
+            (
+                "context_window = 8000\ncompact_at = 0",
+                "compact_at must be above 0",
+            ),
+            (
+                "context_window = 8000\ncompact_at = 1.5",
+                "compact_at must be above 0 and at most 1",
+            ),
+            (
+                "context_window = 8000\ncompact_at = nan",
+                "compact_at must be above 0",
+            ),
+        ] {
+            let err = parse(&table(extra)).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::InvalidInput, "{extra}");
+            assert!(err.message.contains(why), "{extra}: {}", err.message);
+            assert!(err.message.contains("[providers.s]"), "{}", err.message);
+        }
+        let c = parse(&table("context_window = 8000")).unwrap();
+        let (_, p, _) = c.provider_config("execution").unwrap();
+        assert_eq!(p.context(), (Some(8000), None));
+        assert!(!c.has_role("compaction"));
+        let execution: std::sync::Arc<dyn Provider> =
+            std::sync::Arc::from(c.provider_for("execution").unwrap());
+        let s = crate::run::compaction::settings(&c, "execution", &execution)
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.threshold(), 6400);
+        assert!(
+            std::sync::Arc::ptr_eq(&s.provider, &execution),
+            "falls back to execution's"
+        );
+        let mapped = parse(&format!(
+            "{}compaction = \"t\"\n[providers.t]\nkind = \"script\"\npath = \"u.jsonl\"\n",
+            table("context_window = 8000\ncompact_at = 0.5")
+        ))
+        .unwrap();
+        assert!(mapped.has_role("compaction"));
+        let s = crate::run::compaction::settings(&mapped, "execution", &execution)
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.threshold(), 4000);
+        assert!(!std::sync::Arc::ptr_eq(&s.provider, &execution));
+        let none = parse(&table("")).unwrap();
+        assert!(
+            crate::run::compaction::settings(&none, "execution", &execution)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
     fn parses_the_documented_example() {
         let c = parse(ISSUE_EXAMPLE).unwrap();
         assert_eq!(

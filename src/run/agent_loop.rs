@@ -299,7 +299,8 @@ struct CallSpec {
     role: String,
     messages: Arc<Vec<ChatMessage>>,
     tools: Arc<Vec<ToolSchema>>,
-    /// An answer without text is a failed call (a summary), not only one without anything.
+    /// A summary: an answer without text is a failed call (not only one without anything), and
+    /// its streamed text is not shown as the run's (`modelTextDelta`).
     needs_text: bool,
 }
 
@@ -612,6 +613,8 @@ impl Loop<'_, '_> {
                     }
                     return Ok(result);
                 }
+                // A summary's text is no model text of the run: it is reported as `compacted`.
+                Ok(FromCall::Event(CallEvent::TextDelta(_))) if call.needs_text => {}
                 Ok(FromCall::Event(CallEvent::TextDelta(text))) => {
                     pending.push_str(&text);
                     if let Some((at, c)) = pending.char_indices().rfind(|(_, c)| c.is_whitespace())

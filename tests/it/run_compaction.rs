@@ -409,14 +409,10 @@ fn is_summary_body(body: &[u8]) -> bool {
     system(&serde_json::from_slice(body).unwrap()).starts_with("You compact")
 }
 
-/// The fake model: reads `f{n+1}` after the result of `f{n}` (so the answer depends on the
-/// request alone, as after a resume), answers a compaction call with a summary naming how many
-/// results it saw, and a new task (`Go on`) with a final answer; reports prompt tokens as a
-/// quarter of the body's bytes.
-fn http_reply(kind: Kind, request: &crate::fake_model::Request) -> Reply {
-    let body = request.json();
-    let tokens = request.body.len() as u64 / 4;
-    let texts = texts(&body);
+/// What the fake model answers to `request`: a text (a summary, a final answer) or else a
+/// `read` of file `next`.
+fn decide(request: &crate::fake_model::Request) -> (Option<String>, usize) {
+    let texts = texts(&request.json());
     let text = if is_summary_body(&request.body) {
         let transcript = &texts.last().unwrap().1;
         let results = transcript.matches("[tool result").count();
@@ -440,6 +436,16 @@ fn http_reply(kind: Kind, request: &crate::fake_model::Request) -> Reply {
         .and_then(|n| n.parse::<usize>().ok())
         .map_or(0, |n| n + 1);
     let text = text.or_else(|| (next >= HTTP_TURNS).then(|| "Read them all.".to_string()));
+    (text, next)
+}
+
+/// The fake model: reads `f{n+1}` after the result of `f{n}` (so the answer depends on the
+/// request alone, as after a resume), answers a compaction call with a summary naming how many
+/// results it saw, and a new task (`Go on`) with a final answer; reports prompt tokens as a
+/// quarter of the body's bytes.
+fn http_reply(kind: Kind, request: &crate::fake_model::Request) -> Reply {
+    let tokens = request.body.len() as u64 / 4;
+    let (text, next) = decide(request);
     let path = format!("f{next:03}.txt");
     match kind {
         Kind::OpenAi => {
@@ -754,4 +760,78 @@ fn a_compacted_session_travels_through_a_git_remote() {
         assert_eq!(from, second_task + 1, "the second task is never compacted");
     }
     m.run(1, &["session", "verify", &id]).expect(0);
+}
+
+/// With `stream = true` the summary streams like any answer, but it is no text of the run: no
+/// `modelTextDelta` carries it; the record holds it whole.
+#[test]
+fn a_streamed_summary_is_recorded_not_shown_as_model_text() {
+    let env = TestEnv::new();
+    let workspace = repo(&env, HTTP_TURNS);
+    let (url, _seen) = serve(|_, r| {
+        let tokens = r.body.len() / 4;
+        let data = |v: Value| format!("data: {v}\n\n");
+        let (text, next) = decide(r);
+        let mut pieces = Vec::new();
+        match text {
+            Some(text) if is_summary_body(&r.body) => {
+                for part in ["SUMMARY-", "STREAMED ", &text] {
+                    pieces.push(data(json!({"choices": [{"index": 0, "delta": {"content": part}}]})));
+                }
+            }
+            Some(text) => {
+                pieces.push(data(json!({"choices": [{"index": 0, "delta": {"content": text}}]})))
+            }
+            None => pieces.push(data(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{
+                "index": 0, "id": format!("call_{next}"), "type": "function",
+                "function": {"name": "read", "arguments": json!({"path": format!("f{next:03}.txt")}).to_string()}}]}}]}))),
+        }
+        pieces.push(data(
+            json!({"choices": [], "usage": {"prompt_tokens": tokens, "completion_tokens": 5}}),
+        ));
+        pieces.push("data: [DONE]\n\n".into());
+        Reply::Chunks {
+            content_type: "text/event-stream",
+            pieces: pieces.into_iter().map(|p| (Duration::ZERO, p)).collect(),
+            end: true,
+        }
+    });
+    let config = env.path().join("stream.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.m]\nkind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nstream = true\ncontext_window = {HTTP_WINDOW}\n[roles]\nexecution = \"m\"\n"
+        ),
+    )
+    .unwrap();
+    let run = run_new(
+        &env,
+        &workspace,
+        "Read every file",
+        &reader(&env),
+        &config,
+        &[],
+    );
+    run.expect(0);
+    let events = run.jsonl();
+    assert!(events.iter().any(|e| e["type"] == "compacted"));
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"] == "modelTextDelta" && e["text"].to_string().contains("SUMMARY")),
+        "a summary was shown as model text"
+    );
+    assert!(
+        events.iter().any(|e| e["type"] == "modelTextDelta"),
+        "the answer streamed"
+    );
+    let messages = messages_in(&env.state_dir(), &only_session(&env));
+    let record = messages.iter().find(|m| m["role"] == "compaction").unwrap();
+    assert!(
+        record["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("SUMMARY-STREAMED Read the files"),
+        "{record}"
+    );
 }
