@@ -1,14 +1,18 @@
-//! The cost a plan run adds per model call (issue 18): the limit check before the call
-//! (`PlanHost::before_call`: the same report/hold code as `dwp resources`, over the events in
-//! memory) and the meter after it (`PlanHost::after_call`: the meter record's atomic write, then
-//! one fsync'd group append of the token and USD samples under the plan's writer lock), on a
-//! plan whose journal already holds N events (default 10,000).
+//! The cost a plan run adds per model call (issue 18): `PlanHost::before_call` — the meter of
+//! the previous call (one durable append to the run's meter artifact, then one fsync'd group
+//! append of the token and USD samples under the plan's writer lock) and the limit check (the
+//! same report/hold code as `dwp resources`, over counters folded incrementally) — on a plan
+//! whose journal already holds N events (default 10,000).
 //!
 //! Floor: two fsync'd appends of a journal-sized line to a file in the same directory (the
 //! issue's target is at most that plus 5 ms per call). Also shown: opening the host (the one
-//! full journal read of a run), and a check after another writer appended (a re-read).
+//! full journal read of a run), how many appends and whole-journal reads the calls made, a
+//! check after another writer appended (only the new line is read), and one after an in-place
+//! change (the whole journal is read again).
 //!
-//! Run: `cargo bench --bench dwp_host` (`DWP_HOST_BENCH_EVENTS=N`, `DWP_HOST_BENCH_CALLS=M`).
+//! Run: `cargo bench --bench dwp_host` (`DWP_HOST_BENCH_EVENTS=N`, `DWP_HOST_BENCH_CALLS=M`);
+//! `strace -f -c -e trace=fsync,fdatasync` over it counts 2 fdatasyncs per metered call (plus
+//! the floor's 2 per call, one for the foreign append and a few directory fsyncs).
 
 // Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
 #![allow(clippy::disallowed_methods)]
@@ -158,9 +162,13 @@ fn main() {
     let mut host = PlanHost::open(binding, &abilities, metering, UsageRecord::default()).unwrap();
     let open = t.elapsed();
 
+    // One model call = the check before it (which first samples the previous call's usage,
+    // now durable: the meter record's durable append, then one fsync'd group append of the
+    // token and USD samples) and the after-call look at its usage (no write).
     let mut usage = UsageRecord::default();
-    let (mut check, mut meter) = (Duration::ZERO, Duration::ZERO);
-    let mut worst = Duration::ZERO;
+    let mut per_call = Vec::with_capacity(calls);
+    let live = dir.join("journal.ndjson");
+    let lines_before = line_count(&live);
     for call in 1..=calls as u64 {
         let t = Instant::now();
         assert!(
@@ -168,26 +176,52 @@ fn main() {
                 .unwrap()
                 .is_none()
         );
-        let c = t.elapsed();
         let call_usage = UsageRecord {
             input_tokens: 900,
             output_tokens: 100,
             ..Default::default()
         };
         usage.add(call_usage);
-        let t = Instant::now();
-        host.after_call("run_bench", call, Some(call_usage), usage)
-            .unwrap();
-        let m = t.elapsed();
-        check += c;
-        meter += m;
-        worst = worst.max(c + m);
+        assert!(
+            host.after_call("run_bench", call, Some(call_usage))
+                .is_none()
+        );
+        per_call.push(t.elapsed());
     }
-    let per_check = check / calls as u32;
-    let per_meter = meter / calls as u32;
+    host.before_final("run_bench", calls as u64, usage).unwrap();
+    let appended = line_count(&live) - lines_before;
+    let artifact = dir.join("analysis_results/kxen-agent-meter/run_bench.ndjson");
+    let records = line_count(&artifact);
+    let reads_after_calls = host.full_reads();
+    let (mean, p50, worst) = stats(&mut per_call);
 
-    // A check after another writer appended: the journal is read again.
-    let live = dir.join("journal.ndjson");
+    // Another writer appends an event: only the new line is read and folded.
+    let contract = kxen::dwp::plan::Plan::open(&dir)
+        .unwrap()
+        .contract()
+        .unwrap();
+    let plan = kxen::dwp::plan::Plan::open(&dir).unwrap();
+    let mut payload = serde_json::Map::new();
+    payload.insert("task".into(), json!("T-a"));
+    payload.insert("priority_boost".into(), json!(false));
+    kxen::dwp::plan::writer::append(
+        &plan,
+        &contract,
+        kxen::dwp::plan::writer::NewEvent {
+            kind: "selection".into(),
+            actor_kind: "agent".into(),
+            actor_identity: "caller".into(),
+            ts: kxen::clock::format_seconds(kxen::clock::now_millis() / 1000),
+            payload,
+        },
+    )
+    .unwrap();
+    let t = Instant::now();
+    host.before_call("run_bench", calls as u64, usage).unwrap();
+    let foreign = t.elapsed();
+    let reads_after_foreign = host.full_reads();
+
+    // A file that changed in place (same length, new mtime): the journal is read again.
     filetime_touch(&live);
     let t = Instant::now();
     host.before_call("run_bench", calls as u64, usage).unwrap();
@@ -209,34 +243,54 @@ fn main() {
         floor += t.elapsed();
     }
     let per_floor = floor / calls as u32;
-    let added = per_check + per_meter;
     println!("plan journal: {events} events; {calls} model calls metered");
-    println!("open (one full journal read):       {:8.2} ms", ms(open));
+    println!("open (one full journal read):        {:8.2} ms", ms(open));
     println!(
-        "limit check per call (before):      {:8.3} ms",
-        ms(per_check)
-    );
-    println!(
-        "meter per call (record + 1 append): {:8.3} ms",
-        ms(per_meter)
-    );
-    println!(
-        "added per call:                     {:8.3} ms (worst {:.3} ms)",
-        ms(added),
+        "added per model call (check + meter): {:8.3} ms mean, {:.3} ms median, {:.3} ms worst",
+        ms(mean),
+        ms(p50),
         ms(worst)
     );
     println!(
-        "floor: 2 fsync'd appends per call:  {:8.3} ms",
+        "floor: 2 fsync'd appends per call:   {:8.3} ms",
         ms(per_floor)
     );
     println!(
-        "added minus floor:                  {:8.3} ms (target <= 5 ms)",
-        ms(added) - ms(per_floor)
+        "added minus floor:                   {:8.3} ms (target <= 5 ms)",
+        ms(mean) - ms(per_floor)
     );
     println!(
-        "check after a foreign append (re-read): {:.2} ms",
+        "durable appends for {calls} calls and the final sample: {records} meter records + \
+         {records} sample groups ({appended} journal lines): 2 fdatasyncs per metered call"
+    );
+    println!(
+        "whole-journal reads: {reads_after_calls} for the run's calls, {reads_after_foreign} after a foreign append"
+    );
+    println!(
+        "check after a foreign append (tail read): {:.3} ms",
+        ms(foreign)
+    );
+    println!(
+        "check after an in-place change (whole re-read): {:.2} ms",
         ms(reread)
     );
+    assert_eq!(reads_after_calls, 1, "no whole re-read per call");
+    assert_eq!(reads_after_foreign, 1, "a foreign append is read as a tail");
+}
+
+fn line_count(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
+}
+
+/// Mean, median and worst of the per-call times.
+fn stats(times: &mut [Duration]) -> (Duration, Duration, Duration) {
+    times.sort();
+    let sum: Duration = times.iter().sum();
+    (
+        sum / times.len().max(1) as u32,
+        times[times.len() / 2],
+        *times.last().unwrap(),
+    )
 }
 
 /// Moves the file's mtime forward (a foreign writer's append), so the tracked stamp differs.

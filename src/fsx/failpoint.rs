@@ -63,10 +63,16 @@ pub const ALL: &[&str] = &[
     "dwp.append.after-newline",
     "dwp.append.before-write",
     "dwp.append.after-write",
-    // A plan run's host meter (host::meter): the meter artifact is written, its samples not yet
-    // appended; the samples are appended, the next model call not yet made.
+    // A plan run's host meter (host::meter): the meter record is appended to the run's
+    // artifact, its samples not yet; the samples are appended, the limit check not yet made;
+    // the journal is about to be checked (after a meter that wrote nothing, too).
     "plan.meter.after-artifact",
     "plan.meter.after-sample",
+    "plan.meter.before-check",
+    // A plan run's `task` child (host::delegation): `launched` recorded, the child not yet run;
+    // its terminal state recorded, the parent's outcome not yet.
+    "plan.delegation.after-launched",
+    "plan.delegation.after-ended",
 ];
 
 /// Aborts the process if the `KXEN_FAILPOINT` environment variable equals `name`.

@@ -164,7 +164,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         })?;
         // The sample of the run's last model call, if a crash kept it from being written.
         if let Some(host) = ex.plan {
-            lock_host(host).before_final(&run.id, result.turns, None, result.usage)?;
+            lock_host(host).before_final(&run.id, result.turns, result.usage)?;
         }
         sink.emit(finished_event(ex.session_id, &run.id, &result));
         return Ok(Ending::Finished(result));
@@ -305,7 +305,7 @@ struct CallSpec {
 }
 
 /// The plan host of a run; a panic elsewhere while it was held does not stop the meter.
-fn lock_host(host: &Mutex<PlanHost>) -> std::sync::MutexGuard<'_, PlanHost> {
+pub(crate) fn lock_host(host: &Mutex<PlanHost>) -> std::sync::MutexGuard<'_, PlanHost> {
     host.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -452,7 +452,9 @@ impl Loop<'_, '_> {
         }
     }
 
-    /// Meters a model call whose response is durable in the Session.
+    /// After a model call: says so when a provider that reports usage did not. The call is
+    /// metered once its usage is durable ([`Loop::plan_check`] before the next call, or the
+    /// final sample), never before: see the recovery rule in [`crate::host::meter`].
     fn plan_meter(
         &self,
         run: &RunState,
@@ -462,7 +464,7 @@ impl Loop<'_, '_> {
         let Some(host) = self.ex.plan else {
             return Ok(());
         };
-        let warning = lock_host(host).after_call(&run.id, self.turns, usage, self.usage)?;
+        let warning = lock_host(host).after_call(&run.id, self.turns, usage);
         if let Some(message) = warning {
             sink.emit(Event::Warning { message });
         }
@@ -470,21 +472,39 @@ impl Loop<'_, '_> {
     }
 
     /// Why a plan run may not make this call: `task` needs the contract's `agent_delegation`
-    /// grant (the host's abilities are not authority).
+    /// grant (the host's abilities are not authority) and a v7 plan (whose journal records the
+    /// delegation).
     pub(super) fn plan_refuses(&self, call: &ToolCall) -> Option<String> {
         let host = self.ex.plan?;
         if call.name != "task" {
             return None;
         }
-        let host = lock_host(host);
-        (!host.granted("agent_delegation")).then(|| {
-            format!(
-                "refused: this run works on plan {}, whose contract does not grant \
-                 agent_delegation, so it may not start subagents (a host's abilities are not \
-                 authority); do the work in this run",
-                host.binding.plan
-            )
-        })
+        lock_host(host).delegation_refusal()
+    }
+
+    /// This run's usage so far is durable (a `started` record carrying its last reply is): the
+    /// plan host counts it for the `task` children about to run, whose samples include it.
+    pub(super) fn plan_note_usage(&self, run: &RunState) {
+        if let Some(host) = self.ex.plan {
+            lock_host(host).set_usage(&run.id, self.usage);
+        }
+    }
+
+    /// The plan's hold, when one of the UNKNOWN `ops` is a `task` child that stopped on it.
+    fn child_plan_hold(&self, ops: &[String]) -> Result<Option<Exhausted>> {
+        let Some(host) = self.ex.plan else {
+            return Ok(None);
+        };
+        for op in ops.iter().filter_map(|op| self.journal.table().get(op)) {
+            let Some(child) = &op.child else { continue };
+            let paths = self.ex.state.session(&child.session_id).run(&child.run_id);
+            if paths.run_json().is_file()
+                && RunState::read(&paths, &child.run_id)?.plan_hold.is_some()
+            {
+                return Ok(lock_host(host).hold());
+            }
+        }
+        Ok(None)
     }
 
     /// A plan limit stops the run before its next model call: nothing is pending, the run is
@@ -935,6 +955,7 @@ impl Loop<'_, '_> {
             arguments: call.arguments.clone(),
         });
         let turns_left = if child.is_some() {
+            self.plan_note_usage(run);
             self.turns_left()?
         } else {
             0
@@ -1195,6 +1216,7 @@ impl Loop<'_, '_> {
         let Some(child) = &op.child else {
             return Ok(false);
         };
+        self.plan_note_usage(run);
         let output = children::recover(self.ex, child, self.ex.cancel)?;
         let at = crate::clock::now_rfc3339();
         let op_id = op_id.to_string();
@@ -1240,9 +1262,18 @@ impl Loop<'_, '_> {
     ) -> Result<Ending> {
         self.make_durable()?;
         let (unknown, approvals) = approval::split_waiting(self.journal.table(), ops.clone());
+        let child_hold = match approvals.is_empty() {
+            true => self.child_plan_hold(&unknown)?,
+            false => None,
+        };
         run.status = RunStatus::InputRequired;
         run.unknown_ops = unknown;
         run.approval_ops = approvals.clone();
+        if let Some(stop) = child_hold {
+            // A subagent stopped on the plan's limit: so does its parent (exit 8); a resume
+            // after `dwp resources recover` continues the child, then the parent.
+            return self.plan_stop(run, stop, sink);
+        }
         settle::close_attempt(run, crate::clock::duration_millis(self.started.elapsed()));
         run.save(&self.run_paths)?;
         for op in approvals
@@ -1353,7 +1384,7 @@ impl Loop<'_, '_> {
         if let Some(host) = self.ex.plan {
             // The last call's usage is durable in the result: meter it while the run is still
             // unsettled, so a crash here is metered by the resume that settles it.
-            lock_host(host).before_final(&run.id, self.turns, result.final_usage, self.usage)?;
+            lock_host(host).before_final(&run.id, self.turns, self.usage)?;
         }
         settle::finish(run, &self.run_paths, &mut self.messages)?;
         sink.emit(finished_event(self.ex.session_id, &run.id, &result));

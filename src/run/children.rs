@@ -30,6 +30,7 @@ use std::time::Duration;
 use crate::agent::DcpAgentLock;
 use crate::error::{Error, Result};
 use crate::fsx::failpoint;
+use crate::host::delegation::End;
 use crate::ids::{self, IdKind};
 use crate::journal::ChildRef;
 #[cfg(doc)]
@@ -279,12 +280,36 @@ fn run_child(
         provider,
         provider_info: parent.provider_info.clone(),
         cancel,
-        plan: None,
+        // The child's model calls are the plan task's too: metered into the same samples,
+        // checked against the same limits (see `crate::host`).
+        plan: parent.plan,
         compaction,
         protected: parent.protected,
     };
+    // In a plan run the child is a delegation of the plan task: `launched` before every
+    // execution (recorded once), its end before the parent records the call's outcome.
+    let prompt = match parent.plan {
+        Some(_) => RunState::read(&paths.run(&run_id), &run_id)?.task,
+        None => String::new(),
+    };
+    let delegated = crate::host::delegation::Child {
+        session_id: &meta.id,
+        run_id: &run_id,
+        prompt: &prompt,
+    };
+    if let Some(host) = parent.plan {
+        agent_loop::lock_host(host).delegation_launched(&delegated)?;
+    }
     let ending = agent_loop::execute(&execution, &run_id, &mut Discard)?;
     failpoint::hit("task.after-child-ended");
+    if let (Some(host), Ending::Finished(result)) = (parent.plan, &ending) {
+        let end = match result.status {
+            RunStatus::Completed => End::Completed,
+            RunStatus::Canceled => End::Cancelled,
+            _ => End::Failed,
+        };
+        agent_loop::lock_host(host).delegation_ended(&delegated, end)?;
+    }
     drop(lease);
     Ok(match ending {
         Ending::Finished(result) => match result.status {
@@ -311,12 +336,16 @@ fn run_child(
                 meta.id
             ),
         ),
-        // A child runs without the parent's plan meter; should it stop on a plan limit all
-        // the same, its outcome is not known to the parent.
+        // The child stopped before a model call on the plan's limit: its outcome is not known
+        // yet; the parent stops on the same limit (exit 8) and a resume after
+        // `dwp resources recover` continues the child.
         Ending::PlanLimitExhausted(stop) => unknown_output(
             &meta.id,
             &run_id,
-            &format!("the child run stopped on plan limit {}", stop.limit),
+            &format!(
+                "the child run stopped before a model call: plan limit {} is exhausted",
+                stop.limit
+            ),
         ),
         Ending::InputRequired(ops) => unknown_output(
             &meta.id,

@@ -127,6 +127,9 @@ impl Loop<'_, '_> {
                 arguments: slot.call.arguments.clone(),
             });
         }
+        if slots.iter().any(|s| s.child.is_some()) {
+            self.plan_note_usage(run);
+        }
         let turns_left = self.turns_left()?;
         let outputs = self.execute_together(run, &slots, remaining, turns_left);
         let stopped_why = self.budget_spent();

@@ -156,6 +156,38 @@ fn limit_lines(plan: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The meter record a sample cites: the line its `source` names of the artifact its
+/// `evidence_path` names (which exists: it was written first).
+fn meter_record(plan: &Path, sample: &Value) -> Value {
+    let path = plan.join(sample["evidence_path"].as_str().unwrap());
+    let source = sample["source"].as_str().unwrap();
+    let line: usize = source
+        .rsplit_once("meter record line ")
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let record: Value = serde_json::from_str(text.lines().nth(line - 1).unwrap()).unwrap();
+    assert_eq!(record["schema"], "kxen-agent/meter-record/v2");
+    assert_eq!(
+        record["run_id"].as_str().unwrap(),
+        path.file_stem().unwrap().to_str().unwrap()
+    );
+    let cited = record["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["unit"] == sample["unit"] && c["value"] == sample["value"]);
+    assert!(cited, "{record} does not hold {sample}");
+    record
+}
+
+/// The cumulative tokens of a meter record the sample belongs to.
+fn tokens_of(_sample: &Value, record: &Value) -> Value {
+    record["cumulative"]["tokens"].clone()
+}
+
 /// The reference's rules for every line: compact canonical (sorted keys, `,`/`:`), ASCII only,
 /// seq one above the previous; and `dwp` reads the whole plan.
 pub fn assert_journal_valid(env: &TestEnv, plan: &Path) {
@@ -429,9 +461,9 @@ fn a_token_limit_stops_the_run_at_the_right_call_and_recover_lets_it_finish() {
                 .starts_with("kxen-agent/")
         );
         assert_eq!(s["trust"], "observed");
-        let artifact = plan.join(s["evidence_path"].as_str().unwrap());
-        let record: Value = serde_json::from_slice(&std::fs::read(&artifact).unwrap()).unwrap();
+        let record = meter_record(&plan, s);
         assert_eq!(record["rates"]["currency"], "USD");
+        assert_eq!(record["cumulative"]["tokens"], tokens_of(s, &record));
     }
     let usd = samples(&plan, "USD");
     assert_eq!(usd.len(), 4);
@@ -790,4 +822,333 @@ fn the_agents_tools_cannot_change_the_plan_folder_in_the_workspace() {
             .exists()
     );
     assert_journal_valid(&env, &plan);
+}
+
+/// The script of a plan run that delegates once: the parent calls `task`, the child reads and
+/// answers, the parent answers. Usage per reply: parent 12 then 25, child 12 then 25 (74).
+fn delegating_script(env: &TestEnv) -> PathBuf {
+    let mut task = crate::task::tasks(&[("t1", "check readme", "look at README")]);
+    task["usage"] = json!({"inputTokens": 10, "outputTokens": 2});
+    config(
+        env,
+        &[
+            task,
+            crate::task::child(
+                "check readme",
+                call("r1", "read", json!({"path": "README"})),
+            ),
+            crate::task::child("check readme", answer("readme-ok")),
+            answer("delegated"),
+        ],
+        false,
+    )
+}
+
+fn delegations(plan: &Path) -> Vec<Value> {
+    events(plan)
+        .into_iter()
+        .filter(|e| e["type"] == "delegation")
+        .collect()
+}
+
+fn delegating_run(env: &TestEnv, repo: &Path, plan: &Path, cfg: &Path) -> std::process::Command {
+    let mut cmd = env.cmd("kxen-agent");
+    cmd.args([
+        "run",
+        "--workspace",
+        repo.to_str().unwrap(),
+        "--task",
+        "Delegate",
+        "--agent",
+        crate::task::delegator(env, 12).to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--allow-shell",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--plan-task",
+        "T-docs",
+    ]);
+    cmd
+}
+
+fn resume_delegating(env: &TestEnv, session: &str, plan: &Path, cfg: &Path) -> Run {
+    kx(
+        env,
+        &[
+            "--resume",
+            session,
+            "--config",
+            cfg.to_str().unwrap(),
+            "--allow-shell",
+            "--plan",
+            plan.to_str().unwrap(),
+            "--plan-task",
+            "T-docs",
+        ],
+    )
+}
+
+/// Exactly `launched` then `completed` for the one child, with the fields the spec asks for.
+fn assert_one_completed_delegation(plan: &Path, what: &str) {
+    let d = delegations(plan);
+    let states: Vec<&str> = d.iter().map(|e| e["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["launched", "completed"], "{what}: {d:?}");
+    assert_eq!(d[0]["delegation_id"], d[1]["delegation_id"], "{what}");
+    for e in &d {
+        assert_eq!(e["task"], "T-docs");
+        assert_eq!(e["transport"], "headless");
+        assert_eq!(e["via"], "kxen-agent");
+        assert_eq!(e["actor"]["kind"], "host_adapter");
+        assert!(e.get("trust").is_none() && e.get("evidence_path").is_none());
+    }
+    assert_eq!(
+        d[0]["prompt_digest"],
+        kxen::hash::sha256_prefixed(b"look at README"),
+        "{what}"
+    );
+    let target = d[0]["target"].as_str().unwrap();
+    assert!(
+        target.contains(d[0]["delegation_id"].as_str().unwrap()),
+        "{target}"
+    );
+}
+
+/// With the `agent_delegation` grant a `task` child is a recorded delegation of the plan task,
+/// and its model calls are the task's spending: in the same cumulative samples.
+#[test]
+fn a_granted_task_child_is_a_recorded_delegation_and_its_usage_is_metered() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let plan = write_plan(&repo, &contract(100_000, &["agent_delegation"]));
+    let cfg = delegating_script(&env);
+    let out = Run::from(delegating_run(&env, &repo, &plan, &cfg).output().unwrap());
+    out.expect(0);
+    let finished: Vec<Value> = out
+        .jsonl()
+        .into_iter()
+        .filter(|e| e["type"] == "toolFinished" && e["tool"] == "task")
+        .collect();
+    assert_eq!(finished[0]["isError"], false, "{finished:?}");
+    assert_one_completed_delegation(&plan, "clean run");
+    let tokens: Vec<u64> = samples(&plan, "tokens")
+        .iter()
+        .map(|s| s["value"].as_u64().unwrap())
+        .collect();
+    // The child's samples include the parent's first reply (durable before the child ran).
+    assert_eq!(tokens, [12, 24, 49, 74]);
+    for s in samples(&plan, "tokens") {
+        meter_record(&plan, &s);
+    }
+    assert_journal_valid(&env, &plan);
+    let acc = env.run("dwp", &["accounting", "--plan", plan.to_str().unwrap()]);
+    acc.expect(0);
+    let acc: Value = serde_json::from_str(&acc.stdout).unwrap();
+    assert_eq!(acc["provider_tokens"]["value"], 74);
+}
+
+/// kill -9 at every durable step around a delegation: the resume records exactly one terminal
+/// state (never two, never none), loses no usage and repeats no sample; with a power cut too.
+#[test]
+fn a_kill_around_a_delegation_records_exactly_one_end() {
+    for point in [
+        "task.after-child-created",
+        "plan.delegation.after-launched",
+        "plan.meter.after-artifact",
+        "task.after-child-ended",
+        "plan.delegation.after-ended",
+    ] {
+        for powercut in [false, true] {
+            let what = format!("{point} powercut={powercut}");
+            let env = TestEnv::new();
+            let repo = env.git_repo("repo", &[("README", "x\n")]);
+            let plan = write_plan(&repo, &contract(100_000, &["agent_delegation"]));
+            let cfg = delegating_script(&env);
+            let mut cmd = delegating_run(&env, &repo, &plan, &cfg);
+            cmd.env("KXEN_FAILPOINT", point);
+            if powercut {
+                cmd.env("KXEN_FAILPOINT_POWERCUT", "1");
+            }
+            let crashed = Run::from(cmd.output().unwrap());
+            assert_ne!(crashed.code, 0, "{what}: not reached");
+            let session = session_of(&crashed);
+            let resumed = resume_delegating(&env, &session, &plan, &cfg);
+            resumed.expect(0);
+            assert_one_completed_delegation(&plan, &what);
+            let tokens: Vec<u64> = samples(&plan, "tokens")
+                .iter()
+                .map(|s| s["value"].as_u64().unwrap())
+                .collect();
+            assert_eq!(tokens.last(), Some(&74), "{what}: {tokens:?}");
+            assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{what}: {tokens:?}");
+            assert_journal_valid(&env, &plan);
+            // A second resume of the finished Session appends nothing.
+            let before = journal_lines(&plan).len();
+            resume_delegating(&env, &session, &plan, &cfg);
+            assert_eq!(journal_lines(&plan).len(), before, "{what}");
+        }
+    }
+}
+
+/// A child's model calls are checked against the plan's limits too: the child stops at the
+/// right call, its parent stops with it (exit 8, planLimitExhausted), and after
+/// `dwp resources recover` the resume continues the child, then the parent.
+#[test]
+fn a_plan_limit_stops_a_child_and_its_parent_until_recovered() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let plan = write_plan(&repo, &contract(20, &["agent_delegation"]));
+    let plan_s = plan.to_str().unwrap().to_string();
+    let cfg = delegating_script(&env);
+    let first = Run::from(delegating_run(&env, &repo, &plan, &cfg).output().unwrap());
+    first.expect(8);
+    assert!(
+        first.stderr.contains("planLimitExhausted") && first.stderr.contains("recover"),
+        "{}",
+        first.stderr
+    );
+    let session = session_of(&first);
+    let limits = limit_lines(&plan);
+    assert_eq!(limits.len(), 1, "{limits:?}");
+    assert!(limits[0].contains("spent 24 "), "{}", limits[0]);
+    let states: Vec<String> = delegations(&plan)
+        .iter()
+        .map(|e| e["state"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(states, ["launched"], "the child has not ended");
+    // Still held: the resume refuses without a model call.
+    let held = resume_delegating(&env, &session, &plan, &cfg);
+    held.expect(8);
+    assert_eq!(limit_lines(&plan).len(), 1);
+    env.run(
+        "dwp",
+        &[
+            "resources",
+            "recover",
+            "--plan",
+            &plan_s,
+            "--limit",
+            "tokens",
+            "--host-only",
+        ],
+    )
+    .expect(0);
+    let done = resume_delegating(&env, &session, &plan, &cfg);
+    done.expect(0);
+    assert_one_completed_delegation(&plan, "after recover");
+    let tokens: Vec<u64> = samples(&plan, "tokens")
+        .iter()
+        .map(|s| s["value"].as_u64().unwrap())
+        .collect();
+    assert_eq!(tokens, [12, 24, 49, 74]);
+    assert_journal_valid(&env, &plan);
+}
+
+/// Power cuts around the meter: a sample never states usage the Session could lose, so after
+/// the cut the records hold at least what every surviving sample says, and the resume's
+/// samples rise from there to the full total.
+#[test]
+fn a_power_cut_around_the_meter_never_leaves_a_sample_above_the_records() {
+    for point in [
+        "plan.meter.after-artifact",
+        "plan.meter.after-sample",
+        "plan.meter.before-check",
+        // The reply is in the log, lazily: a power cut loses it (it was never sampled).
+        "tool.after-assistant-message",
+    ] {
+        for skip in 0..3 {
+            let what = format!("{point}/{skip}");
+            let env = TestEnv::new();
+            let repo = env.git_repo("repo", &[("README", "x\n")]);
+            let plan = write_plan(&repo, &contract(100_000, &[]));
+            let plan_s = plan.to_str().unwrap().to_string();
+            let mut turns: Vec<Value> = (0..3).map(|i| read_turn(i, 40, 10)).collect();
+            turns.push(json!({"text": "done", "usage": {"inputTokens": 40, "outputTokens": 10}}));
+            let cfg = config(&env, &turns, false);
+            let mut cmd = env.cmd("kxen-agent");
+            cmd.args([
+                "run",
+                "--workspace",
+                repo.to_str().unwrap(),
+                "--task",
+                "Document",
+                "--agent",
+                reader(&env).to_str().unwrap(),
+                "--config",
+                cfg.to_str().unwrap(),
+                "--plan",
+                &plan_s,
+                "--plan-task",
+                "T-docs",
+            ])
+            .env("KXEN_FAILPOINT", point)
+            .env("KXEN_FAILPOINT_SKIP", skip.to_string())
+            .env("KXEN_FAILPOINT_POWERCUT", "1");
+            let crashed = Run::from(cmd.output().unwrap());
+            assert_ne!(crashed.code, 0, "{what}: not reached");
+            let session = session_of(&crashed);
+            let durable = durable_tokens(&env, &session);
+            let before: Vec<u64> = samples(&plan, "tokens")
+                .iter()
+                .map(|s| s["value"].as_u64().unwrap())
+                .collect();
+            assert!(
+                before.last().is_none_or(|v| *v <= durable),
+                "{what}: sample {before:?} above the durable records ({durable})"
+            );
+            let resumed = kx(
+                &env,
+                &[
+                    "--resume",
+                    &session,
+                    "--config",
+                    cfg.to_str().unwrap(),
+                    "--plan",
+                    &plan_s,
+                    "--plan-task",
+                    "T-docs",
+                ],
+            );
+            resumed.expect(0);
+            let tokens: Vec<u64> = samples(&plan, "tokens")
+                .iter()
+                .map(|s| s["value"].as_u64().unwrap())
+                .collect();
+            assert_eq!(tokens.last(), Some(&200), "{what}: {tokens:?}");
+            assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{what}: {tokens:?}");
+            assert_journal_valid(&env, &plan);
+        }
+    }
+}
+
+/// The tokens of the replies the Session's files hold after a crash: the message log's, and
+/// those only a `started` record of the journal carries (re-derived by the next execution).
+fn durable_tokens(env: &TestEnv, session: &str) -> u64 {
+    let dir = env.state_dir().join("sessions").join(session);
+    let lines = |p: PathBuf| -> Vec<Value> {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let mut seen = std::collections::BTreeMap::new();
+    let tokens = |m: &Value| {
+        m["usage"]["inputTokens"].as_u64().unwrap_or(0)
+            + m["usage"]["outputTokens"].as_u64().unwrap_or(0)
+    };
+    for m in lines(dir.join("messages.jsonl")) {
+        let m = m.get("record").cloned().unwrap_or(m);
+        seen.insert(m["id"].as_str().unwrap_or_default().to_string(), tokens(&m));
+    }
+    for run in std::fs::read_dir(dir.join("runs")).unwrap().flatten() {
+        for r in lines(run.path().join("journal.jsonl")) {
+            let r = r.get("record").cloned().unwrap_or(r);
+            let a = &r["assistant"];
+            if let Some(id) = a["id"].as_str() {
+                seen.entry(id.to_string()).or_insert(tokens(a));
+            }
+        }
+    }
+    seen.values().sum()
 }

@@ -132,6 +132,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
                 &prepared.lock,
                 prepared.built,
                 Default::default(),
+                Default::default(),
             )?))
         }
         None => None,
@@ -288,7 +289,7 @@ fn resume_here(
         config: args.config.clone(),
     };
     let resumed = resume::prepare(&state, &request)?;
-    let host = resume_host(&resumed, bound, given, args.config.as_deref())?;
+    let host = resume_host(&state, &resumed, bound, given, args.config.as_deref())?;
     let mut renderer = Renderer::new(format);
     if state.is_within(&resumed.meta.workspace.root) {
         // The Session already lives there; refusing would strand it, so say what it means.
@@ -400,6 +401,7 @@ fn plan_of(args: &RunArgs) -> Option<(&Path, &str)> {
 /// The plan host of a resumed run: a new run records its binding; a continued one must name the
 /// plan task it was started on (exit 6 otherwise).
 fn resume_host(
+    state: &StateDir,
     resumed: &resume::Resumed,
     bound: Option<crate::host::binding::Bound>,
     given: Option<(&Path, &str)>,
@@ -418,8 +420,9 @@ fn resume_host(
         return Ok(None);
     };
     let config = crate::provider::ModelConfig::load(config)?;
-    let base = crate::host::session_base(&resumed.paths, &binding, &run.id)?;
-    let host = crate::host::open_run_host(binding, &config, &resumed.meta.lock, false, base)?;
+    let base = crate::host::session_base(state, &resumed.paths, &binding, &run.id)?;
+    let tree = crate::host::children_usage(state, &resumed.paths, &run.id)?;
+    let host = crate::host::open_run_host(binding, &config, &resumed.meta.lock, false, base, tree)?;
     Ok(Some(std::sync::Mutex::new(host)))
 }
 

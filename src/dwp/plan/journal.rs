@@ -229,6 +229,76 @@ fn read_file(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(Error::io("read", path, e)),
     };
+    parse_file(path, bytes, validator, out, seq_rule)
+}
+
+/// The events appended to the live journal of `journal` since it was read, when the live file
+/// is the same one and only grew: its bytes from `from` (the length it had, ending a complete
+/// line) up to `to` (its length now) are read and validated after the events already held. `None` when that part is not
+/// whole clean lines of valid events (a torn or unterminated tail, a line that does not
+/// parse or validate): the caller then reads the journal again, whose read says exactly what
+/// is wrong.
+pub fn read_appended(
+    dir: &Path,
+    contract: &Contract,
+    journal: &Journal,
+    from: u64,
+    to: u64,
+) -> Result<Option<Vec<Event>>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let live = dir.join(LIVE_FILE);
+    let mut file = std::fs::File::open(&live).map_err(|e| Error::io("open", &live, e))?;
+    if from > 0 {
+        file.seek(SeekFrom::Start(from - 1))
+            .map_err(|e| Error::io("seek", &live, e))?;
+    }
+    let mut bytes = Vec::new();
+    // Exactly up to `to`: what another writer appends meanwhile is read next time.
+    let want = to.saturating_sub(from) + u64::from(from > 0);
+    file.take(want)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io("read", &live, e))?;
+    if bytes.len() as u64 != want {
+        return Ok(None);
+    }
+    if from > 0 {
+        // The byte before `from` must end a line, or `from` is not where a line starts.
+        if bytes.first() != Some(&b'\n') {
+            return Ok(None);
+        }
+        bytes.remove(0);
+    }
+    if bytes.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    let mut validator = Validator::new(contract);
+    validator.resume_after(journal.last_seq());
+    let floor = journal
+        .archives
+        .iter()
+        .map(|a| a.last_seq)
+        .max()
+        .unwrap_or(0);
+    let mut events = Vec::new();
+    let read = parse_file(&live, bytes, &mut validator, &mut events, |seq| {
+        (seq <= floor).then(|| format!("seq {seq} is not above the archived seqs"))
+    });
+    Ok(match read {
+        Ok(r) if r.invalid.is_none() && r.torn_tail.is_none() && r.unterminated.is_none() => {
+            Some(events)
+        }
+        _ => None,
+    })
+}
+
+/// [`read_file`] of bytes already read.
+fn parse_file(
+    path: &Path,
+    bytes: Vec<u8>,
+    validator: &mut Validator,
+    out: &mut Vec<Event>,
+    seq_rule: impl Fn(u64) -> Option<String>,
+) -> Result<FileRead> {
     // The text is the longest prefix of whole valid-UTF-8 lines; a line past it cannot parse
     // (invalid UTF-8 is a parse error), so it is judged by the Value parser below.
     let (text, rest) = match String::from_utf8(bytes) {

@@ -124,13 +124,18 @@ fn read_for_append(plan: &Plan, contract: &Contract, live: &Path) -> Result<Jour
 
 /// A plan journal read once and kept in step with the appends made through it, for a writer
 /// that appends many times (the kxen-agent host meter: one append per model call on a journal
-/// of any length). Each append re-reads the journal only when the live file changed since this
-/// process last read or wrote it (another writer appended, or the file was rolled or replaced);
-/// otherwise the events in memory are the journal, because every writer holds the lock.
+/// of any length). When the live file changed since this process last read or wrote it, only
+/// what was appended since is read, if the file is the same one and merely grew by whole valid
+/// lines (another writer's appends); anything else (a roll, a replaced or repaired file, a torn
+/// tail) reads the whole journal again. Otherwise the events in memory are the journal, because
+/// every writer holds the lock.
 pub struct Tracked {
     pub journal: Journal,
     /// The live file as this process last saw it; `None` forces a re-read.
     stamp: Option<Stamp>,
+    /// How many times the whole journal was read (1 after [`Tracked::read`]): a consumer that
+    /// folds the events incrementally starts over when this changes.
+    pub full_reads: u64,
 }
 
 /// What tells a live file changed: length, identity and modification time.
@@ -156,26 +161,59 @@ fn stamp(live: &Path) -> Option<Stamp> {
 impl Tracked {
     /// Reads and validates the whole journal (no lock: readers never need one).
     pub fn read(plan: &Plan, contract: &Contract) -> Result<Tracked> {
+        let mut tracked = Tracked {
+            journal: Journal::default(),
+            stamp: None,
+            full_reads: 0,
+        };
+        tracked.read_all(plan, contract)?;
+        Ok(tracked)
+    }
+
+    fn read_all(&mut self, plan: &Plan, contract: &Contract) -> Result<()> {
         let live = plan.dir.join(journal::LIVE_FILE);
         let before = stamp(&live);
         let journal = journal::read(&plan.dir, contract)?;
         // A write between the two looks means the events may miss it: read again next time.
         let after = stamp(&live);
         let clean = journal.torn_tail.is_none() && journal.unterminated.is_none();
-        Ok(Tracked {
-            journal,
-            stamp: (before == after && clean).then_some(after).flatten(),
-        })
+        self.journal = journal;
+        self.stamp = (before == after && clean).then_some(after).flatten();
+        self.full_reads += 1;
+        Ok(())
     }
 
-    /// Re-reads the journal if another writer changed it since; true if it did.
+    /// Brings the events up to the live file: nothing when it did not change, the appended
+    /// lines when it only grew, else a whole read. True if it changed.
     pub fn refresh(&mut self, plan: &Plan, contract: &Contract) -> Result<bool> {
         let live = plan.dir.join(journal::LIVE_FILE);
-        if self.stamp.is_some() && self.stamp == stamp(&live) {
+        let now = stamp(&live);
+        if self.stamp.is_some() && self.stamp == now {
             return Ok(false);
         }
-        *self = Tracked::read(plan, contract)?;
+        if !self.read_grown(plan, contract, now)? {
+            self.read_all(plan, contract)?;
+        }
         Ok(true)
+    }
+
+    /// Reads only what was appended to the same live file since the stamp; false when that is
+    /// not possible (no stamp, another file, a shorter one, or not whole valid lines).
+    fn read_grown(&mut self, plan: &Plan, contract: &Contract, now: Option<Stamp>) -> Result<bool> {
+        let (Some(was), Some(now)) = (self.stamp, now) else {
+            return Ok(false);
+        };
+        if (was.dev, was.ino) != (now.dev, now.ino) || now.len <= was.len {
+            return Ok(false);
+        }
+        match journal::read_appended(&plan.dir, contract, &self.journal, was.len, now.len)? {
+            Some(events) => {
+                self.journal.events.extend(events);
+                self.stamp = Some(now);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 }
 
@@ -193,12 +231,13 @@ pub fn append_tracked(
 ) -> Result<Vec<Event>> {
     let _lock = lock(plan, on_wait)?;
     let live = plan.dir.join(journal::LIVE_FILE);
-    if tracked.stamp.is_none() || tracked.stamp != stamp(&live) {
-        let journal = read_for_append(plan, contract, &live)?;
-        *tracked = Tracked {
-            journal,
-            stamp: stamp(&live),
-        };
+    let now = stamp(&live);
+    if (tracked.stamp.is_none() || tracked.stamp != now)
+        && !tracked.read_grown(plan, contract, now)?
+    {
+        tracked.journal = read_for_append(plan, contract, &live)?;
+        tracked.stamp = stamp(&live);
+        tracked.full_reads += 1;
     }
     let news = decide(&tracked.journal)?;
     if news.is_empty() {

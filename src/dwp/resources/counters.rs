@@ -92,7 +92,8 @@ impl JournalCounters {
         c
     }
 
-    fn add(&mut self, e: &Event) {
+    /// Folds one more event (journal order) into the counters.
+    pub fn add(&mut self, e: &Event) {
         let ts = e.ts();
         self.ts_count += 1;
         // Reuse the buffers: on an append-only journal the latest ts changes on every event.

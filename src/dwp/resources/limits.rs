@@ -29,7 +29,11 @@ pub fn latest(events: &[Event]) -> BTreeMap<String, LimitRecord> {
 /// one exhausted last. Advisory limits never hold; an exhaustion never satisfies a criterion
 /// (nothing here touches acceptance).
 pub fn hold(contract: &Contract, events: &[Event]) -> Option<Hold> {
-    let latest = latest(events);
+    hold_of(contract, &latest(events))
+}
+
+/// [`hold`] from the latest record of every limit.
+pub(super) fn hold_of(contract: &Contract, latest: &BTreeMap<String, LimitRecord>) -> Option<Hold> {
     contract
         .limits
         .iter()

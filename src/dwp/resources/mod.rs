@@ -9,6 +9,7 @@
 //! ([`crate::dwp::plan::writer`]).
 
 pub mod counters;
+pub mod fold;
 pub mod limits;
 mod num;
 mod records;

@@ -111,16 +111,24 @@ impl Report {
 
 /// Builds the report from the live contract, the full journal and the effective abilities.
 pub fn build(contract: &Contract, events: &[Event], abilities: &Abilities) -> Report {
-    let counters = JournalCounters::from_events(events);
-    let reservations = reservations::reservations(events);
-    let settlements = reservations::settlements(events);
+    let mut fold = super::fold::Fold::default();
+    for e in events {
+        fold.add(e);
+    }
+    fold.report(contract, abilities)
+}
+
+/// The report of the state `fold` holds (the one way both `dwp resources report` and a host's
+/// incremental check compute it).
+pub(super) fn from_fold(
+    contract: &Contract,
+    fold: &super::fold::Fold,
+    abilities: &Abilities,
+) -> Report {
     let rows = contract
         .limits
         .iter()
-        .map(|limit| {
-            let pending = reservations::pending(&limit.unit, &reservations, &settlements);
-            row(limit, &counters, pending, abilities)
-        })
+        .map(|limit| row_of(limit, fold, abilities))
         .collect();
     Report {
         host_capabilities: ABILITIES
@@ -129,6 +137,12 @@ pub fn build(contract: &Contract, events: &[Event], abilities: &Abilities) -> Re
             .collect(),
         rows,
     }
+}
+
+/// One limit's row of the state `fold` holds.
+pub(super) fn row_of(limit: &Limit, fold: &super::fold::Fold, abilities: &Abilities) -> Row {
+    let pending = reservations::pending(&limit.unit, &fold.reservations, &fold.settlements);
+    row(limit, &fold.counters, pending, abilities)
 }
 
 fn row(limit: &Limit, counters: &JournalCounters, pending: f64, abilities: &Abilities) -> Row {

@@ -28,27 +28,29 @@ pub struct Reservation {
 
 /// Every reservation, in journal order.
 pub fn reservations(events: &[Event]) -> Vec<Reservation> {
-    events
-        .iter()
-        .filter(|e| e.kind == EventType::Adaptation && e.str("decision") == Some("authorized"))
-        .filter_map(|e| {
-            let impact = e.value("resource_impact")?;
-            let impact = impact.as_object()?;
-            Some(Reservation {
-                key: format!("seq-{}", e.seq),
-                seq: e.seq,
-                declared: impact
-                    .get("declared")
-                    .filter(|v| v.is_number())
-                    .and_then(Value::as_f64),
-                unit: impact
-                    .get("unit")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-            })
-        })
-        .collect()
+    events.iter().filter_map(reservation).collect()
+}
+
+/// The reservation `e` makes, if it is an authorized adaptation with a resource impact.
+pub fn reservation(e: &Event) -> Option<Reservation> {
+    if e.kind != EventType::Adaptation || e.str("decision") != Some("authorized") {
+        return None;
+    }
+    let impact = e.value("resource_impact")?;
+    let impact = impact.as_object()?;
+    Some(Reservation {
+        key: format!("seq-{}", e.seq),
+        seq: e.seq,
+        declared: impact
+            .get("declared")
+            .filter(|v| v.is_number())
+            .and_then(Value::as_f64),
+        unit: impact
+            .get("unit")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+    })
 }
 
 /// The settlement of each key: its first `RESERVATION:` record (a later conflicting record,

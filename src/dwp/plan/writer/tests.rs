@@ -123,3 +123,73 @@ fn decide_sees_the_journal_and_can_decline() {
     assert!(!written);
     assert_eq!(event.seq, 1);
 }
+
+/// A tracked journal reads what other writers appended as a tail (never the whole journal
+/// again), folds our own appends without reading, and reads everything again only when the
+/// file is not the one it knew grown by whole valid lines.
+#[test]
+fn a_tracked_journal_reads_foreign_appends_as_a_tail() {
+    let (_tmp, dir) = copy_plan("v7");
+    let plan = Plan::open(&dir).unwrap();
+    let contract = plan.contract().unwrap();
+    let live = dir.join(journal::LIVE_FILE);
+    let mut tracked = Tracked::read(&plan, &contract).unwrap();
+    assert_eq!((tracked.full_reads, tracked.journal.events.len()), (1, 99));
+    assert!(
+        !tracked.refresh(&plan, &contract).unwrap(),
+        "nothing changed"
+    );
+    // Ours: folded in memory.
+    append_tracked(
+        &plan,
+        &contract,
+        &mut tracked,
+        |_| {},
+        |_| Ok(vec![observation("ours")]),
+    )
+    .unwrap();
+    // Another writer's two appends: read as a tail, by refresh and under the lock.
+    append(&plan, &contract, observation("theirs 1")).unwrap();
+    assert!(tracked.refresh(&plan, &contract).unwrap());
+    append(&plan, &contract, observation("theirs 2")).unwrap();
+    let written = append_tracked(
+        &plan,
+        &contract,
+        &mut tracked,
+        |_| {},
+        |j| {
+            assert_eq!(j.events.last().unwrap().str("statement"), Some("theirs 2"));
+            Ok(vec![observation("ours again")])
+        },
+    )
+    .unwrap();
+    assert_eq!(written[0].seq, 103);
+    assert_eq!(tracked.full_reads, 1, "no whole re-read for appends");
+    let whole = journal::read(&dir, &contract).unwrap();
+    let seqs = |events: &[journal::Event]| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(&tracked.journal.events), seqs(&whole.events));
+    // A half-written foreign line: not whole lines, so the journal is read again (torn tail
+    // ignored, as every reader does), and again once it is complete.
+    let len = std::fs::metadata(&live).unwrap().len();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&live)
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"{\"seq\":10").unwrap();
+    assert!(tracked.refresh(&plan, &contract).unwrap());
+    assert_eq!(tracked.full_reads, 2);
+    assert_eq!(tracked.journal.events.len(), 103);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&live)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+    // The same length but another file (replaced): read again.
+    let text = std::fs::read(&live).unwrap();
+    std::fs::remove_file(&live).unwrap();
+    std::fs::write(&live, &text).unwrap();
+    tracked.refresh(&plan, &contract).unwrap();
+    assert!(tracked.full_reads >= 3);
+    assert_eq!(seqs(&tracked.journal.events), seqs(&whole.events));
+}
