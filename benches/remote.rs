@@ -43,15 +43,25 @@ fn main() {
     let home = root.join("home");
     std::fs::create_dir_all(&home).unwrap();
     let log = root.join("connections.log");
+    // Every byte the client sends to receive-pack (commands and pack) is copied to
+    // `received/<time>`, one file per connection: what a push sent, whatever the remote does with
+    // it afterwards (the remote's pack after `index-pack --fix-thin` also holds the bases).
+    let received = root.join("received");
+    std::fs::create_dir_all(&received).unwrap();
     for (name, real) in [
         ("upload", "git-upload-pack"),
         ("receive", "git-receive-pack"),
     ] {
         let wrapper = root.join(format!("{name}-wrapper"));
+        let tee = if name == "receive" {
+            format!("tee \"{}/$(date +%s%N)\" | ", received.display())
+        } else {
+            String::new()
+        };
         std::fs::write(
             &wrapper,
             format!(
-                "#!/bin/sh\necho {name} >> '{}'\nexec git {} \"$@\"\n",
+                "#!/bin/sh\necho {name} >> '{}'\n{tee}git {} \"$@\"\n",
                 log.display(),
                 real.trim_start_matches("git-")
             ),
@@ -183,6 +193,8 @@ fn main() {
     let mut push_best = f64::MAX;
     let mut git_push_best = f64::MAX;
     let mut first_pack = 0;
+    let receive_wrapper = format!("--receive-pack={}", root.join("receive-wrapper").display());
+    let upload_wrapper = format!("--upload-pack={}", root.join("upload-wrapper").display());
     for rep in 0..reps {
         let fresh = remote(&format!("push-{rep}.git"));
         git(
@@ -190,9 +202,10 @@ fn main() {
             &["remote", "set-url", "origin", fresh.to_str().unwrap()],
         );
         let _ = git_status(&a, &["update-ref", "-d", &session_ref]);
+        clear(&received);
         let (secs, _) = kxen(&state_a, &a, &["session", "push", &ses]);
         push_best = push_best.min(secs);
-        first_pack = pack_bytes(&fresh);
+        first_pack = sent(&received).iter().sum::<u64>();
         let snapshot = git(&a, &["rev-parse", &session_ref]);
         let plain = remote(&format!("plain-{rep}.git"));
         let start = Instant::now();
@@ -201,6 +214,7 @@ fn main() {
             &[
                 "push",
                 "-q",
+                &receive_wrapper,
                 plain.to_str().unwrap(),
                 &format!("{snapshot}:refs/heads/plain"),
             ],
@@ -232,7 +246,13 @@ fn main() {
         let start = Instant::now();
         git(
             &c,
-            &["fetch", "-q", "origin", &format!("{session_ref}:refs/x")],
+            &[
+                "fetch",
+                "-q",
+                &upload_wrapper,
+                "origin",
+                &format!("{session_ref}:refs/x"),
+            ],
         );
         fetch_best = fetch_best.min(start.elapsed().as_secs_f64());
     }
@@ -243,9 +263,10 @@ fn main() {
         pull_best / fetch_best
     );
 
-    // 10 more calls through --resume --remote; count the connections and the second pack.
+    // 10 more calls through --resume --remote; count the connections and the bytes of each push.
     std::fs::write(&log, "").unwrap();
-    let before = pack_bytes(&last_remote);
+    clear(&received);
+    let before = git(&a, &["rev-parse", &session_ref]);
     let (resume_secs, _) = kxen(
         &state_a,
         &a,
@@ -260,20 +281,79 @@ fn main() {
             config.to_str().unwrap(),
         ],
     );
-    let second_pack = pack_bytes(&last_remote) - before;
+    let after = git(&a, &["rev-parse", &session_ref]);
+    // In connection order: claim, snapshot, release.
+    let pushes = sent(&received);
+    let snapshot_push = pushes.iter().copied().max().unwrap_or(0);
+    // What is new in the second snapshot, as git counts it (uncompressed object bytes).
+    let new_objects = git(
+        &a,
+        &["rev-list", "--objects", &after, &format!("^{before}")],
+    );
+    let ids: Vec<&str> = new_objects
+        .lines()
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let new_bytes: u64 = sizes(&a, &ids).iter().sum();
     let connections = std::fs::read_to_string(&log).unwrap();
     let uploads = connections.lines().filter(|l| *l == "upload").count();
     let receives = connections.lines().filter(|l| *l == "receive").count();
     println!(
-        "  10 more calls (--resume --remote, {resume_secs:.2} s): the push sent {second_pack} bytes \
-         ({:.1}% of the first push's {first_pack})",
-        100.0 * second_pack as f64 / first_pack as f64
+        "  10 more calls (--resume --remote, {resume_secs:.2} s): the snapshot push sent \
+         {snapshot_push} bytes ({:.1}% of the first push's {first_pack}); the {} objects new in \
+         that snapshot hold {new_bytes} bytes uncompressed; every push of the run: {pushes:?}",
+        100.0 * snapshot_push as f64 / first_pack as f64,
+        ids.len()
     );
     println!(
         "  round trips of --resume --remote: {} connections ({receives} push: claim, snapshot, \
          release; {uploads} fetch: the snapshot) — claim 1, release 1",
         uploads + receives
     );
+}
+
+/// Empties the directory of per-connection byte files.
+fn clear(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        std::fs::remove_file(e.path()).unwrap();
+    }
+}
+
+/// The bytes sent in each recorded connection, in connection order.
+fn sent(dir: &Path) -> Vec<u64> {
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.metadata().unwrap().len(),
+            )
+        })
+        .collect();
+    files.sort();
+    files.into_iter().map(|(_, n)| n).collect()
+}
+
+/// The uncompressed sizes of objects `ids` in `repo`.
+fn sizes(repo: &Path, ids: &[&str]) -> Vec<u64> {
+    use std::io::Write;
+    let mut child = Command::new("git")
+        .args(["cat-file", "--batch-check=%(objectsize)"])
+        .current_dir(repo)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let list = ids.join("\n") + "\n";
+    let writer = std::thread::spawn(move || input.write_all(list.as_bytes()).unwrap());
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {
@@ -303,20 +383,6 @@ fn git_status(dir: &Path, args: &[&str]) -> bool {
         .status()
         .map(|s| s.success())
         .unwrap_or(false)
-}
-
-/// Bytes of the packs a bare repository holds.
-fn pack_bytes(repo: &Path) -> u64 {
-    let dir = repo.join("objects").join("pack");
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
-                .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 fn walk_bytes(dir: &Path) -> u64 {

@@ -123,8 +123,10 @@ pub enum Existing {
     Refuse,
     /// Replace it by the incoming copy only if the local copy is an ancestor of it (the same
     /// records, and more in the incoming one); a diverged copy is refused (exit 5, naming the
-    /// run or the message log that diverges): `session pull`. Its task children must not exist
-    /// here (exit 5): only the Session itself is fast-forwarded.
+    /// run or the message log that diverges): `session pull`. Its task children follow the same
+    /// rule: one missing here is placed, one whose local copy is an ancestor is exchanged for the
+    /// incoming copy, one up to date is kept; the tree fast-forwards only if no Session of it
+    /// holds records here that the incoming copy lacks.
     FastForward,
 }
 
@@ -260,6 +262,7 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
     // Every task child, verified exactly as the exported Session is.
     let mut sessions = vec![(id.clone(), paths, report.runs.clone())];
     let mut referenced = report.blobs.clone();
+    let mut child_reports = Vec::with_capacity(ctx.children.len());
     for child in &ctx.children {
         let paths = SessionPaths {
             dir: staging.child(child),
@@ -274,8 +277,9 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
             verify::Prefetch::none(),
         )
         .map_err(|e| staged_name(e, &paths.dir, &prefix))?;
-        referenced.extend(child_report.blobs);
-        sessions.push((child.clone(), paths, child_report.runs));
+        referenced.extend(child_report.blobs.iter().cloned());
+        sessions.push((child.clone(), paths, child_report.runs.clone()));
+        child_reports.push(child_report);
     }
     if let Some(extra) = ctx.blob_names.iter().find(|b| !referenced.contains(*b)) {
         return Err(invalid(
@@ -300,13 +304,43 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
     // Only now, with the whole bundle read and verified, the checks against this state dir and
     // PATH (every Session of the tree: none exists here, each has PATH's identity); then bind
     // each Session to PATH.
-    // With FastForward and a local copy: its lease, held until the copies are swapped.
+    // With FastForward and a local copy: its lease, held until the copies are swapped, and the
+    // same for each of its task children that exists here.
     let target = ctx.state.session(&id);
     let mut local_lease = None;
+    let mut placing: Vec<Placing> = ctx.children.iter().map(|_| Placing::New).collect();
     if ctx.existing == Existing::FastForward && target.dir.symlink_metadata().is_ok() {
         let lease = Lease::acquire(&target.dir, &id)?;
         let local = verify::verify(&target, &id, &ctx.state.blobs_dir(), Mode::InPlace)?;
-        match super::ancestry::compare(&target, &local, &sessions[0].1, &report)? {
+        let mut relation = Relations::default();
+        relation.add(
+            &format!("session {id}"),
+            super::ancestry::compare(&target, &local, &sessions[0].1, &report)?,
+        );
+        for (i, child) in ctx.children.iter().enumerate() {
+            let placed = ctx.state.session(child);
+            if placed.dir.symlink_metadata().is_err() {
+                relation.add(
+                    &format!("task child {child}"),
+                    super::ancestry::Relation::RemoteAhead,
+                );
+                continue;
+            }
+            let child_lease = Lease::acquire(&placed.dir, child)?;
+            let local = verify::verify(&placed, child, &ctx.state.blobs_dir(), Mode::InPlace)?;
+            let rel =
+                super::ancestry::compare(&placed, &local, &sessions[i + 1].1, &child_reports[i])?;
+            placing[i] = match rel {
+                super::ancestry::Relation::Same => Placing::Keep {
+                    _lease: child_lease,
+                },
+                _ => Placing::Replace {
+                    _lease: child_lease,
+                },
+            };
+            relation.add(&format!("task child {child}"), rel);
+        }
+        match relation.overall() {
             super::ancestry::Relation::Same => return Ok(Outcome::UpToDate),
             super::ancestry::Relation::LocalAhead(what) => {
                 return Ok(Outcome::LocalAhead { what });
@@ -328,8 +362,21 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
     }
     let mut bindings = Vec::with_capacity(metas.len());
     for (i, ((sid, _, _), meta)) in sessions.iter().zip(&metas).enumerate() {
-        bindings.push(ctx.check_target(sid, meta, i == 0 && local_lease.is_some())?);
+        let replacing = match i {
+            0 => local_lease.is_some(),
+            _ => !matches!(placing[i - 1], Placing::New),
+        };
+        bindings.push(ctx.check_target(sid, meta, replacing)?);
     }
+    // What a retry of a killed import takes back: the children placed new. A child that was
+    // fast-forwarded stays (it is a later copy of the same records, as if it had run on here).
+    let new_children: Vec<String> = ctx
+        .children
+        .iter()
+        .zip(&placing)
+        .filter(|(_, p)| matches!(p, Placing::New))
+        .map(|(c, _)| c.clone())
+        .collect();
     let import_id = hash::hex(&ids::random_bytes::<16>());
     let mut previous_root = PathBuf::new();
     let mut root_workspace = PathBuf::new();
@@ -348,7 +395,7 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
             previous_workspace: &previous,
             workspace: &meta.workspace.root,
             import_id: &import_id,
-            tasks: if i == 0 { &ctx.children } else { &[] },
+            tasks: if i == 0 { &new_children } else { &[] },
         };
         fsx::write_atomic_json(
             &paths.dir.join("imported.json"),
@@ -390,13 +437,34 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
     // The children first (deepest first), the exported Session last: a visible Session's
     // children are always in place. A kill in between leaves children whose parent is not (yet)
     // here; they carry this import's id, and the retried import takes them back (see `begin`).
+    // A child fast-forwarded takes its local copy's place in one step (the local copy goes to
+    // its staging name, removed with the staging directory); one already up to date stays.
     let mut moved: Vec<&(String, SessionPaths, Vec<String>)> = Vec::new();
-    let moving = sessions[1..].iter().rev().try_for_each(|session| {
-        fsx::rename_dir_into_place(&session.1.dir, &ctx.state.session(&session.0).dir)?;
-        moved.push(session);
-        failpoint::hit("import.after-task-renamed");
-        Ok::<(), Error>(())
-    });
+    let mut exchanged: Vec<&(String, SessionPaths, Vec<String>)> = Vec::new();
+    let moving = sessions[1..]
+        .iter()
+        .zip(&placing)
+        .rev()
+        .try_for_each(|(session, how)| {
+            let placed = ctx.state.session(&session.0).dir;
+            match how {
+                Placing::New => {
+                    fsx::rename_dir_into_place(&session.1.dir, &placed)?;
+                    moved.push(session);
+                }
+                Placing::Replace { .. } => {
+                    let old_record = placed.join("imported.json");
+                    if old_record.is_file() {
+                        fsx::remove_file(&old_record)?;
+                    }
+                    fsx::exchange_dirs(&session.1.dir, &placed)?;
+                    exchanged.push(session);
+                }
+                Placing::Keep { .. } => return Ok(()),
+            }
+            failpoint::hit("import.after-task-renamed");
+            Ok::<(), Error>(())
+        });
     let replacing = local_lease.is_some();
     let placed = moving.and_then(|()| {
         fsx::remove_staging_dir(&staging.dir.join(TASKS_DIR))?;
@@ -422,10 +490,16 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
         for (sid, paths, _) in moved {
             let _ = fsx::rename_file_unsynced(&ctx.state.session(sid).dir, &paths.dir);
         }
+        // A fast-forwarded child is a verified later copy: it may stay, but putting the local
+        // copy back leaves the failure with nothing changed.
+        for (sid, paths, _) in exchanged {
+            let _ = fsx::exchange_dirs(&paths.dir, &ctx.state.session(sid).dir);
+        }
         let _ = fsx::fsync_dir(&ctx.state.sessions_dir());
         return Err(e);
     }
     drop(child_leases);
+    drop(placing);
     if replacing {
         drop(local_lease);
         let _ = fsx::remove_staging_dir(&staging.dir);
@@ -445,6 +519,66 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
     } else {
         Outcome::Imported(done)
     })
+}
+
+/// How a task child of a pulled tree gets into place.
+enum Placing {
+    /// It does not exist here: renamed into place.
+    New,
+    /// Its local copy (lease held until the import ends) is an ancestor of the incoming one:
+    /// exchanged for it.
+    Replace { _lease: Lease },
+    /// Its local copy (lease held until the import ends) holds exactly the incoming records:
+    /// kept.
+    Keep { _lease: Lease },
+}
+
+/// The relations of every Session of a tree to its local copy, folded into one: a fast-forward
+/// only if no Session holds records the other side lacks.
+#[derive(Default)]
+struct Relations {
+    here: Option<String>,
+    there: Option<String>,
+    diverged: Option<String>,
+}
+
+impl Relations {
+    fn add(&mut self, who: &str, rel: super::ancestry::Relation) {
+        use super::ancestry::Relation;
+        // The root's own messages keep their established form ("run run_…").
+        let name = |what: String| {
+            if who.starts_with("session ") {
+                what
+            } else {
+                format!("{who}, {what}")
+            }
+        };
+        match rel {
+            Relation::Same => {}
+            Relation::RemoteAhead => {
+                self.there.get_or_insert_with(|| who.to_string());
+            }
+            Relation::LocalAhead(what) => {
+                self.here.get_or_insert_with(|| name(what));
+            }
+            Relation::Diverged(what) => {
+                self.diverged.get_or_insert_with(|| name(what));
+            }
+        }
+    }
+
+    fn overall(self) -> super::ancestry::Relation {
+        use super::ancestry::Relation;
+        match (self.diverged, self.here, self.there) {
+            (Some(what), _, _) => Relation::Diverged(what),
+            (None, Some(here), Some(there)) => Relation::Diverged(format!(
+                "{here} (more here) and {there} (more in the incoming copy)"
+            )),
+            (None, Some(here), None) => Relation::LocalAhead(here),
+            (None, None, Some(_)) => Relation::RemoteAhead,
+            (None, None, None) => Relation::Same,
+        }
+    }
 }
 
 #[derive(Debug, Default)]

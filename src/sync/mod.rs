@@ -16,6 +16,7 @@ pub mod lease;
 pub mod pull;
 pub mod push;
 pub mod remote_run;
+pub mod segments;
 pub mod snapshot;
 
 use crate::error::Result;

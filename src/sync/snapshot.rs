@@ -4,8 +4,15 @@
 //! files under their bundle paths (`session.json`, `messages.jsonl`, `runs/<run>/run.json`,
 //! `runs/<run>/journal.jsonl`), the referenced blobs as `blobs/<sha256>`, and
 //! `kxen-snapshot.json` with the format, the Session id and the bundle manifest (size and
-//! SHA-256 of every file and blob). Git objects are content-addressed, so a push after ten more
-//! calls writes and sends only the grown files, the new blobs and the trees above them.
+//! SHA-256 of every file and blob). The append-only files (the message log and the journals) are
+//! stored as trees of segments ([`segments`]) whose closed members never change. Git objects are
+//! content-addressed, so a push after ten more calls writes and sends only the open segments,
+//! the new ones, the new blobs and the trees above them.
+//!
+//! Formats: `kxen-snapshot/v2` (written) stores append-only files as segments;
+//! `kxen-snapshot/v1` (read only, written by the first release of `session push`) stores every
+//! file as one blob. A reader takes both, a tree in either layout must be exactly that layout,
+//! and a format it does not know is refused (exit 10) naming it.
 //!
 //! Reading a snapshot back ([`stream_bundle`]) produces the bundle a `session export` of the
 //! same Session would have produced, with the manifest's checksums, and `session pull` imports
@@ -18,13 +25,22 @@ use std::io::Write;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
+use super::segments;
 use crate::bundle::{self, BlobSum, FileSum, Manifest, Selection};
 use crate::error::{Error, Result};
 use crate::git::{ObjectStore, TreeEntry};
 
-/// The `format` of `kxen-snapshot.json`.
-pub const FORMAT: &str = "kxen-snapshot/v1";
+/// The `format` of `kxen-snapshot.json` this version writes.
+pub const FORMAT: &str = "kxen-snapshot/v2";
+/// The first format, every file one blob: still read.
+pub const FORMAT_V1: &str = "kxen-snapshot/v1";
 const HEADER: &str = "kxen-snapshot.json";
+
+/// Whether the file at bundle path `path` is append-only (stored as segments from v2 on).
+fn append_only(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    matches!(name, "messages.jsonl" | "journal.jsonl")
+}
 
 /// `kxen-snapshot.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -34,6 +50,9 @@ pub struct Header {
     pub session_id: String,
     pub exported_at: String,
     pub exported_by: String,
+    /// v2: [`segments::SEGMENT_BYTES`], the segment size the tree was split with (absent in v1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment_bytes: Option<u64>,
     pub manifest: Manifest,
 }
 
@@ -81,8 +100,20 @@ pub fn write(
             bytes: *len,
             sha256: crate::hash::sha256_prefixed(&content),
         });
-        let oid = store.write_blob(&content)?;
-        root.insert(name, oid);
+        if append_only(name) {
+            let parts = segments::split(&content);
+            let mut entries = Vec::with_capacity(parts.len());
+            for (i, range) in parts.into_iter().enumerate() {
+                entries.push(TreeEntry {
+                    name: segments::name(i),
+                    oid: store.write_blob(&content[range])?,
+                    is_tree: false,
+                });
+            }
+            root.insert(name, store.write_tree(&entries)?, true);
+        } else {
+            root.insert(name, store.write_blob(&content)?, false);
+        }
     }
     let mut top = root.write_entries(store)?;
     let mut blob_sums = Vec::with_capacity(selection.blobs.len());
@@ -123,6 +154,7 @@ pub fn write(
         session_id: session_id.into(),
         exported_at: crate::clock::now_rfc3339(),
         exported_by: concat!("kxen-agent ", env!("CARGO_PKG_VERSION")).into(),
+        segment_bytes: Some(segments::SEGMENT_BYTES as u64),
         manifest: Manifest::of(sums, blob_sums),
     };
     let header_json = serde_json::to_vec_pretty(&header)
@@ -143,21 +175,22 @@ pub fn write(
 /// A directory of the snapshot tree being built.
 #[derive(Default)]
 struct Dir {
-    files: BTreeMap<String, String>,
+    /// Name → (object id, whether it is a tree: a segmented file).
+    files: BTreeMap<String, (String, bool)>,
     dirs: BTreeMap<String, Dir>,
 }
 
 impl Dir {
-    /// Adds blob `oid` at the relative path `path` (`a/b/c`).
-    fn insert(&mut self, path: &str, oid: String) {
+    /// Adds object `oid` (a blob, or a file's segment tree) at the relative path `path` (`a/b/c`).
+    fn insert(&mut self, path: &str, oid: String, is_tree: bool) {
         match path.split_once('/') {
             Some((dir, rest)) => self
                 .dirs
                 .entry(dir.to_string())
                 .or_default()
-                .insert(rest, oid),
+                .insert(rest, oid, is_tree),
             None => {
-                self.files.insert(path.to_string(), oid);
+                self.files.insert(path.to_string(), (oid, is_tree));
             }
         }
     }
@@ -167,10 +200,10 @@ impl Dir {
         let mut entries: Vec<TreeEntry> = self
             .files
             .iter()
-            .map(|(name, oid)| TreeEntry {
+            .map(|(name, (oid, is_tree))| TreeEntry {
                 name: name.clone(),
                 oid: oid.clone(),
-                is_tree: false,
+                is_tree: *is_tree,
             })
             .collect();
         for (name, dir) in &self.dirs {
@@ -185,13 +218,24 @@ impl Dir {
     }
 }
 
-/// Every blob below tree `oid` as (path, blob id), paths prefixed with `prefix`.
+/// How a file is stored in a snapshot tree.
+#[derive(Debug, Clone)]
+enum Stored {
+    /// One blob (every file in v1; the current-state files in v2).
+    Whole(String),
+    /// The blob ids of its segments, in order (append-only files in v2).
+    Segments(Vec<String>),
+}
+
+/// Every file below tree `oid` as (path, how it is stored), paths prefixed with `prefix`. With
+/// `segmented` (v2), a subtree at an append-only file's path is that file's segments.
 fn walk(
     store: &ObjectStore,
     oid: &str,
     prefix: &str,
     depth: usize,
-    out: &mut BTreeMap<String, String>,
+    segmented: bool,
+    out: &mut BTreeMap<String, Stored>,
 ) -> Result<()> {
     // A Session's deepest path is sessions/<child>/…/runs/<run>/journal.jsonl; task trees are
     // a few levels deep. A deeper tree is not a snapshot.
@@ -202,13 +246,55 @@ fn walk(
     }
     for e in store.tree(oid)? {
         let path = format!("{prefix}{}", e.name);
-        if e.is_tree {
-            walk(store, &e.oid, &format!("{path}/"), depth + 1, out)?;
-        } else {
-            out.insert(path, e.oid);
+        match (e.is_tree, segmented && append_only(&path)) {
+            (true, true) => {
+                out.insert(
+                    path.clone(),
+                    Stored::Segments(segment_ids(store, &e.oid, &path)?),
+                );
+            }
+            (true, false) => walk(
+                store,
+                &e.oid,
+                &format!("{path}/"),
+                depth + 1,
+                segmented,
+                out,
+            )?,
+            (false, true) => {
+                return Err(Error::corrupt(format!(
+                    "{path} is one blob, not a tree of segments"
+                )));
+            }
+            (false, false) => {
+                out.insert(path, Stored::Whole(e.oid));
+            }
         }
     }
     Ok(())
+}
+
+/// The blob ids of the segment tree `oid` of `path`: exactly `000000`, `000001`, … in order.
+fn segment_ids(store: &ObjectStore, oid: &str, path: &str) -> Result<Vec<String>> {
+    let entries = store.tree(oid)?;
+    if entries.is_empty() || entries.len() > segments::MAX_SEGMENTS {
+        return Err(Error::corrupt(format!(
+            "{path} has {} segments",
+            entries.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(entries.len());
+    for (i, e) in entries.into_iter().enumerate() {
+        if e.is_tree || e.name != segments::name(i) {
+            return Err(Error::corrupt(format!(
+                "{path}/{} is not segment {}",
+                e.name,
+                segments::name(i)
+            )));
+        }
+        out.push(e.oid);
+    }
+    Ok(out)
 }
 
 /// The trees of two snapshots hold the same Session content (their headers aside, which carry
@@ -269,15 +355,32 @@ pub fn stream_bundle(
         .ok_or_else(|| damaged(label, format!("it has no {HEADER}")))?;
     let header: Header = serde_json::from_slice(&store.blob(&header.oid)?)
         .map_err(|e| damaged(label, format!("{HEADER} does not parse: {e}")))?;
-    if header.format != FORMAT {
-        return Err(damaged(
-            label,
-            format!(
-                "format {:?} is not supported (this kxen-agent reads {FORMAT:?})",
-                header.format
-            ),
-        ));
-    }
+    let segmented = match (header.format.as_str(), header.segment_bytes) {
+        (FORMAT, Some(n)) if n == segments::SEGMENT_BYTES as u64 => true,
+        (FORMAT, n) => {
+            return Err(damaged(
+                label,
+                format!(
+                    "segmentBytes {n:?} is not {} (the only size {FORMAT} uses)",
+                    segments::SEGMENT_BYTES
+                ),
+            ));
+        }
+        (FORMAT_V1, None) => false,
+        (FORMAT_V1, Some(_)) => {
+            return Err(damaged(label, format!("{FORMAT_V1} has no segmentBytes")));
+        }
+        (other, _) => {
+            return Err(damaged(
+                label,
+                format!(
+                    "format {other:?} is not supported (this kxen-agent reads {FORMAT:?} and \
+                     {FORMAT_V1:?}); it may be from a newer kxen-agent"
+                ),
+            )
+            .with_hint("pull it with the kxen-agent version that pushed it, or a newer one"));
+        }
+    };
     if header.session_id != session_id {
         return Err(damaged(
             label,
@@ -289,7 +392,7 @@ pub fn stream_bundle(
     }
     // Every path of the tree, to be matched against the manifest (the import then checks
     // that each is a path a Session holds).
-    let mut files: BTreeMap<String, String> = BTreeMap::new();
+    let mut files: BTreeMap<String, Stored> = BTreeMap::new();
     let mut blobs: BTreeMap<String, String> = BTreeMap::new();
     for (name, e) in &top {
         match (name.as_str(), e.is_tree) {
@@ -302,10 +405,21 @@ pub fn stream_bundle(
                     blobs.insert(b.name, b.oid);
                 }
             }
-            (_, true) => walk(store, &e.oid, &format!("{name}/"), 1, &mut files)
+            (_, true) if segmented && append_only(name) => {
+                let ids =
+                    segment_ids(store, &e.oid, name).map_err(|why| damaged(label, why.message))?;
+                files.insert(name.clone(), Stored::Segments(ids));
+            }
+            (_, true) => walk(store, &e.oid, &format!("{name}/"), 1, segmented, &mut files)
                 .map_err(|why| damaged(label, why.message))?,
+            (_, false) if segmented && append_only(name) => {
+                return Err(damaged(
+                    label,
+                    format!("{name} is one blob, not a tree of segments"),
+                ));
+            }
             (_, false) => {
-                files.insert(name.clone(), e.oid.clone());
+                files.insert(name.clone(), Stored::Whole(e.oid.clone()));
             }
         }
     }
@@ -344,23 +458,34 @@ pub fn stream_bundle(
     w(out, &head[..head.len() - 1])?;
     w(out, ",\n\"files\":[")?;
     for (i, f) in manifest.files.iter().enumerate() {
-        let content = store.blob(&files[&f.path])?;
         w(out, if i == 0 { "\n" } else { ",\n" })?;
         w(
             out,
             &format!("{{\"path\":{},\"content\":\"", json_str(&f.path)),
         )?;
-        // Not UTF-8 means edited: the import would refuse it, but the escaper needs text.
-        if std::str::from_utf8(&content).is_err() {
-            return Err(damaged(label, format!("{} is not UTF-8 text", f.path)));
+        let parts: &[String] = match &files[&f.path] {
+            Stored::Whole(oid) => std::slice::from_ref(oid),
+            Stored::Segments(ids) => ids,
+        };
+        let segmented_file = matches!(files[&f.path], Stored::Segments(_));
+        for (k, oid) in parts.iter().enumerate() {
+            let content = store.blob(oid)?;
+            if segmented_file && let Some(why) = segments::check(k, parts.len(), &content) {
+                return Err(damaged(label, format!("{}: {why}", f.path)));
+            }
+            // Not UTF-8 means edited: the import would refuse it, but the escaper needs text.
+            // Segments end at line ends, so each of an intact file is UTF-8 on its own.
+            if std::str::from_utf8(&content).is_err() {
+                return Err(damaged(label, format!("{} is not UTF-8 text", f.path)));
+            }
+            crate::bundle::write_string_body(
+                out,
+                &mut content.as_slice(),
+                content.len() as u64,
+                sink,
+                sink,
+            )?;
         }
-        crate::bundle::write_string_body(
-            out,
-            &mut content.as_slice(),
-            content.len() as u64,
-            sink,
-            sink,
-        )?;
         w(
             out,
             &format!(

@@ -255,37 +255,124 @@ fn a_pull_fast_forwards_an_ancestor_copy() {
     assert_eq!(shown.jsonl()[0]["runs"].as_array().unwrap().len(), 2);
 }
 
-/// Rewrites the snapshot on the remote with one journal blob edited (manifest unchanged), as an
-/// attacker with push access could, fast-forward.
-fn tamper(m: &Machines, id: &str) {
-    let scratch = m.env.path().join("tamper");
-    git(
-        m.env.path(),
-        &["clone", "-q", m.remote.to_str().unwrap(), "tamper"],
+/// The Sessions of machine `m`'s state dir (`session list`).
+fn sessions_of(m: &Machines, machine: usize) -> Vec<Value> {
+    let out = m.run(machine, &["session", "list"]);
+    out.expect(0);
+    out.jsonl()
+}
+
+#[test]
+fn a_pull_fast_forwards_task_children_that_exist_here() {
+    let m = machines();
+    let agent = crate::task::delegator(&m.env, 8);
+    let config = crate::task::two_children_script(&m.env);
+    // One child after the other; A dies after the first child's first call.
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[tools]\nparallel = 1\n");
+    std::fs::write(&config, text).unwrap();
+    let mut crashed = m.cmd(
+        0,
+        &["run", "--task", "Check both", "--allow-shell", "--agent"],
     );
-    let reference = format!("refs/kxen/sessions/{id}");
-    git(
-        &scratch,
-        &["fetch", "-q", "origin", &format!("{reference}:refs/t")],
-    );
-    let listing = git(&scratch, &["ls-tree", "-r", "--name-only", "refs/t"]);
-    let journal = listing
-        .lines()
-        .find(|l| l.ends_with("journal.jsonl"))
+    crashed
+        .arg(&agent)
+        .arg("--config")
+        .arg(&config)
+        .env("KXEN_FAILPOINT", "tool.after-outcome-known");
+    assert_eq!(crashed.output().unwrap().status.code(), None);
+    let listed = sessions_of(&m, 0);
+    let parent = listed.iter().find(|s| s["parentId"].is_null()).unwrap()["id"]
+        .as_str()
         .unwrap()
         .to_string();
-    let content = git(
-        &scratch,
-        &["cat-file", "blob", &format!("refs/t:{journal}")],
-    );
-    assert!(content.contains("hello remote"), "{content}");
-    let edited = content.replace("hello remote", "HELLO REMOTE") + "\n";
-    let index = scratch.join("tamper.index");
-    let with_index = |args: &[&str], stdin: Option<&str>| -> String {
+    let first_child = listed.iter().find(|s| s["forkKind"] == "task").unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    m.run(0, &["session", "push", &parent]).expect(0);
+    let ws_b = m.ws[1].to_str().unwrap();
+    let pulled = m.run(1, &["session", "pull", &parent, "--workspace", ws_b]);
+    pulled.expect(0);
+    assert_eq!(pulled.jsonl()[0]["action"], "imported");
+    assert_eq!(sessions_of(&m, 1).len(), 2);
+
+    // A recovers and finishes the tree (the first child runs on, a second one is made), pushes.
+    let mut resumed = m.cmd(0, &["--resume", &parent, "--allow-shell", "--config"]);
+    resumed.arg(&config);
+    Run::from(resumed.output().unwrap()).expect(0);
+    m.run(0, &["session", "push", &parent]).expect(0);
+    assert_eq!(sessions_of(&m, 0).len(), 3);
+
+    // B's parent and first child are ancestors of the remote's: both fast-forward, the second
+    // child arrives.
+    let ff = m.run(1, &["session", "pull", &parent, "--workspace", ws_b]);
+    ff.expect(0);
+    assert_eq!(ff.jsonl()[0]["action"], "fastForwarded");
+    let there = sessions_of(&m, 1);
+    assert_eq!(there.len(), 3, "{there:?}");
+    for s in &there {
+        let sid = s["id"].as_str().unwrap();
+        m.run(1, &["session", "verify", sid]).expect(0);
+        let files = |machine: usize| {
+            let mut f = session_files(&m.state[machine].join("sessions").join(sid));
+            f.retain(|k, _| k.ends_with(".jsonl"));
+            f
+        };
+        assert!(files(0) == files(1), "{sid} differs from A's copy");
+    }
+    let child_dir = m.state[1].join("sessions").join(&first_child);
+    assert!(child_dir.join("session.json").is_file());
+    // Nothing left over in B's state dir, and a second pull has nothing to do.
+    let leftovers: Vec<String> = std::fs::read_dir(m.state[1].join("sessions"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let again = m.run(1, &["session", "pull", &parent, "--workspace", ws_b]);
+    again.expect(0);
+    assert_eq!(again.jsonl()[0]["action"], "upToDate");
+}
+
+/// A scratch clone of the remote with the snapshot of `id` at `refs/t` and a private index:
+/// rewrites the snapshot as an attacker with push access (or an older kxen-agent) could.
+struct Rewriter {
+    dir: PathBuf,
+    index: PathBuf,
+    reference: String,
+}
+
+impl Rewriter {
+    fn new(m: &Machines, id: &str) -> Rewriter {
+        let dir = m.env.path().join("rewrite");
+        if !dir.exists() {
+            git(
+                m.env.path(),
+                &["clone", "-q", m.remote.to_str().unwrap(), "rewrite"],
+            );
+        }
+        let reference = format!("refs/kxen/sessions/{id}");
+        git(
+            &dir,
+            &["fetch", "-q", "origin", &format!("+{reference}:refs/t")],
+        );
+        let r = Rewriter {
+            index: dir.join("rewrite.index"),
+            dir,
+            reference,
+        };
+        r.git(&["read-tree", "refs/t"], None);
+        r
+    }
+
+    /// `git ARGS` with the private index, `stdin` fed in.
+    fn git(&self, args: &[&str], stdin: Option<&[u8]>) -> String {
         let mut cmd = Command::new("git");
         cmd.args(args)
-            .current_dir(&scratch)
-            .env("GIT_INDEX_FILE", &index)
+            .current_dir(&self.dir)
+            .env("GIT_INDEX_FILE", &self.index)
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_AUTHOR_NAME", "x")
@@ -299,28 +386,80 @@ fn tamper(m: &Machines, id: &str) {
             use std::io::Write;
             let mut input = child.stdin.take().unwrap();
             if let Some(s) = stdin {
-                input.write_all(s.as_bytes()).unwrap();
+                input.write_all(s).unwrap();
             }
         }
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "git {args:?}");
         String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    with_index(&["read-tree", "refs/t"], None);
-    let blob = with_index(&["hash-object", "-w", "--stdin"], Some(&edited));
-    with_index(
-        &["update-index", "--index-info"],
-        Some(&format!("100644 {blob}\t{journal}\n")),
+    }
+
+    /// The paths of the snapshot's blobs.
+    fn paths(&self) -> Vec<String> {
+        self.git(&["ls-tree", "-r", "--name-only", "refs/t"], None)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn read(&self, path: &str) -> Vec<u8> {
+        let out = Command::new("git")
+            .args(["cat-file", "blob", &format!("refs/t:{path}")])
+            .current_dir(&self.dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        out.stdout
+    }
+
+    /// Sets `path` to `content` (a new blob).
+    fn put(&self, path: &str, content: &[u8]) {
+        let blob = self.git(&["hash-object", "-w", "--stdin"], Some(content));
+        self.git(
+            &["update-index", "--add", "--index-info"],
+            Some(format!("100644 {blob}\t{path}\n").as_bytes()),
+        );
+    }
+
+    fn remove(&self, path: &str) {
+        self.git(&["update-index", "--force-remove", path], None);
+    }
+
+    /// Commits the index on top of the snapshot and pushes it (a fast-forward).
+    fn push(&self) {
+        let tree = self.git(&["write-tree"], None);
+        let commit = self.git(
+            &["commit-tree", &tree, "-p", "refs/t", "-m", "edited"],
+            None,
+        );
+        git(
+            &self.dir,
+            &[
+                "push",
+                "-q",
+                "origin",
+                &format!("{commit}:{}", self.reference),
+            ],
+        );
+    }
+}
+
+/// Rewrites the snapshot on the remote with one journal segment edited (manifest unchanged), as
+/// an attacker with push access could, fast-forward.
+fn tamper(m: &Machines, id: &str) {
+    let r = Rewriter::new(m, id);
+    let segment = r
+        .paths()
+        .into_iter()
+        .find(|l| l.contains("/journal.jsonl/"))
+        .unwrap();
+    let content = String::from_utf8(r.read(&segment)).unwrap();
+    assert!(content.contains("hello remote"), "{content}");
+    r.put(
+        &segment,
+        content.replace("hello remote", "HELLO REMOTE").as_bytes(),
     );
-    let tree = with_index(&["write-tree"], None);
-    let commit = with_index(
-        &["commit-tree", &tree, "-p", "refs/t", "-m", "edited"],
-        None,
-    );
-    git(
-        &scratch,
-        &["push", "-q", "origin", &format!("{commit}:{reference}")],
-    );
+    r.push();
 }
 
 #[test]
@@ -362,6 +501,244 @@ fn a_tampered_snapshot_is_refused_and_nothing_local_changes() {
     );
     over.expect(10);
     assert!(session_files(&dir_a) == kept, "A's copy changed");
+}
+
+/// The snapshot's segmented files: file path → its segment paths, in order.
+fn segmented(paths: &[String]) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut out: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for p in paths {
+        if let Some((file, _)) = p.rsplit_once('/')
+            && (file.ends_with("/journal.jsonl") || file == "messages.jsonl")
+        {
+            out.entry(file.to_string()).or_default().push(p.clone());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_v1_snapshot_of_the_first_release_still_pulls() {
+    let m = machines();
+    let config = config_of(&m.env, 4);
+    let id = m.first_run(0, &config, &[]);
+    m.run(0, &["session", "push", &id]).expect(0);
+    // Rewrite it in the first release's layout: every file one blob, format v1.
+    let r = Rewriter::new(&m, &id);
+    let files = segmented(&r.paths());
+    assert!(files.contains_key("messages.jsonl"), "{files:?}");
+    let mut whole = Vec::new();
+    for (file, parts) in &files {
+        let content: Vec<u8> = parts.iter().flat_map(|p| r.read(p)).collect();
+        for p in parts {
+            r.remove(p);
+        }
+        whole.push((file.clone(), content));
+    }
+    for (file, content) in &whole {
+        r.put(file, content);
+    }
+    let mut header: Value = serde_json::from_slice(&r.read("kxen-snapshot.json")).unwrap();
+    assert_eq!(header["format"], "kxen-snapshot/v2");
+    header["format"] = json!("kxen-snapshot/v1");
+    header.as_object_mut().unwrap().remove("segmentBytes");
+    r.put(
+        "kxen-snapshot.json",
+        &serde_json::to_vec_pretty(&header).unwrap(),
+    );
+    r.push();
+
+    let ws_b = m.ws[1].to_str().unwrap();
+    let pulled = m.run(1, &["session", "pull", &id, "--workspace", ws_b]);
+    pulled.expect(0);
+    assert_eq!(pulled.jsonl()[0]["action"], "imported");
+    m.run(1, &["session", "verify", &id]).expect(0);
+    let a = m.state[0].join("sessions").join(&id).join("messages.jsonl");
+    let b = m.state[1].join("sessions").join(&id).join("messages.jsonl");
+    assert_eq!(std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+
+    // A's next push (v2 again) follows the v1 snapshot as its parent.
+    let mut more = m.cmd(1, &["--resume", &id, "--task", "More", "--config"]);
+    more.arg(&config);
+    Run::from(more.output().unwrap()).expect(0);
+    m.run(1, &["session", "push", &id]).expect(0);
+}
+
+#[test]
+fn a_snapshot_in_another_layout_or_an_unknown_format_is_refused() {
+    let m = machines();
+    let config = config_of(&m.env, 4);
+    let id = m.first_run(0, &config, &[]);
+    m.run(0, &["session", "push", &id]).expect(0);
+    let ws_b = m.ws[1].to_str().unwrap();
+
+    // The journal split at its first line end: the same bytes (every checksum holds), but not
+    // the one layout a push writes.
+    let r = Rewriter::new(&m, &id);
+    let (_, parts) = segmented(&r.paths())
+        .into_iter()
+        .find(|(f, _)| f.ends_with("journal.jsonl"))
+        .unwrap();
+    assert_eq!(parts.len(), 1, "{parts:?}");
+    let content = r.read(&parts[0]);
+    let cut = content.iter().position(|&b| b == b'\n').unwrap() + 1;
+    assert!(cut < content.len());
+    let dir = parts[0].rsplit_once('/').unwrap().0;
+    r.put(&format!("{dir}/000000"), &content[..cut]);
+    r.put(&format!("{dir}/000001"), &content[cut..]);
+    r.push();
+    let refused = m.run(1, &["session", "pull", &id, "--workspace", ws_b]);
+    refused.expect(10);
+    assert!(
+        refused
+            .stderr
+            .contains("does not end at the first line end"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!m.state[1].join("sessions").join(&id).exists());
+
+    // A format from the future: named, exit 10.
+    let r = Rewriter::new(&m, &id);
+    let mut header: Value = serde_json::from_slice(&r.read("kxen-snapshot.json")).unwrap();
+    header["format"] = json!("kxen-snapshot/v9");
+    r.put(
+        "kxen-snapshot.json",
+        &serde_json::to_vec_pretty(&header).unwrap(),
+    );
+    r.push();
+    let refused = m.run(1, &["session", "pull", &id, "--workspace", ws_b]);
+    refused.expect(10);
+    assert!(
+        refused
+            .stderr
+            .contains("\"kxen-snapshot/v9\" is not supported"),
+        "{}",
+        refused.stderr
+    );
+}
+
+/// Bytes each push sends to the remote (`remote.origin.receivepack` in the test HOME's global
+/// config points at a wrapper that copies its input, one file per connection).
+fn record_pushes(m: &Machines) -> PathBuf {
+    let dir = m.env.path().join("received");
+    std::fs::create_dir_all(&dir).unwrap();
+    let wrapper = m.env.path().join("receive-wrapper");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ntee \"{}/$(date +%s%N)\" | git receive-pack \"$@\"\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let gitconfig = m.env.home().join(".gitconfig");
+    let mut config = std::fs::read_to_string(&gitconfig).unwrap_or_default();
+    config.push_str(&format!(
+        "[remote \"origin\"]\n\treceivepack = {}\n",
+        wrapper.display()
+    ));
+    std::fs::write(&gitconfig, config).unwrap();
+    dir
+}
+
+/// The sizes of the recorded pushes, oldest first, and forgets them.
+fn pushed_bytes(dir: &Path) -> Vec<u64> {
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let n = e.metadata().unwrap().len();
+            let name = e.file_name().to_string_lossy().into_owned();
+            std::fs::remove_file(e.path()).unwrap();
+            (name, n)
+        })
+        .collect();
+    files.sort();
+    files.into_iter().map(|(_, n)| n).collect()
+}
+
+#[test]
+fn a_second_push_sends_only_new_segments() {
+    let m = machines();
+    // Enough calls for a journal and a message log of several segments, then ten more.
+    let agent = m.env.path().join("many.yaml");
+    std::fs::write(
+        &agent,
+        "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: many}\nspec:\n  \
+         objective: Read a file many times.\n  instructions: [Read.]\n  successCriteria: []\n  \
+         capabilities: {required: [read], optional: []}\n  \
+         execution: {maxTurns: 1024, maxRepeatedCalls: 0}\n  \
+         output: {format: text, requiredFields: []}\n",
+    )
+    .unwrap();
+    let read = |i: usize| call(&format!("call_{i}"), "read", json!({"path": "README.md"}));
+    let mut turns: Vec<Value> = (0..300).map(read).collect();
+    turns.push(answer("Done."));
+    turns.extend((300..310).map(read));
+    turns.push(answer("Done again."));
+    let config = script_config(&m.env, &turns);
+    let received = record_pushes(&m);
+    let mut first = m.cmd(0, &["run", "--task", "Read it often", "--agent"]);
+    first.arg(&agent).arg("--config").arg(&config);
+    let out = Run::from(first.output().unwrap());
+    out.expect(0);
+    let id = finished(&out.jsonl())["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    m.run(0, &["session", "push", &id]).expect(0);
+    let reference = format!("refs/kxen/sessions/{id}");
+    let s1 = git(&m.ws[0], &["rev-parse", &reference]);
+    let tree = |commit: &str| -> std::collections::BTreeMap<String, String> {
+        git(&m.ws[0], &["ls-tree", "-r", commit])
+            .lines()
+            .map(|l| {
+                let (meta, path) = l.split_once('\t').unwrap();
+                (
+                    path.to_string(),
+                    meta.rsplit(' ').next().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let before = tree(&s1);
+    let files_before = segmented(&before.keys().cloned().collect::<Vec<_>>());
+    let max_segments = files_before.values().map(Vec::len).max().unwrap();
+    assert!(max_segments >= 3, "{files_before:?}");
+
+    let mut more = m.cmd(0, &["--resume", &id, "--task", "Ten more", "--config"]);
+    more.arg(&config);
+    Run::from(more.output().unwrap()).expect(0);
+    m.run(0, &["session", "push", &id]).expect(0);
+    let s2 = git(&m.ws[0], &["rev-parse", &reference]);
+    let after = tree(&s2);
+    // Every closed segment of the first snapshot is the same blob in the second.
+    for parts in files_before.values() {
+        for p in &parts[..parts.len() - 1] {
+            assert_eq!(before[p], after[p], "{p} changed");
+        }
+    }
+    // The second push's new blobs are open or new segments and the current-state files only.
+    let new: Vec<String> = git(&m.ws[0], &["rev-list", "--objects", &s2, &format!("^{s1}")])
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(_, p)| p.to_string()))
+        .filter(|p| after.contains_key(p))
+        .collect();
+    for p in &new {
+        let closed = files_before
+            .values()
+            .any(|parts| parts[..parts.len() - 1].contains(p));
+        assert!(!closed, "{p} was sent again");
+    }
+    let sent = pushed_bytes(&received);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    eprintln!(
+        "bytes sent: first push {}, second push {}",
+        sent[0], sent[1]
+    );
+    assert!(sent[1] * 3 < sent[0], "the second push sent {sent:?}");
 }
 
 #[test]
