@@ -513,3 +513,27 @@ fn is_tracked_asks_the_index() {
     assert_eq!(super::is_tracked(&dir, "a.txt"), Some(true));
     assert_eq!(super::is_tracked(&dir, "new.txt"), Some(false));
 }
+
+#[test]
+fn a_lock_file_that_goes_away_was_a_live_git_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = repo(tmp.path(), "r");
+    let git_dir = dir.join(".git");
+    let lock = git_dir.join("packed-refs.lock");
+    std::fs::write(&lock, "").unwrap();
+    let remover = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            std::fs::remove_file(lock).unwrap();
+        })
+    };
+    super::locks::check_within(&git_dir, &git_dir, std::time::Duration::from_secs(5)).unwrap();
+    remover.join().unwrap();
+    // One that stays is named.
+    std::fs::write(&lock, "").unwrap();
+    let err = super::locks::check_within(&git_dir, &git_dir, std::time::Duration::from_millis(200))
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Conflict);
+    assert!(err.message.contains("packed-refs.lock"), "{err:?}");
+}
