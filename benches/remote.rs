@@ -14,12 +14,12 @@
 //!
 //! Run: `cargo bench --bench remote` (data under `CARGO_TARGET_TMPDIR`, or `KXEN_BENCH_DIR`).
 //!
-//! Figures at landing (2 shared cores under a concurrent `cargo test`, debug binary via
-//! `cargo build --all-features --bench remote` then `target/debug/deps/remote-*`, 3 reps):
-//! push 0.598 s vs git push 0.297 s (2.01×), pull 0.649 s vs git fetch 0.074 s (8.74×), second
-//! push after 10 calls 174,347 bytes vs 349,727 (the grown journal and message log are whole new
-//! blobs), `--resume --remote` 4 connections (claim 1, fetch 1, snapshot push 1, release 1).
-//! Both ratios miss the 1.5× target; see CHANGELOG/issue 19 for what remains.
+//! Figures (debug binary via `cargo build --all-features --bench remote`, then
+//! `target/debug/deps/remote-*`, 3 reps, 2 cores, load ~1): a 1,000-call Session (1.77 MB of
+//! state): push 0.254 s vs git push 0.187 s (1.36x), 357,718 bytes sent; pull 0.153 s vs git
+//! fetch 0.040 s (3.78x; before `--no-local` the fetch compared with transferred nothing, 8 ms);
+//! the snapshot push after 10 more calls sent 5,595 bytes (1.6 %; claim 656, release 218);
+//! `--resume --remote` 4 connections (claim 1, fetch 1, snapshot push 1, release 1).
 
 // Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
 #![allow(clippy::disallowed_methods)]
@@ -106,7 +106,15 @@ fn main() {
         let c = root.join(name);
         git(
             root,
-            &["clone", "-q", from.to_str().unwrap(), c.to_str().unwrap()],
+            // --no-local: a local clone hardlinks every object of the remote (the snapshot's
+            // too), and the fetch being compared with would then transfer nothing.
+            &[
+                "clone",
+                "-q",
+                "--no-local",
+                from.to_str().unwrap(),
+                c.to_str().unwrap(),
+            ],
         );
         c
     };
