@@ -252,40 +252,15 @@ fn run_child(
         .as_ref()
         .map(|t| t.description.clone())
         .unwrap_or_default();
-    let provider: Arc<dyn Provider> = Arc::new(TaskProvider {
-        inner: Arc::clone(&parent.provider),
-        description: description.clone(),
-    });
-    // A child compacts as its parent does, its summaries answered for its task too.
-    let compaction = parent.compaction.as_ref().map(|c| {
-        c.with_provider(Arc::new(TaskProvider {
-            inner: Arc::clone(&c.provider),
-            description,
-        }))
-    });
-    let execution = Execution {
-        state: parent.state,
-        session_id: &meta.id,
-        paths: &paths,
-        definition: &meta.lock.definition,
-        capabilities: &tool_names,
-        mcp_tools: &meta.lock.mcp_tools,
-        mcp: parent.mcp,
-        lsp: parent.lsp,
-        pass_env: parent.pass_env,
-        tool_rules: parent.tool_rules,
-        parallel_tools: parent.parallel_tools,
-        fence: parent.fence,
-        workspace_root: parent.workspace_root,
-        provider,
-        provider_info: parent.provider_info.clone(),
-        cancel,
-        // The child's model calls are the plan task's too: metered into the same samples,
-        // checked against the same limits (see `crate::host`).
-        plan: parent.plan,
-        compaction,
-        protected: parent.protected,
+    // The child's turns, and its summaries when it compacts as its parent does, are answered
+    // for its task.
+    let model = |inner: &Arc<dyn Provider>| -> Arc<dyn Provider> {
+        Arc::new(TaskProvider {
+            inner: Arc::clone(inner),
+            description: description.clone(),
+        })
     };
+    let execution = parent.for_child(meta, &paths, &tool_names, model, cancel);
     // In a plan run the child is a delegation of the plan task: `launched` before every
     // execution (recorded once), its end before the parent records the call's outcome.
     let prompt = match parent.plan {

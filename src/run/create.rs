@@ -3,10 +3,9 @@
 //! [`prepare`] builds and checks everything in memory — task, definition (file or Builder),
 //! merged policy, lock, provider, workspace binding — and writes nothing, so any failure leaves
 //! the state dir untouched (not even created). [`create`] then writes the Session in one
-//! all-or-nothing step and hands back its lease.
+//! all-or-nothing step and hands it back [`Prepared`] to execute, its lease held.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -16,12 +15,13 @@ use crate::error::{Error, Result};
 use crate::git::{self, WorkspaceBinding};
 use crate::ids::{self, IdKind};
 use crate::policy::{self, MergedPolicy, PolicyFlags};
-use crate::provider::{ModelConfig, Provider};
+use crate::provider::ModelConfig;
 use crate::run::builder;
 use crate::run::events::Event;
+use crate::run::prepared::{Prepared, Runtime};
 use crate::session::run_record::RunState;
 use crate::session::store::{self, NewSession};
-use crate::session::{Lease, Message, Role, SessionMeta, meta};
+use crate::session::{Message, Role, SessionMeta, meta};
 use crate::state::StateDir;
 
 /// What the user asked for.
@@ -35,31 +35,23 @@ pub struct NewRunRequest {
 }
 
 /// A checked, not yet written Session plus what running it needs.
-pub struct Prepared {
+pub struct Draft {
     pub new: NewSession,
     pub lock: DcpAgentLock,
     pub merged: MergedPolicy,
     pub binding: WorkspaceBinding,
-    pub provider: Arc<dyn Provider>,
-    pub provider_info: Option<Value>,
-    /// `[tools] parallel` of the config.
-    pub parallel_tools: usize,
-    /// When the conversation is compacted (the execution provider's `context_window`).
-    pub compaction: Option<crate::run::compaction::Settings>,
-    /// Warnings from capturing the workspace binding.
+    /// The provider and servers; its `mcp` is set by [`grant_mcp`].
+    pub runtime: Runtime,
+    /// Warnings from capturing the workspace binding and granting tools.
     pub warnings: Vec<String>,
     /// The definition came from the Builder.
     pub built: bool,
     /// The runtime config's MCP servers, kept for [`grant_mcp`].
     pub mcp_configs: std::collections::BTreeMap<String, crate::mcp::ServerConfig>,
-    /// The MCP servers of the granted tools, running (set by [`grant_mcp`]).
-    pub mcp: Option<crate::mcp::Servers>,
-    /// The language servers of `lsp`, when it is granted (none started yet).
-    pub lsp: Option<crate::lsp::Servers>,
 }
 
 /// Checks everything and builds the Session in memory. Writes nothing.
-pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
+pub fn prepare(req: &NewRunRequest) -> Result<Draft> {
     if req.task.trim().is_empty() {
         return Err(Error::usage("the task is empty")
             .with_hint("give the task with --task TEXT, --task-file FILE or --stdin"));
@@ -100,13 +92,7 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
             }
         ));
     }
-    let role = &lock.definition.spec.execution.model_role;
-    let provider: Arc<dyn Provider> = Arc::from(config.provider_for(role)?);
-    let compaction = crate::run::compaction::settings(&config, role, &provider)?;
-    let provider_info = config
-        .provider_info(role)
-        .ok()
-        .and_then(|info| serde_json::to_value(info).ok());
+    let runtime = Runtime::new(&config, &lock, &binding.root)?;
 
     let session_id = ids::new_id(IdKind::Session);
     let run_id = ids::new_id(IdKind::Run);
@@ -131,33 +117,23 @@ pub fn prepare(req: &NewRunRequest) -> Result<Prepared> {
         run: RunState::new(&session_id, &run_id, &task, 1),
         task,
     };
-    let lsp = lock
-        .capabilities
-        .iter()
-        .any(|c| c == crate::lsp::CAPABILITY)
-        .then(|| crate::lsp::Servers::new(config.lsp_servers().clone(), binding.root.clone()));
-    Ok(Prepared {
+    Ok(Draft {
         new,
         lock,
         merged,
         binding,
-        provider,
-        provider_info,
-        parallel_tools: config.parallel_tools(),
-        compaction,
+        runtime,
         warnings,
         built,
         mcp_configs: config.mcp_servers().clone(),
-        mcp: None,
-        lsp,
     })
 }
 
 /// Starts the MCP servers the lock's `mcp__…` capabilities name and grants their tools (see
 /// [`crate::mcp::grant`]); still writes nothing. `state` gives the servers' HOMEs
 /// (`mcp-home/<ses>/<server>`; not created here: these servers get throwaway ones).
-pub fn grant_mcp(prepared: &mut Prepared, state: &StateDir) -> Result<()> {
-    if !prepared
+pub fn grant_mcp(draft: &mut Draft, state: &StateDir) -> Result<()> {
+    if !draft
         .lock
         .capabilities
         .iter()
@@ -166,32 +142,43 @@ pub fn grant_mcp(prepared: &mut Prepared, state: &StateDir) -> Result<()> {
         return Ok(());
     }
     let servers = crate::mcp::Servers::new(
-        prepared.mcp_configs.clone(),
-        &prepared.merged,
-        crate::mcp::servers::ServerHomes::of_session(state, &prepared.new.meta.id),
-        prepared.binding.root.clone(),
+        draft.mcp_configs.clone(),
+        &draft.merged,
+        crate::mcp::servers::ServerHomes::of_session(state, &draft.new.meta.id),
+        draft.binding.root.clone(),
     );
-    let warnings = crate::mcp::grant(&mut prepared.lock, &servers)?;
-    prepared.warnings.extend(warnings);
-    prepared.new.meta.lock = prepared.lock.clone();
-    prepared.mcp = Some(servers);
+    let warnings = crate::mcp::grant(&mut draft.lock, &servers)?;
+    draft.warnings.extend(warnings);
+    draft.new.meta.lock = draft.lock.clone();
+    draft.runtime.mcp = Some(servers);
     Ok(())
 }
 
-/// Writes the prepared Session (all or nothing) and returns its held lease and the
-/// `sessionCreated` event.
-pub fn create(state: &StateDir, prepared: &Prepared) -> Result<(Lease, Event)> {
-    let lease = store::create(state, &prepared.new)?;
+/// Writes the drafted Session (all or nothing) and returns it prepared to execute its first
+/// run, with its lease held, and the `sessionCreated` event. The draft's warnings are the
+/// caller's to show (before this call: they also concern a Session that fails to be written).
+pub fn create(state: &StateDir, draft: Draft) -> Result<(Prepared, Event)> {
+    let lease = store::create(state, &draft.new)?;
     let event = Event::SessionCreated {
-        session_id: prepared.new.meta.id.clone(),
-        workspace: to_value(&prepared.binding)?,
-        agent: prepared.lock.definition.metadata.name.clone(),
-        definition_hash: prepared.lock.definition_hash.clone(),
-        policy_hash: prepared.lock.policy_hash.clone(),
-        capabilities: prepared.lock.capabilities.clone(),
-        built: prepared.built,
+        session_id: draft.new.meta.id.clone(),
+        workspace: to_value(&draft.binding)?,
+        agent: draft.lock.definition.metadata.name.clone(),
+        definition_hash: draft.lock.definition_hash.clone(),
+        policy_hash: draft.lock.policy_hash.clone(),
+        capabilities: draft.lock.capabilities.clone(),
+        built: draft.built,
     };
-    Ok((lease, event))
+    let NewSession { meta, run, .. } = draft.new;
+    let prepared = Prepared::new(
+        lease,
+        state,
+        meta,
+        run.id,
+        true,
+        draft.merged,
+        draft.runtime,
+    );
+    Ok((prepared, event))
 }
 
 fn to_value<T: serde::Serialize>(value: &T) -> Result<Value> {

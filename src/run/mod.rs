@@ -5,6 +5,7 @@
 pub use crate::session::run_record as state;
 
 pub use crate::session::run_record::{FailReason, RunResult, RunState, RunStatus};
+pub use prepared::Prepared;
 pub mod agent_loop;
 pub mod approval;
 pub mod builder;
@@ -15,6 +16,7 @@ pub mod conversation;
 pub mod create;
 pub mod events;
 pub mod operator;
+pub mod prepared;
 pub mod prompt;
 pub mod repeat;
 pub mod resolve;

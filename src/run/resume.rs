@@ -1,20 +1,22 @@
 //! `kxen-agent --resume SES [--task …]`: continue a Session (kxen-agent.md §6).
 //!
-//! Everything happens under the Session's run lease, taken first: lock integrity (exit 10),
-//! policy drift and capability availability (exit 6), the workspace binding (§7), then the choice
-//! of run — the unfinished one, or a new consecutive run for `--task` after a terminal one.
+//! [`prepare`] follows the spec's order, one step a function: take the Session's run lease
+//! (`take_lease`); under it check the lock's integrity (exit 10), the policy for drift and the
+//! capabilities for availability (exit 6: `check_lock`); verify the workspace binding (§7:
+//! `verify_workspace`); open what the config gives for the lock, refusing MCP and LSP drift
+//! (`open_runtime`); then pick the run (`pick_run`) — the unfinished one, or, for `--task` after a
+//! terminal one, a new consecutive run (`start_run`) once the last run is settled
+//! (`settle_last`).
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
-use serde_json::Value;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::fsx;
 use crate::git;
 use crate::ids::{self, IdKind};
 use crate::policy::{self, MergedPolicy, PolicyFlags};
-use crate::provider::{ModelConfig, Provider};
+use crate::provider::ModelConfig;
+use crate::run::prepared::{Prepared, Runtime};
 use crate::run::settle;
 use crate::session::run_record::RunState;
 use crate::session::{HistoryEntry, Lease, Message, MessageLog, Role, SessionMeta, store, verify};
@@ -35,67 +37,91 @@ pub struct ResumeRequest {
     pub config: Option<PathBuf>,
 }
 
-/// A Session ready to execute one run, with its lease held.
-pub struct Resumed {
-    pub lease: Lease,
-    pub paths: SessionPaths,
-    pub meta: SessionMeta,
-    pub merged: MergedPolicy,
-    pub provider: Arc<dyn Provider>,
-    pub provider_info: Option<Value>,
-    /// `[tools] parallel` of the config.
-    pub parallel_tools: usize,
-    /// When the conversation is compacted (the execution provider's `context_window`).
-    pub compaction: Option<crate::run::compaction::Settings>,
-    pub run_id: String,
-    /// The run was created by this resume (from `--task`).
-    pub new_run: bool,
-    pub warnings: Vec<String>,
-    /// The servers of the locked MCP tools, running and checked against the lock.
-    pub mcp: Option<crate::mcp::Servers>,
-    /// The language servers of `lsp` (checked against the lock; none started yet).
-    pub lsp: Option<crate::lsp::Servers>,
+/// Checks the Session under its lease and picks (or creates) the run to execute.
+pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Prepared> {
+    let id = &req.session_id;
+    check_request(req)?;
+    let paths = store::session_paths(state, id)?;
+    let lease = take_lease(state, &paths, id)?;
+    let (mut meta, merged) = check_lock(&paths, id, &req.policy)?;
+    let workspace = verify_workspace(&mut meta, req)?;
+    let runtime = open_runtime(state, &meta, &merged, req.config.as_deref())?;
+    if workspace.rebound {
+        // Written only now that every other check passed, so a resume refused for its config,
+        // provider or MCP drift leaves session.json as it was.
+        fsx::write_atomic_json(&paths.session_json(), &meta, fsx::STATE_FILE_MODE)?;
+    }
+    let (run_id, new_run) = match pick_run(&paths, &meta, req.task.as_deref())? {
+        Pick::Continue(run_id) => (run_id, false),
+        Pick::Next { task, last, seq } => {
+            if let Some(last) = last {
+                settle_last(&paths, *last)?;
+            }
+            (start_run(&paths, &meta.id, task, seq)?, true)
+        }
+    };
+    let mut prepared = Prepared::new(lease, state, meta, run_id, new_run, merged, runtime);
+    prepared.warnings = workspace.warnings;
+    Ok(prepared)
 }
 
-/// Checks the Session under its lease and picks (or creates) the run to execute.
-pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
-    let id = &req.session_id;
-    ids::validate_kind(id, IdKind::Session)?;
+/// The request itself: a Session id, and a task (if any) that is not empty.
+fn check_request(req: &ResumeRequest) -> Result<()> {
+    ids::validate_kind(&req.session_id, IdKind::Session)?;
     if let Some(task) = &req.task
         && task.trim().is_empty()
     {
         return Err(Error::usage("the task is empty")
             .with_hint("give the task with --task TEXT, --task-file FILE or --stdin"));
     }
-    let paths = store::session_paths(state, id)?;
-    // Read before the lease only to see whether this is a task child (read again below).
-    let peek = SessionMeta::read(&paths, id)?;
+    Ok(())
+}
+
+/// Takes the Session's run lease (exit 5 naming its holder). A `task` child is refused first
+/// while its parent's run is active (that run resumes it) or once nothing waits for its result.
+fn take_lease(state: &StateDir, paths: &SessionPaths, id: &str) -> Result<Lease> {
+    // Read before the lease only to see whether this is a task child (read again under it).
+    let peek = SessionMeta::read(paths, id)?;
     if let (Some(crate::session::ForkKind::Task), Some(parent)) = (peek.fork_kind, &peek.parent_id)
     {
-        // A task child is its parent's to run while the parent's run is active.
-        let parent_dir = state.session(parent).dir;
-        if ids::validate_kind(parent, IdKind::Session).is_ok()
-            && parent_dir.join("lease.lock").is_file()
-        {
-            crate::session::Lease::check_free(&parent_dir, parent).map_err(|e| {
-                Error::conflict(format!(
-                    "session {id} is a task child of session {parent}, whose run is active: {}",
-                    e.message
-                ))
-                .with_hint(format!(
-                    "the parent's run resumes this child itself; wait for it to stop, then \
-                     `kxen-agent --resume {parent}` (or resume {id} once {parent} is stopped)"
-                ))
-            })?;
-        }
+        check_parent_stopped(state, id, parent)?;
     }
     if let (Some(parent), Some(origin)) = (&peek.parent_id, &peek.task_parent) {
         check_parent_waits(state, id, parent, origin)?;
     }
-    let lease = Lease::acquire(&paths.dir, id)?;
-    let mut meta = SessionMeta::read(&paths, id)?;
+    Lease::acquire(&paths.dir, id)
+}
+
+/// A task child is its parent's to run while the parent's run is active.
+fn check_parent_stopped(state: &StateDir, id: &str, parent: &str) -> Result<()> {
+    let parent_dir = state.session(parent).dir;
+    if ids::validate_kind(parent, IdKind::Session).is_err()
+        || !parent_dir.join("lease.lock").is_file()
+    {
+        return Ok(());
+    }
+    Lease::check_free(&parent_dir, parent).map_err(|e| {
+        Error::conflict(format!(
+            "session {id} is a task child of session {parent}, whose run is active: {}",
+            e.message
+        ))
+        .with_hint(format!(
+            "the parent's run resumes this child itself; wait for it to stop, then \
+             `kxen-agent --resume {parent}` (or resume {id} once {parent} is stopped)"
+        ))
+    })
+}
+
+/// Under the lease: the Session as it is now, its lock intact (exit 10), the policy of this
+/// invocation equal to the locked one and every locked capability still implemented (exit 6).
+fn check_lock(
+    paths: &SessionPaths,
+    id: &str,
+    flags: &PolicyFlags,
+) -> Result<(SessionMeta, MergedPolicy)> {
+    let meta = SessionMeta::read(paths, id)?;
     meta.lock.verify()?;
-    let merged = policy::merge(&req.policy)?;
+    let merged = policy::merge(flags)?;
     meta.lock.check_drift(&merged)?;
     if let Some(missing) = meta
         .lock
@@ -108,15 +134,26 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
         ))
         .with_hint("use the kxen-agent version that created the session, or start a new session"));
     }
+    Ok((meta, merged))
+}
+
+/// The outcome of [`verify_workspace`].
+struct Workspace {
+    /// `meta.workspace` changed and session.json must be written.
+    rebound: bool,
+    warnings: Vec<String>,
+}
+
+/// The workspace binding (§7): identity and branch match, HEAD did not rewind; a moved or copied
+/// workspace only with `--rebind-workspace`. A binding that changed (rebound, or its location
+/// re-resolved) is applied to `meta` in memory, a rebind with its `workspaceRebound` entry, for
+/// the caller to write in one atomic replace once every other check passed.
+fn verify_workspace(meta: &mut SessionMeta, req: &ResumeRequest) -> Result<Workspace> {
     let workspace = req
         .workspace
         .clone()
         .unwrap_or_else(|| meta.workspace.root.clone());
     let verified = git::verify(&meta.workspace, &workspace, req.rebind)?;
-    // The workspace was rebound (or its location re-resolved): the binding records where it is
-    // now, and a rebind leaves a `workspaceRebound` entry in the same atomic replace. Applied in
-    // memory here and written only after every other check passed, so a resume refused for its
-    // config, provider or MCP drift leaves session.json as it was.
     let rebound = verified.binding != meta.workspace;
     if rebound {
         if let Some(from) = &verified.rebound_from {
@@ -126,65 +163,59 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Resumed> {
                 at: crate::clock::now_rfc3339(),
             });
         }
-        meta.workspace = verified.binding.clone();
+        meta.workspace = verified.binding;
     }
-    let role = &meta.lock.definition.spec.execution.model_role;
-    let config = ModelConfig::load(req.config.as_deref())?;
+    Ok(Workspace {
+        rebound,
+        warnings: verified.warnings,
+    })
+}
+
+/// What the config gives for the locked definition: the model of its role (with the sensitive
+/// variables the policy passes present), the servers of its MCP tools, running and checked
+/// against the lock, and its language servers (checked; none started yet).
+fn open_runtime(
+    state: &StateDir,
+    meta: &SessionMeta,
+    merged: &MergedPolicy,
+    config: Option<&Path>,
+) -> Result<Runtime> {
+    let config = ModelConfig::load(config)?;
     config.check_pass_env(&merged.all_pass_env())?;
-    let provider: Arc<dyn Provider> = Arc::from(config.provider_for(role)?);
-    let compaction = crate::run::compaction::settings(&config, role, &provider)?;
-    let provider_info = config
-        .provider_info(role)
-        .ok()
-        .and_then(|info| serde_json::to_value(info).ok());
-    let mcp = if meta.lock.mcp_servers.is_empty() {
-        None
-    } else {
+    let mut runtime = Runtime::new(&config, &meta.lock, &meta.workspace.root)?;
+    if !meta.lock.mcp_servers.is_empty() {
         let servers = crate::mcp::Servers::new(
             config.mcp_servers().clone(),
-            &merged,
+            merged,
             crate::mcp::servers::ServerHomes::of_session(state, &meta.id),
             meta.workspace.root.clone(),
         );
         crate::mcp::check_drift(&meta.lock, &servers)?;
-        Some(servers)
-    };
-    crate::lsp::check_drift(&meta.lock, config.lsp_servers())?;
-    let lsp = meta
-        .lock
-        .capabilities
-        .iter()
-        .any(|c| c == crate::lsp::CAPABILITY)
-        .then(|| {
-            crate::lsp::Servers::new(config.lsp_servers().clone(), meta.workspace.root.clone())
-        });
-    if rebound {
-        fsx::write_atomic_json(&paths.session_json(), &meta, fsx::STATE_FILE_MODE)?;
+        runtime.mcp = Some(servers);
     }
-    let (run_id, new_run) = pick_run(&paths, &meta, req.task.as_deref())?;
-    Ok(Resumed {
-        lease,
-        paths,
-        meta,
-        merged,
-        provider,
-        provider_info,
-        parallel_tools: config.parallel_tools(),
-        compaction,
-        run_id,
-        new_run,
-        warnings: verified.warnings,
-        mcp,
-        lsp,
-    })
+    crate::lsp::check_drift(&meta.lock, config.lsp_servers())?;
+    Ok(runtime)
 }
 
-/// The unfinished run, or a new run for `task` after a terminal one.
-fn pick_run(
+/// Which run a resume executes.
+enum Pick<'t> {
+    /// The unfinished run, or a terminal one that only needs its settlement.
+    Continue(String),
+    /// A new run for `task`, numbered `seq`, once `last` (terminal but unsettled) is settled.
+    Next {
+        task: &'t str,
+        last: Option<Box<RunState>>,
+        seq: u64,
+    },
+}
+
+/// The unfinished run, or a new run for `task` after a terminal one; a new run only on a
+/// Session whose files agree (exit 10 otherwise).
+fn pick_run<'t>(
     paths: &SessionPaths,
     meta: &SessionMeta,
-    task: Option<&str>,
-) -> Result<(String, bool)> {
+    task: Option<&'t str>,
+) -> Result<Pick<'t>> {
     let runs = store::list_runs(paths)?;
     if let Some(last) = runs.last() {
         if !last.status.is_terminal() {
@@ -204,12 +235,12 @@ fn pick_run(
                     super::SAME_FLAGS
                 )));
             }
-            return Ok((last.id.clone(), false));
+            return Ok(Pick::Continue(last.id.clone()));
         }
         if !last.settled && task.is_none() {
             // Terminal but unsettled: the run finishes its settlement (no model, no tool), after
             // checking its files.
-            return Ok((last.id.clone(), false));
+            return Ok(Pick::Continue(last.id.clone()));
         }
     }
     let Some(task) = task else {
@@ -230,24 +261,29 @@ fn pick_run(
     // state (exit 10, naming the file), exactly as `session verify` reports it, never something
     // to build on — checked before anything is written, torn tails included.
     verify::check_consistency(paths, &meta.id, None)?;
-    if let Some(last) = runs.last()
-        && !last.settled
-    {
-        // Terminal but unsettled: finish its settlement (no model, no tool) first.
-        let mut run = last.clone();
-        let mut messages = MessageLog::open(&paths.messages())?;
-        let run_paths = paths.run(&run.id);
-        settle::finish(&mut run, &run_paths, &mut messages)?;
-    }
+    let seq = RunState::next_seq(&runs);
+    let last = runs.into_iter().last().filter(|r| !r.settled).map(Box::new);
+    Ok(Pick::Next { task, last, seq })
+}
+
+/// Finishes the settlement of a terminal run (no model, no tool) before a new run follows it.
+fn settle_last(paths: &SessionPaths, mut run: RunState) -> Result<()> {
+    let mut messages = MessageLog::open(&paths.messages())?;
+    let run_paths = paths.run(&run.id);
+    settle::finish(&mut run, &run_paths, &mut messages)
+}
+
+/// Creates run number `seq` of Session `session_id` for `task` and returns its id.
+fn start_run(paths: &SessionPaths, session_id: &str, task: &str, seq: u64) -> Result<String> {
     let run_id = ids::new_id(IdKind::Run);
     let message = Message::new(&run_id, Role::User, task.to_string());
-    let mut run = RunState::new(&meta.id, &run_id, &message, RunState::next_seq(&runs));
+    let mut run = RunState::new(session_id, &run_id, &message, seq);
     let run_paths = paths.run(&run_id);
     fsx::create_dir_private(&run_paths.dir)?;
     // run.json first: the task message is appended by the run itself if a crash comes between.
     run.save(&run_paths)?;
     MessageLog::open(&paths.messages())?.append(message)?;
-    Ok((run_id, true))
+    Ok(run_id)
 }
 
 /// A task child runs only for a parent operation that still waits for its result: once that

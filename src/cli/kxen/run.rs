@@ -2,7 +2,6 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use clap::Args;
 
@@ -15,7 +14,7 @@ use crate::run::agent_loop::{self, Ending, Execution};
 use crate::run::create::{self, NewRunRequest};
 use crate::run::events::{Event, EventSink};
 use crate::run::resume::{self, ResumeRequest};
-use crate::run::{FailReason, RunResult, RunStatus};
+use crate::run::{FailReason, Prepared, RunResult, RunStatus};
 use crate::state::{StateDir, StateEnv};
 use crate::sync::remote_run::{RemoteRun, RemoteRunRequest, workspace_or_cwd};
 
@@ -121,74 +120,54 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
         config: args.config.clone(),
     };
     // Everything is checked before anything is written.
-    let mut prepared = create::prepare(&request)?;
+    let mut draft = create::prepare(&request)?;
     let host = match bound {
         Some(b) => {
-            prepared.new.run.plan = Some(b.binding.clone());
+            draft.new.run.plan = Some(b.binding.clone());
             let config = crate::provider::ModelConfig::load(args.config.as_deref())?;
             Some(std::sync::Mutex::new(crate::host::open_run_host(
                 b.binding,
                 &config,
-                &prepared.lock,
-                prepared.built,
+                &draft.lock,
+                draft.built,
                 Default::default(),
                 Default::default(),
             )?))
         }
         None => None,
     };
-    if state.is_within(&prepared.binding.root) {
+    if state.is_within(&draft.binding.root) {
         // Fail closed: the agent's own tools could read and edit its journal and messages.
         return Err(Error::usage(format!(
             "the state dir {} is inside the workspace {}: the agent could read and edit its own \
              journal and messages there",
             state.root().display(),
-            prepared.binding.root.display()
+            draft.binding.root.display()
         ))
         .with_hint(
             "keep the state dir outside the workspace (--state-dir PATH or KXEN_AGENT_STATE_DIR)",
         ));
     }
-    create::grant_mcp(&mut prepared, &state)?;
+    create::grant_mcp(&mut draft, &state)?;
     let mut renderer = Renderer::new(format);
-    for warning in &prepared.warnings {
+    for warning in &draft.warnings {
         renderer.emit(Event::Warning {
             message: warning.clone(),
         });
     }
-    let (lease, created) = create::create(&state, &prepared)?;
+    let (prepared, created) = create::create(&state, draft)?;
     renderer.emit(created);
-    let session_id = prepared.new.meta.id.clone();
-    let run_id = prepared.new.run.id.clone();
-    let paths = state.session(&session_id);
-    let cancel = signals::cancel_flag();
-    let tool_names = prepared.lock.tool_names();
     let protected = protected_dirs(host.as_ref());
     let execution = Execution {
-        state: &state,
-        session_id: &session_id,
-        paths: &paths,
-        definition: &prepared.lock.definition,
-        capabilities: &tool_names,
-        mcp_tools: &prepared.lock.mcp_tools,
-        mcp: prepared.mcp.as_ref(),
-        lsp: prepared.lsp.as_ref(),
-        pass_env: &prepared.merged.pass_env,
-        tool_rules: &prepared.merged.mcp_tools,
-        fence: prepared.merged.fence(),
-        workspace_root: &prepared.binding.root,
-        provider: Arc::clone(&prepared.provider),
-        provider_info: prepared.provider_info.clone(),
-        parallel_tools: prepared.parallel_tools,
-        cancel,
         plan: host.as_ref(),
-        compaction: prepared.compaction.clone(),
         protected: &protected,
+        ..prepared.execution(signals::cancel_flag())
     };
-    let ending = agent_loop::execute(&execution, &run_id, &mut renderer)?;
-    drop(lease);
+    let ending = agent_loop::execute(&execution, &prepared.run_id, &mut renderer)?;
     let hints = Hints::new(&state, state_flag.is_some(), resume_flags);
-    Ok(exit_status(&session_id, &run_id, &ending, &hints))
+    let status = exit_status(&prepared.meta.id, &prepared.run_id, &ending, &hints);
+    drop(prepared);
+    Ok(status)
 }
 
 /// `--resume SES [--task …]`: continue the Session under its lease.
@@ -312,29 +291,11 @@ fn resume_here(
         run_id: resumed.run_id.clone(),
         new_run: resumed.new_run,
     });
-    let cancel = signals::cancel_flag();
-    let tool_names = resumed.meta.lock.tool_names();
     let protected = protected_dirs(host.as_ref());
     let execution = Execution {
-        state: &state,
-        session_id: &resumed.meta.id,
-        paths: &resumed.paths,
-        definition: &resumed.meta.lock.definition,
-        capabilities: &tool_names,
-        mcp_tools: &resumed.meta.lock.mcp_tools,
-        mcp: resumed.mcp.as_ref(),
-        lsp: resumed.lsp.as_ref(),
-        pass_env: &resumed.merged.pass_env,
-        tool_rules: &resumed.merged.mcp_tools,
-        fence: resumed.merged.fence(),
-        workspace_root: &resumed.meta.workspace.root,
-        provider: Arc::clone(&resumed.provider),
-        provider_info: resumed.provider_info.clone(),
-        parallel_tools: resumed.parallel_tools,
-        cancel,
         plan: host.as_ref(),
-        compaction: resumed.compaction.clone(),
         protected: &protected,
+        ..resumed.execution(signals::cancel_flag())
     };
     let ending = match (remote, args.push_every) {
         (Some(remote), Some(every)) => {
@@ -402,7 +363,7 @@ fn plan_of(args: &RunArgs) -> Option<(&Path, &str)> {
 /// plan task it was started on (exit 6 otherwise).
 fn resume_host(
     state: &StateDir,
-    resumed: &resume::Resumed,
+    resumed: &Prepared,
     bound: Option<crate::host::binding::Bound>,
     given: Option<(&Path, &str)>,
     config: Option<&Path>,
