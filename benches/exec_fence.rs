@@ -13,28 +13,23 @@
 // Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
 #![allow(clippy::disallowed_methods)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use kxen::policy::PolicyFlags;
-use kxen::run::agent_loop::{self, Ending, Execution};
-use kxen::run::create::{self, NewRunRequest};
-use kxen::run::events::Discard;
+use kxen::run::create::NewRunRequest;
 use kxen::sandbox::{Fence, FencePolicy, FenceSpec};
 use kxen::state::StateDir;
 
+mod support;
+
 fn main() {
-    let calls: usize = env_number("KXEN_BENCH_CALLS", 200);
-    let rounds: usize = env_number("KXEN_BENCH_ROUNDS", 3);
-    let base = std::env::var_os("KXEN_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
-    std::fs::create_dir_all(&base).unwrap();
-    let tmp = tempfile::tempdir_in(&base).unwrap();
+    let calls = support::env_num("KXEN_BENCH_CALLS", 200);
+    let rounds = support::env_num("KXEN_BENCH_ROUNDS", 3);
+    let tmp = support::scratch();
     let root = tmp.path();
-    let repo = repo(root);
+    let repo = support::repo(root);
     std::fs::write(root.join("off.json"), r#"{"sandbox": "off"}"#).unwrap();
 
     let mut fenced = Vec::new();
@@ -49,7 +44,7 @@ fn main() {
             round,
         ));
     }
-    let (f, u) = (median(&mut fenced), median(&mut unfenced));
+    let (f, u) = (support::median(fenced), support::median(unfenced));
     // The tool alone (no model turn, no journal fsync): the fence's share of one call.
     let mut tool_fenced = Vec::new();
     let mut tool_unfenced = Vec::new();
@@ -57,7 +52,7 @@ fn main() {
         tool_fenced.push(tool_only_secs(root, &repo, calls, FencePolicy::default()));
         tool_unfenced.push(tool_only_secs(root, &repo, calls, FencePolicy::OFF));
     }
-    let (tf, tu) = (median(&mut tool_fenced), median(&mut tool_unfenced));
+    let (tf, tu) = (support::median(tool_fenced), support::median(tool_unfenced));
     let build = fence_build_secs(root, &repo, calls, FencePolicy::default());
     let ro = FencePolicy {
         mode: kxen::sandbox::SandboxMode::ReadOnly,
@@ -95,28 +90,6 @@ fn main() {
     );
 }
 
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn repo(root: &Path) -> PathBuf {
-    let repo = root.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("a.txt"), "alpha\n").unwrap();
-    git(&repo, &["init", "-q"]);
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "bench"]);
-    repo
-}
-
 /// A new Session running `calls` exec calls; returns the seconds of the run itself.
 fn run_agent(root: &Path, repo: &Path, calls: usize, policy: Option<&Path>, round: usize) -> f64 {
     let dir = root.join(format!(
@@ -124,29 +97,9 @@ fn run_agent(root: &Path, repo: &Path, calls: usize, policy: Option<&Path>, roun
         if policy.is_some() { "off" } else { "fenced" }
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    let agent = dir.join("agent.yaml");
-    std::fs::write(
-        &agent,
-        "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: bench}\nspec:\n  \
-         objective: Run a command many times.\n  instructions: [Run.]\n  successCriteria: []\n  \
-         capabilities: {required: [exec], optional: []}\n  execution: {maxTurns: 1024, maxRepeatedCalls: 0}\n  \
-         output: {format: text, requiredFields: []}\n",
-    )
-    .unwrap();
-    let mut script = String::new();
-    for i in 0..calls {
-        script.push_str(&format!(
-            "{{\"text\":\"\",\"toolCalls\":[{{\"id\":\"call_{i}\",\"name\":\"exec\",\"arguments\":{{\"command\":\"true\"}}}}],\"usage\":{{\"inputTokens\":1,\"outputTokens\":1}}}}\n"
-        ));
-    }
-    script.push_str("{\"text\":\"done\"}\n");
-    std::fs::write(dir.join("turns.jsonl"), script).unwrap();
-    let config = dir.join("config.toml");
-    std::fs::write(
-        &config,
-        "[providers.s]\nkind = \"script\"\npath = \"turns.jsonl\"\n[roles]\nexecution = \"s\"\n",
-    )
-    .unwrap();
+    let agent = support::agent(&dir, "exec", 1024);
+    let turns = support::turns(calls, "exec", |_| r#"{"command":"true"}"#.into());
+    let config = support::script_config(&dir, &turns, "");
     let state = StateDir::at(dir.join("state"));
     let request = NewRunRequest {
         workspace: repo.to_path_buf(),
@@ -159,41 +112,10 @@ fn run_agent(root: &Path, repo: &Path, calls: usize, policy: Option<&Path>, roun
         },
         config: Some(config),
     };
-    let prepared = create::prepare(&request).unwrap();
-    let (lease, _) = create::create(&state, &prepared).unwrap();
-    let session_id = prepared.new.meta.id.clone();
-    let run_id = prepared.new.run.id.clone();
-    let paths = state.session(&session_id);
-    let cancel = AtomicBool::new(false);
-    let execution = Execution {
-        state: &state,
-        session_id: &session_id,
-        paths: &paths,
-        definition: &prepared.lock.definition,
-        capabilities: &prepared.lock.capabilities,
-        mcp_tools: &[],
-        mcp: None,
-        lsp: None,
-        pass_env: &prepared.merged.pass_env,
-        tool_rules: &prepared.merged.mcp_tools,
-        fence: prepared.merged.fence(),
-        workspace_root: &prepared.binding.root,
-        provider: std::sync::Arc::clone(&prepared.provider),
-        provider_info: None,
-        parallel_tools: 1,
-        cancel: &cancel,
-        plan: None,
-        compaction: None,
-        protected: &[],
-    };
-    let start = Instant::now();
-    let ending = agent_loop::execute(&execution, &run_id, &mut Discard).unwrap();
-    let secs = start.elapsed().as_secs_f64();
-    drop(lease);
-    match ending {
-        Ending::Finished(result) => assert_eq!(result.status.name(), "completed"),
-        other => panic!("bench run did not finish: {other:?}"),
-    }
+    let prepared = support::session(&state, &request);
+    let secs = support::run_to_end(&prepared);
+    let (paths, run_id) = (prepared.paths.clone(), prepared.run_id.clone());
+    drop(prepared);
     // Every call ran (and, when fenced, ran fenced).
     let journal = std::fs::read_to_string(paths.run(&run_id).journal()).unwrap();
     let errors = journal.matches("\"isError\":true").count();
@@ -214,7 +136,6 @@ fn fence_build_secs(root: &Path, repo: &Path, calls: usize, policy: FencePolicy)
         workspace: repo,
         home: &home,
         tmp: &tmp,
-        protected: &[],
     };
     let start = Instant::now();
     for _ in 0..calls {
@@ -252,7 +173,6 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
             mcp: None,
             lsp: None,
             task: None,
-            protected: &[],
         };
         let call = kxen::tools::REGISTRY
             .admit("exec", &args, &capabilities)
@@ -262,20 +182,4 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
         assert_eq!(out.fence.is_some(), fence.is_fenced());
     }
     start.elapsed().as_secs_f64()
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?} failed");
 }

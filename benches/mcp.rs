@@ -11,7 +11,8 @@
 //!
 //! 3. The same N calls with the server over Streamable HTTP (`server.py --http`, SSE answers, as
 //!    the SDK serves by default) against the floor of N `tools/call` POSTs made directly by a
-//!    minimal client (ureq, one keep-alive agent, the session header) plus the fsync floor.
+//!    minimal client (ureq, one keep-alive agent, the session header, each answer read up to
+//!    the event that carries the response, as a client does) plus the fsync floor.
 //!    Target: ≤ 1.3×.
 //! 4. Connect + handshake + `tools/list` to that running server, kxen-agent vs the official
 //!    Python client (`mcp.client.streamable_http` + `ClientSession`), timed inside its process.
@@ -23,16 +24,16 @@
 #![allow(clippy::disallowed_methods)] // a bench writes its own scratch files
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use kxen::policy::PolicyFlags;
-use kxen::run::agent_loop::{self, Ending, Execution};
-use kxen::run::create::{self, NewRunRequest};
-use kxen::run::events::Discard;
+use kxen::run::create::NewRunRequest;
 use kxen::state::StateDir;
+
+mod support;
+use support::{env_num, fsync_floor, median};
 
 fn main() {
     let calls: usize = env_num("KXEN_BENCH_CALLS", 1000);
@@ -41,11 +42,7 @@ fn main() {
         eprintln!("mcp bench: SKIPPED, needs python3 with the MCP SDK (pip install mcp)");
         return;
     };
-    let base = std::env::var_os("KXEN_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
-    std::fs::create_dir_all(&base).unwrap();
-    let tmp = tempfile::tempdir_in(&base).unwrap();
+    let tmp = support::scratch();
     let root = tmp.path();
     let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp/server.py");
     let argv = [python.clone(), server.to_str().unwrap().to_string()];
@@ -179,7 +176,9 @@ impl Drop for HttpServer {
 }
 
 /// The floor over HTTP: a handshake (not timed), then `calls` `tools/call` POSTs of `echo` by a
-/// minimal client (one keep-alive ureq agent, the session header, the SSE body read whole).
+/// minimal client: one keep-alive ureq agent, the session header, and of an SSE answer only the
+/// lines up to the event that carries the response (as any client stops there: the SDK's server
+/// keeps such a stream open a while after it, which reading it to its end would time).
 fn http_round_trips(url: &str, calls: usize) -> f64 {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -201,7 +200,15 @@ fn http_round_trips(url: &str, calls: usize) -> f64 {
             .headers()
             .get("mcp-session-id")
             .map(|v| v.to_str().unwrap().to_string());
-        let text = response.body_mut().read_to_string().unwrap_or_default();
+        let sse = response
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.to_str().unwrap_or("").starts_with("text/event-stream"));
+        let text = if sse {
+            response_event(BufReader::new(response.body_mut().as_reader()))
+        } else {
+            response.body_mut().read_to_string().unwrap_or_default()
+        };
         (session, text)
     };
     let (session, init) = post(
@@ -225,6 +232,23 @@ fn http_round_trips(url: &str, calls: usize) -> f64 {
         assert!(text.contains("\"result\""), "{text}");
     }
     start.elapsed().as_secs_f64()
+}
+
+/// The `data:` line of the first event of an SSE stream that answers a request (a `result` or an
+/// `error`); the rest of the stream is left unread. Empty if the stream ends first.
+fn response_event(mut body: impl BufRead) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if body.read_line(&mut line).unwrap_or(0) == 0 {
+            return String::new();
+        }
+        if let Some(data) = line.strip_prefix("data:")
+            && (data.contains("\"result\"") || data.contains("\"error\""))
+        {
+            return data.trim().to_string();
+        }
+    }
 }
 
 /// The official Python client's connect + initialize + list_tools over Streamable HTTP, timed
@@ -265,13 +289,6 @@ anyio.run(main)
         .unwrap()
 }
 
-fn env_num(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn python() -> Option<String> {
     let out = Command::new("python3")
         .args([
@@ -295,40 +312,15 @@ fn server_entry(argv: &[String]) -> String {
 /// Creates a Session granted `mcp__fx__echo` of server table `entry` and runs `calls` calls;
 /// (seconds, appends, bytes).
 fn run_agent(root: &Path, entry: &str, calls: usize) -> (f64, usize, usize) {
-    let repo = root.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("a.txt"), "alpha\n").unwrap();
-    git(&repo, &["init", "-q"]);
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "bench"]);
-    let agent = root.join("agent.yaml");
-    std::fs::write(
-        &agent,
-        "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: bench}\nspec:\n  \
-         objective: Echo many times.\n  instructions: [Echo.]\n  successCriteria: []\n  \
-         capabilities: {required: [mcp__fx__echo], optional: []}\n  execution: {maxTurns: 1024, maxRepeatedCalls: 0}\n  \
-         output: {format: text, requiredFields: []}\n",
-    )
-    .unwrap();
-    let mut script = String::new();
-    for i in 0..calls {
-        script.push_str(&format!(
-            "{{\"text\":\"\",\"toolCalls\":[{{\"id\":\"call_{i}\",\"name\":\"mcp__fx__echo\",\"arguments\":{{\"text\":\"echo {i}\"}}}}],\"usage\":{{\"inputTokens\":1,\"outputTokens\":1}}}}\n"
-        ));
-    }
-    script.push_str("{\"text\":\"done\"}\n");
-    std::fs::write(root.join("turns.jsonl"), script).unwrap();
-    let config = root.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[providers.s]\nkind = \"script\"\npath = \"turns.jsonl\"\n[roles]\nexecution = \"s\"\n\n{entry}"
-        ),
-    )
-    .unwrap();
+    let repo = support::repo(root);
+    let agent = support::agent(root, "mcp__fx__echo", 1024);
+    let turns = support::turns(calls, "mcp__fx__echo", |i| {
+        format!(r#"{{"text":"echo {i}"}}"#)
+    });
+    let config = support::script_config(root, &turns, entry);
     let state = StateDir::at(root.join("state"));
     let request = NewRunRequest {
-        workspace: repo.clone(),
+        workspace: repo,
         task: "echo many times".into(),
         agent: Some(agent),
         policy: PolicyFlags {
@@ -337,45 +329,12 @@ fn run_agent(root: &Path, entry: &str, calls: usize) -> (f64, usize, usize) {
         },
         config: Some(config),
     };
-    let mut prepared = create::prepare(&request).unwrap();
-    create::grant_mcp(&mut prepared, &state).unwrap();
-    let (lease, _) = create::create(&state, &prepared).unwrap();
-    let session_id = prepared.new.meta.id.clone();
-    let run_id = prepared.new.run.id.clone();
-    let paths = state.session(&session_id);
-    let cancel = AtomicBool::new(false);
-    let tool_names = prepared.lock.tool_names();
-    let execution = Execution {
-        state: &state,
-        session_id: &session_id,
-        paths: &paths,
-        definition: &prepared.lock.definition,
-        capabilities: &tool_names,
-        mcp_tools: &prepared.lock.mcp_tools,
-        mcp: prepared.mcp.as_ref(),
-        lsp: None,
-        pass_env: &prepared.merged.pass_env,
-        tool_rules: &prepared.merged.mcp_tools,
-        fence: prepared.merged.fence(),
-        workspace_root: &prepared.binding.root,
-        provider: std::sync::Arc::clone(&prepared.provider),
-        provider_info: None,
-        parallel_tools: 1,
-        cancel: &cancel,
-        plan: None,
-        compaction: None,
-        protected: &[],
-    };
+    let prepared = support::session(&state, &request);
     // The server is already running (it was started and listed at creation), so the timer
     // measures calls, as the floor does.
-    let start = Instant::now();
-    let ending = agent_loop::execute(&execution, &run_id, &mut Discard).unwrap();
-    let secs = start.elapsed().as_secs_f64();
-    drop(lease);
-    match ending {
-        Ending::Finished(result) => assert_eq!(result.status.name(), "completed"),
-        other => panic!("bench run did not finish: {other:?}"),
-    }
+    let secs = support::run_to_end(&prepared);
+    let (paths, run_id) = (prepared.paths.clone(), prepared.run_id.clone());
+    drop(prepared);
     let journal = std::fs::read_to_string(paths.run(&run_id).journal()).unwrap();
     let messages = std::fs::read_to_string(paths.messages()).unwrap();
     assert_eq!(journal.lines().count(), calls * 3);
@@ -491,35 +450,4 @@ anyio.run(main)
         .unwrap()
         .parse()
         .unwrap()
-}
-
-fn fsync_floor(root: &Path, appends: usize, line_len: usize) -> f64 {
-    let path = root.join("floor.jsonl");
-    let line = format!("{{\"x\":\"{}\"}}", "a".repeat(line_len.saturating_sub(9)));
-    let start = Instant::now();
-    for _ in 0..appends {
-        kxen::fsx::append_line(&path, &line).unwrap();
-    }
-    start.elapsed().as_secs_f64()
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    xs[xs.len() / 2]
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?} failed");
 }

@@ -22,10 +22,12 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use kxen::policy::PolicyFlags;
-use kxen::run::agent_loop::{self, Ending, Execution};
-use kxen::run::create::{self, NewRunRequest};
+use kxen::run::agent_loop::{self, Ending};
+use kxen::run::create::NewRunRequest;
 use kxen::run::events::Event;
 use kxen::state::StateDir;
+
+mod support;
 
 const SERVER_VAR: &str = "KXEN_BENCH_FAKE_OPENAI_CALLS";
 const WINDOW: usize = 100;
@@ -35,11 +37,7 @@ fn main() {
         serve(calls.parse().unwrap());
         return;
     }
-    let calls: usize = std::env::var("KXEN_BENCH_CALLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000)
-        .max(2 * WINDOW);
+    let calls = support::env_num("KXEN_BENCH_CALLS", 1000).max(2 * WINDOW);
     let mut server = Command::new(std::env::current_exe().unwrap())
         .env(SERVER_VAR, calls.to_string())
         .stdout(Stdio::piped())
@@ -74,40 +72,8 @@ fn main() {
 /// Runs `calls` tool calls; returns the process CPU seconds before the first turn and after
 /// each, and the wall time.
 fn run_agent(root: &Path, url: &str, calls: usize) -> (Vec<f64>, f64) {
-    let repo = root.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("a.txt"), "alpha\n").unwrap();
-    for args in [
-        &["init", "-q"][..],
-        &["add", "-A"],
-        &["commit", "-q", "-m", "bench"],
-    ] {
-        let ok = Command::new("git")
-            .args(args)
-            .current_dir(&repo)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "bench")
-            .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
-            .env("GIT_COMMITTER_NAME", "bench")
-            .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-    }
-    let agent = root.join("agent.yaml");
-    std::fs::write(
-        &agent,
-        format!(
-            "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {{name: bench}}\nspec:\n  \
-             objective: Read a file many times.\n  instructions: [Read.]\n  successCriteria: []\n  \
-             capabilities: {{required: [read], optional: []}}\n  execution: {{maxTurns: {}, maxRepeatedCalls: 0}}\n  \
-             output: {{format: text, requiredFields: []}}\n",
-            calls + 8
-        ),
-    )
-    .unwrap();
+    let repo = support::repo(root);
+    let agent = support::agent(root, "read", calls + 8);
     let config = root.join("config.toml");
     std::fs::write(
         &config,
@@ -122,33 +88,10 @@ fn run_agent(root: &Path, url: &str, calls: usize) -> (Vec<f64>, f64) {
         policy: PolicyFlags::default(),
         config: Some(config),
     };
-    let prepared = create::prepare(&request).unwrap();
-    let (lease, _) = create::create(&state, &prepared).unwrap();
-    let session_id = prepared.new.meta.id.clone();
-    let run_id = prepared.new.run.id.clone();
-    let paths = state.session(&session_id);
+    let prepared = support::session(&state, &request);
+    let run_id = prepared.run_id.clone();
     let cancel = AtomicBool::new(false);
-    let execution = Execution {
-        state: &state,
-        session_id: &session_id,
-        paths: &paths,
-        definition: &prepared.lock.definition,
-        capabilities: &prepared.lock.capabilities,
-        mcp_tools: &[],
-        mcp: None,
-        lsp: None,
-        pass_env: &prepared.merged.pass_env,
-        tool_rules: &prepared.merged.mcp_tools,
-        fence: prepared.merged.fence(),
-        workspace_root: &prepared.binding.root,
-        provider: std::sync::Arc::clone(&prepared.provider),
-        provider_info: None,
-        parallel_tools: 1,
-        cancel: &cancel,
-        plan: None,
-        compaction: None,
-        protected: &[],
-    };
+    let execution = prepared.execution(&cancel);
     let mut cpu = vec![cpu_seconds()];
     let mut sink = |event: Event| {
         if let Event::ToolFinished { .. } = event {
@@ -158,7 +101,7 @@ fn run_agent(root: &Path, url: &str, calls: usize) -> (Vec<f64>, f64) {
     let start = Instant::now();
     let ending = agent_loop::execute(&execution, &run_id, &mut sink).unwrap();
     let wall = start.elapsed().as_secs_f64();
-    drop(lease);
+    drop(prepared);
     match ending {
         Ending::Finished(result) => assert_eq!(result.status.name(), "completed"),
         other => panic!("bench run did not finish: {other:?}"),

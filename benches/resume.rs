@@ -30,6 +30,8 @@ use kxen::run::resume::{self, ResumeRequest};
 use kxen::state::StateDir;
 use serde_json::{Value, json};
 
+mod support;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--child") {
@@ -220,25 +222,8 @@ fn child_resume(root: &Path) -> f64 {
     let first = Arc::new(FirstCall(Mutex::new(None)));
     let cancel = std::sync::atomic::AtomicBool::new(false);
     let execution = Execution {
-        state: &f.state,
-        session_id: &f.session,
-        paths: &resumed.paths,
-        definition: &resumed.meta.lock.definition,
-        capabilities: &resumed.meta.lock.capabilities,
-        mcp_tools: &[],
-        mcp: None,
-        lsp: None,
-        pass_env: &resumed.merged.pass_env,
-        tool_rules: &resumed.merged.mcp_tools,
-        fence: resumed.merged.fence(),
-        workspace_root: &resumed.meta.workspace.root,
         provider: first.clone(),
-        provider_info: None,
-        parallel_tools: 1,
-        cancel: &cancel,
-        plan: None,
-        compaction: None,
-        protected: &[],
+        ..resumed.execution(&cancel)
     };
     agent_loop::execute(&execution, &resumed.run_id, &mut Discard).unwrap();
     let at = first.0.lock().unwrap().expect("the model was called");
@@ -248,38 +233,12 @@ fn child_resume(root: &Path) -> f64 {
 /// Creates the Session and replaces its history with `messages` messages and `records` journal
 /// records (a consistent history: every call answered and settled). Returns the JSONL bytes.
 fn build(root: &Path, messages: usize, records: usize) -> usize {
-    let repo = root.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("a.txt"), "alpha\n").unwrap();
-    for args in [
-        &["init", "-q"][..],
-        &["add", "-A"],
-        &["commit", "-q", "-m", "bench"],
-    ] {
-        let ok = Command::new("git")
-            .args(args)
-            .current_dir(&repo)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "b")
-            .env("GIT_AUTHOR_EMAIL", "b@example.invalid")
-            .env("GIT_COMMITTER_NAME", "b")
-            .env("GIT_COMMITTER_EMAIL", "b@example.invalid")
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-    }
+    let repo = support::repo(root);
     let agent = root.join("agent.yaml");
     std::fs::write(&agent, "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: bench}\nspec:\n  objective: o\n  instructions: [i]\n  capabilities: {required: [read]}\n  execution: {maxTurns: 1024, maxPureRetries: 0}\n").unwrap();
-    std::fs::write(root.join("turns.jsonl"), "{\"text\":\"x\"}\n").unwrap();
-    let config = root.join("config.toml");
-    std::fs::write(
-        &config,
-        "[providers.s]\nkind = \"script\"\npath = \"turns.jsonl\"\n[roles]\nexecution = \"s\"\n",
-    )
-    .unwrap();
+    let config = support::script_config(root, "{\"text\":\"x\"}\n", "");
     let state = StateDir::at(root.join("state"));
-    let prepared = create::prepare(&NewRunRequest {
+    let draft = create::prepare(&NewRunRequest {
         workspace: repo,
         task: "bench".into(),
         agent: Some(agent),
@@ -287,17 +246,18 @@ fn build(root: &Path, messages: usize, records: usize) -> usize {
         config: Some(config),
     })
     .unwrap();
-    let (lease, _) = create::create(&state, &prepared).unwrap();
-    drop(lease);
-    let session = prepared.new.meta.id.clone();
-    let run = prepared.new.run.id.clone();
+    let task = draft.new.task.clone();
+    let (prepared, _) = create::create(&state, draft).unwrap();
+    let session = prepared.meta.id.clone();
+    let run = prepared.run_id.clone();
+    drop(prepared);
     let paths = state.session(&session);
 
     // Messages: the task, then (assistant with one read call, tool answer) pairs. They belong to
     // an earlier run of the Session, so this run's turn budget is not spent by them.
     let earlier = "run_0000000000aaaaaaaaaaaaaaaa";
     let mut msg_lines = Chained::default();
-    msg_lines.push(&serde_json::to_value(&prepared.new.task).unwrap());
+    msg_lines.push(&serde_json::to_value(&task).unwrap());
     let pairs = (messages - 1) / 2;
     let ops = records / 3;
     let mut journal = Chained::default();

@@ -263,10 +263,9 @@ fn creation(dir: &Path) {
     let start = Instant::now();
     let mut parent = None;
     for _ in 0..N {
-        let prepared = create::prepare(&request).unwrap();
-        let (lease, _) = create::create(&state, &prepared).unwrap();
-        drop(lease);
-        parent = Some(prepared.new);
+        let draft = create::prepare(&request).unwrap();
+        let (prepared, _) = create::create(&state, draft).unwrap();
+        parent = Some((prepared.meta.id.clone(), prepared.run_id.clone()));
     }
     let top = start.elapsed() / N as u32;
     let parent = parent.unwrap();
@@ -278,8 +277,8 @@ fn creation(dir: &Path) {
     for _ in 0..N {
         let child = children::plan("task").unwrap();
         let origin = Origin {
-            parent_session_id: &parent.meta.id,
-            parent_run_id: &parent.run.id,
+            parent_session_id: &parent.0,
+            parent_run_id: &parent.1,
             op_id: "op_01bench000000000000000000",
             child: &child,
             remaining: Remaining {
