@@ -37,6 +37,7 @@ pub mod session;
 pub mod state;
 pub mod sync;
 pub mod templates;
+pub mod text;
 pub mod tools;
 
 pub use error::{Error, ErrorKind, Result};

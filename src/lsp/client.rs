@@ -678,7 +678,7 @@ fn read_messages(
             Err(e) => {
                 return end(format!(
                     "the server wrote something that is not an LSP message: {}",
-                    crate::run::events::preview(&e.to_string(), 160)
+                    crate::text::preview(&e.to_string(), 160)
                 ));
             }
         };

@@ -462,7 +462,7 @@ impl Client {
                 Ok(Incoming::Garbage(line)) => {
                     let why = self.broke(format!(
                         "the server wrote something that is not a JSON-RPC message on stdout: {}",
-                        crate::run::events::preview(&line, 120)
+                        crate::text::preview(&line, 120)
                     ));
                     return Err(Failure::Broken(why));
                 }

@@ -43,7 +43,7 @@ pub fn tool_error(server: &str, t: &Value) -> Option<String> {
     let Some(name) = t["name"].as_str() else {
         return Some(format!("a tool's name is not a string: {}", t["name"]));
     };
-    let shown = crate::run::events::preview(&format!("{name:?}"), 80);
+    let shown = crate::text::preview(&format!("{name:?}"), 80);
     if name.is_empty()
         || !name
             .chars()
@@ -71,7 +71,7 @@ pub fn tool_error(server: &str, t: &Value) -> Option<String> {
         Some(Value::Object(schema)) if schema.get("type") == Some(&Value::from("object")) => None,
         Some(other) => Some(format!(
             "tool {shown}: its inputSchema is not a JSON Schema of type \"object\": {}",
-            crate::run::events::preview(&other.to_string(), 80)
+            crate::text::preview(&other.to_string(), 80)
         )),
     }
 }

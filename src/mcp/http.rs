@@ -166,7 +166,7 @@ impl HttpClient {
         if !HTTP_VERSIONS.contains(&version) {
             return Err(format!(
                 "the server speaks protocol version {}; kxen-agent speaks Streamable HTTP in {}",
-                crate::run::events::preview(&format!("{version:?}"), 40),
+                crate::text::preview(&format!("{version:?}"), 40),
                 HTTP_VERSIONS.join(", ")
             ));
         }
@@ -475,7 +475,7 @@ impl Wire {
                     return Err(PostError::Broken(format!(
                         "the server answered with content type {} (neither application/json nor \
                          text/event-stream)",
-                        crate::run::events::preview(&format!("{other:?}"), 60)
+                        crate::text::preview(&format!("{other:?}"), 60)
                     )));
                 }
             };
@@ -502,7 +502,7 @@ impl Wire {
             .get("location")
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default();
-        let shown = crate::run::events::preview(&format!("{location:?}"), 120);
+        let shown = crate::text::preview(&format!("{location:?}"), 120);
         let Ok(next) = from.join(location) else {
             return Err(PostError::NotSent(format!(
                 "the server redirected (HTTP {status}) to {shown}, which is not a URL"
@@ -513,7 +513,7 @@ impl Wire {
                 "the server redirected (HTTP {status}) to another origin, {}; kxen-agent does \
                  not follow it (the request and its token stay with the configured server): \
                  put the new address in `url`",
-                crate::run::events::preview(&next.origin().ascii_serialization(), 120)
+                crate::text::preview(&next.origin().ascii_serialization(), 120)
             )));
         }
         if !matches!(status, 307 | 308) {
@@ -555,7 +555,7 @@ impl Wire {
             let message: Value = serde_json::from_str(&event.data).map_err(|_| {
                 PostError::Broken(format!(
                     "the server's event stream carried something that is not JSON: {}",
-                    crate::run::events::preview(&event.data, 120)
+                    crate::text::preview(&event.data, 120)
                 ))
             })?;
             for message in messages(message) {
@@ -621,7 +621,7 @@ fn json_answer(
     let value: Value = serde_json::from_slice(&bytes).map_err(|_| {
         PostError::Broken(format!(
             "the server's answer is not JSON: {}",
-            crate::run::events::preview(&String::from_utf8_lossy(&bytes), 120)
+            crate::text::preview(&String::from_utf8_lossy(&bytes), 120)
         ))
     })?;
     let mut ids = Vec::new();
@@ -629,7 +629,7 @@ fn json_answer(
         if is_answer_to(&message, id) {
             return Ok(message);
         }
-        ids.push(crate::run::events::preview(&message["id"].to_string(), 40));
+        ids.push(crate::text::preview(&message["id"].to_string(), 40));
     }
     Err(PostError::Broken(format!(
         "the server's answer is not the answer to request {id} (it answers id {})",
@@ -659,7 +659,7 @@ fn error_body(mut response: ureq::http::Response<ureq::Body>) -> String {
     // Redacted whole before it is cut (a secret straddling the cut would keep its head).
     format!(
         ": {}",
-        crate::run::events::preview(&crate::redact::redact(text), EXCERPT)
+        crate::text::preview(&crate::redact::redact(text), EXCERPT)
     )
 }
 

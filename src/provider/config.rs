@@ -62,6 +62,10 @@ use crate::error::{Error, ErrorKind, Result};
 /// Provider timeout when `timeout_ms` is not given: generous, since local models can be slow.
 pub const DEFAULT_PROVIDER_TIMEOUT_MS: u64 = 300_000;
 
+/// How many calls may run together when the config does not say (`[tools] parallel`; the run's
+/// batches: `crate::run::agent_loop`).
+pub const DEFAULT_PARALLEL_TOOLS: usize = 4;
+
 /// Where the config path came from (for error messages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigSource {
@@ -584,7 +588,7 @@ impl ModelConfig {
                     roles: BTreeMap::new(),
                     mcp_servers: BTreeMap::new(),
                     lsp_servers: BTreeMap::new(),
-                    parallel_tools: crate::run::agent_loop::DEFAULT_PARALLEL_TOOLS,
+                    parallel_tools: DEFAULT_PARALLEL_TOOLS,
                 });
             }
             Err(e) => {
@@ -671,7 +675,7 @@ impl ModelConfig {
             ))
         })?;
         let parallel_tools = match file.tools.parallel {
-            None => crate::run::agent_loop::DEFAULT_PARALLEL_TOOLS,
+            None => DEFAULT_PARALLEL_TOOLS,
             Some(n @ 1..=64) => n,
             Some(n) => {
                 return Err(Error::invalid(format!(
@@ -851,12 +855,12 @@ impl ModelConfig {
         }
     }
 
-    /// The `[mcp.servers.NAME]` tables.
-    /// `[tools] parallel` (default [`crate::run::agent_loop::DEFAULT_PARALLEL_TOOLS`]).
+    /// `[tools] parallel` (default [`DEFAULT_PARALLEL_TOOLS`]).
     pub fn parallel_tools(&self) -> usize {
         self.parallel_tools
     }
 
+    /// The `[mcp.servers.NAME]` tables.
     pub fn mcp_servers(&self) -> &BTreeMap<String, crate::mcp::ServerConfig> {
         &self.mcp_servers
     }

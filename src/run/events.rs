@@ -169,13 +169,7 @@ impl EventSink for Discard {
     fn emit(&mut self, _event: Event) {}
 }
 
-/// The first `max` characters of `text`, with a note when cut.
-pub fn preview(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        None => text.to_string(),
-        Some((cut, _)) => format!("{}… [{} more bytes]", &text[..cut], text.len() - cut),
-    }
-}
+pub use crate::text::preview;
 
 #[cfg(test)]
 mod tests {

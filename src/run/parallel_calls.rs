@@ -30,8 +30,7 @@ use crate::session::run_record::RunState;
 use crate::tools::task::TaskRunner;
 use crate::tools::{self, OperationMark, ToolContext, ToolOutput};
 
-/// How many calls may run together when the config does not say (`[tools] parallel`).
-pub const DEFAULT_PARALLEL_TOOLS: usize = 4;
+pub use crate::provider::config::DEFAULT_PARALLEL_TOOLS;
 
 /// How many of `calls` (from the first) form one batch: consecutive parallel-safe calls, at
 /// most `limit`. 1 means "run the first call alone".
