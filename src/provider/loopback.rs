@@ -1,6 +1,8 @@
-//! A real HTTP/1.1 server on 127.0.0.1 for the network providers' unit tests: each connection
-//! carries one request, answered by a handler that sees every request (and how many came
-//! before); what it received goes to a channel.
+//! A real HTTP/1.1 server on 127.0.0.1 for the network providers' tests: the unit tests here and
+//! the run tests of `tests/it` (which include this file, `tests/it/fake_model.rs`). Each
+//! connection carries one request, recorded byte for byte and answered by a handler that sees
+//! every request (and how many came before), on a thread of its own so that a slow stream holds
+//! up no other connection.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -14,10 +16,15 @@ use serde_json::Value;
 pub struct Seen {
     pub request_line: String,
     pub headers: Vec<(String, String)>,
+    /// The body exactly as sent.
     pub body: Vec<u8>,
 }
 
 impl Seen {
+    /// The request target (`/v1/messages`).
+    pub fn path(&self) -> &str {
+        self.request_line.split_whitespace().nth(1).unwrap_or("")
+    }
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -50,34 +57,51 @@ pub enum Reply {
 }
 
 impl Reply {
-    pub fn json(status: u16, body: impl Into<String>) -> Reply {
+    /// A JSON body (`&str`, `String` or `&serde_json::Value`).
+    pub fn json(status: u16, body: impl ToString) -> Reply {
         Reply::Full {
             status,
             headers: vec![("Content-Type", "application/json".into())],
-            body: body.into(),
+            body: body.to_string(),
         }
     }
 }
 
 /// Serves requests until the test ends; `handler(n, request)` answers the `n`-th (from 0).
+/// Returns `http://127.0.0.1:PORT` and what the server received, request by request.
 pub fn serve(
-    mut handler: impl FnMut(usize, &Seen) -> Reply + Send + 'static,
+    handler: impl FnMut(usize, &Seen) -> Reply + Send + 'static,
 ) -> (String, mpsc::Receiver<Seen>) {
+    let (tx, rx) = mpsc::channel();
+    let url = serve_each(handler, move |seen| {
+        let _ = tx.send(seen.clone());
+    });
+    (url, rx)
+}
+
+/// [`serve`], with `record` seeing each request before it is answered.
+pub fn serve_each(
+    mut handler: impl FnMut(usize, &Seen) -> Reply + Send + 'static,
+    mut record: impl FnMut(&Seen) + Send + 'static,
+) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        for (n, stream) in listener.incoming().enumerate() {
+        let mut n = 0;
+        for stream in listener.incoming() {
             let Ok(stream) = stream else { return };
             let Some(seen) = read_request(&stream) else {
                 continue;
             };
+            record(&seen);
             let reply = handler(n, &seen);
-            let _ = tx.send(seen);
-            let _ = answer(stream, reply);
+            n += 1;
+            std::thread::spawn(move || {
+                let _ = answer(stream, reply);
+            });
         }
     });
-    (format!("http://{addr}"), rx)
+    format!("http://{addr}")
 }
 
 fn read_request(stream: &std::net::TcpStream) -> Option<Seen> {
@@ -87,7 +111,9 @@ fn read_request(stream: &std::net::TcpStream) -> Option<Seen> {
     let mut headers = Vec::new();
     loop {
         let mut line = String::new();
-        reader.read_line(&mut line).ok()?;
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
         let line = line.trim_end();
         if line.is_empty() {
             break;
