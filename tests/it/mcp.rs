@@ -56,7 +56,8 @@ fn count_file(env: &TestEnv) -> PathBuf {
     env.path().join("calls.txt")
 }
 
-fn calls(env: &TestEnv) -> Vec<String> {
+/// The lines the fixture server's tools wrote to the count file.
+pub(crate) fn calls(env: &TestEnv) -> Vec<String> {
     std::fs::read_to_string(count_file(env))
         .unwrap_or_default()
         .lines()
@@ -84,7 +85,8 @@ pub(crate) fn text_agent(env: &TestEnv, required: &str, optional: &str) -> PathB
     )
 }
 
-fn session_json(env: &TestEnv) -> Value {
+/// session.json of the one Session in the state dir.
+pub(crate) fn session_json(env: &TestEnv) -> Value {
     let sessions = env.state_dir().join("sessions");
     let dir = std::fs::read_dir(&sessions)
         .unwrap()
@@ -380,7 +382,7 @@ fn the_canary_reaches_the_server_only_through_both_pass_envs() {
 }
 
 /// Waits until the count file has `n` lines.
-fn wait_for_calls(env: &TestEnv, n: usize) {
+pub(crate) fn wait_for_calls(env: &TestEnv, n: usize) {
     let start = std::time::Instant::now();
     while calls(env).len() < n {
         assert!(
@@ -391,32 +393,81 @@ fn wait_for_calls(env: &TestEnv, n: usize) {
     }
 }
 
-#[test]
-fn sigkill_during_a_slow_call_is_unknown_resolved_and_never_repeated() {
-    let Some(py) = python() else { return };
-    let env = TestEnv::new();
+/// The one Session's id and its first run's.
+pub(crate) fn ids(env: &TestEnv) -> (String, String) {
+    let s = session_json(env);
+    (
+        s["id"].as_str().unwrap().to_string(),
+        s["firstRunId"].as_str().unwrap().to_string(),
+    )
+}
+
+/// The operation of `run show` in phase `outcomeUnknown`.
+pub(crate) fn unknown_op(env: &TestEnv, id: &str, run_id: &str) -> Value {
+    let show = env.run("kxen-agent", &["run", "show", id, run_id]);
+    show.expect(0);
+    show.jsonl()[0]["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["phase"] == "outcomeUnknown")
+        .unwrap_or_else(|| panic!("no UNKNOWN operation: {}", show.stdout))
+        .clone()
+}
+
+/// Records `output` as the outcome of the UNKNOWN operation `op`, then resumes the Session with
+/// `--allow-mcp --config cfg`; the run completes.
+pub(crate) fn resolve_and_resume(
+    env: &TestEnv,
+    (id, run_id): (&str, &str),
+    op: &Value,
+    output: &str,
+    cfg: &Path,
+) -> crate::env::Run {
+    let op_id = op["opId"].as_str().unwrap();
+    env.run(
+        "kxen-agent",
+        &["run", "resolve", id, run_id, op_id, "--output", output],
+    )
+    .expect(0);
+    let run = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            id,
+            "--allow-mcp",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    run
+}
+
+/// The run is killed during the slow call of the `fx` server of `servers` (its tools count their
+/// calls in `calls.txt`): the call is UNKNOWN (exit 7 on resume), its resolution is its result,
+/// and it never runs again.
+pub(crate) fn a_killed_slow_call_is_resolved_and_never_repeated(env: &TestEnv, servers: &str) {
     let repo = env.git_repo("repo", &[("README", "x\n")]);
     let cfg = config(
-        &env,
+        env,
         &[
             call(
                 "c1",
                 "mcp__fx__slow",
-                json!({"text": "create-pr", "seconds": 30}),
+                json!({"text": "create-pr", "seconds": 20}),
             ),
             call("c2", "mcp__fx__echo", json!({"text": "after"})),
             answer("done"),
         ],
-        &fixture_server(&env, &py, COUNTING),
+        servers,
     );
-    let agent = text_agent(&env, "mcp__fx__slow, mcp__fx__echo", "");
-    let mut child = spawn_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
-    wait_for_calls(&env, 1);
+    let agent = text_agent(env, "mcp__fx__slow, mcp__fx__echo", "");
+    let mut child = spawn_new(env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    wait_for_calls(env, 1);
     child.kill().unwrap();
     child.wait().unwrap();
-    let session = session_json(&env);
-    let id = session["id"].as_str().unwrap().to_string();
-    let run_id = session["firstRunId"].as_str().unwrap().to_string();
+    let (id, run_id) = ids(env);
     let resume = [
         "--resume",
         &id,
@@ -424,34 +475,10 @@ fn sigkill_during_a_slow_call_is_unknown_resolved_and_never_repeated() {
         "--config",
         cfg.to_str().unwrap(),
     ];
-    let run = env.run("kxen-agent", &resume);
-    run.expect(7);
-    let show = env.run("kxen-agent", &["run", "show", &id, &run_id]);
-    show.expect(0);
-    let shown = show.jsonl().remove(0);
-    let op = shown["operations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["phase"] == "outcomeUnknown")
-        .expect("the killed call is UNKNOWN")
-        .clone();
+    env.run("kxen-agent", &resume).expect(7);
+    let op = unknown_op(env, &id, &run_id);
     assert_eq!(op["tool"], "mcp__fx__slow");
-    env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "resolve",
-            &id,
-            &run_id,
-            op["opId"].as_str().unwrap(),
-            "--output",
-            "the PR exists",
-        ],
-    )
-    .expect(0);
-    let run = env.run("kxen-agent", &resume);
-    run.expect(0);
+    let run = resolve_and_resume(env, (&id, &run_id), &op, "the PR exists", &cfg);
     assert_eq!(
         tool_outputs(&run),
         [
@@ -460,7 +487,15 @@ fn sigkill_during_a_slow_call_is_unknown_resolved_and_never_repeated() {
         ],
         "the resolution is the slow call's result; it is not run again"
     );
-    assert_eq!(calls(&env), ["create-pr"], "the slow call ran exactly once");
+    assert_eq!(calls(env), ["create-pr"], "the slow call ran exactly once");
+}
+
+#[test]
+fn sigkill_during_a_slow_call_is_unknown_resolved_and_never_repeated() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let servers = fixture_server(&env, &py, COUNTING);
+    a_killed_slow_call_is_resolved_and_never_repeated(&env, &servers);
 }
 
 #[test]
@@ -480,37 +515,9 @@ fn a_server_crash_mid_call_is_unknown_and_the_server_restarts() {
     let agent = text_agent(&env, "mcp__fx__crash, mcp__fx__echo", "");
     let run = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
     run.expect(7);
-    let session = session_json(&env);
-    let id = session["id"].as_str().unwrap().to_string();
-    let run_id = session["firstRunId"].as_str().unwrap().to_string();
-    let show = env.run("kxen-agent", &["run", "show", &id, &run_id]);
-    let shown = show.jsonl().remove(0);
-    let op = &shown["operations"][0];
-    assert_eq!(op["phase"], "outcomeUnknown", "{shown}");
-    env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "resolve",
-            &id,
-            &run_id,
-            op["opId"].as_str().unwrap(),
-            "--output",
-            "it crashed",
-        ],
-    )
-    .expect(0);
-    let run = env.run(
-        "kxen-agent",
-        &[
-            "--resume",
-            &id,
-            "--allow-mcp",
-            "--config",
-            cfg.to_str().unwrap(),
-        ],
-    );
-    run.expect(0);
+    let (id, run_id) = ids(&env);
+    let op = unknown_op(&env, &id, &run_id);
+    let run = resolve_and_resume(&env, (&id, &run_id), &op, "it crashed", &cfg);
     assert_eq!(
         tool_outputs(&run),
         [
@@ -624,18 +631,8 @@ fn a_cancel_during_a_call_notifies_the_server_then_kills_it_and_is_unknown() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let session = session_json(&env);
-    let show = env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "show",
-            session["id"].as_str().unwrap(),
-            session["firstRunId"].as_str().unwrap(),
-        ],
-    );
-    let op = &show.jsonl()[0]["operations"][0];
-    assert_eq!(op["phase"], "outcomeUnknown", "{op}");
+    let (id, run_id) = ids(&env);
+    unknown_op(&env, &id, &run_id);
     assert_eq!(calls(&env), ["once"]);
 }
 
@@ -795,38 +792,9 @@ fn a_cancel_reaches_the_server_and_its_process_group_is_killed() {
         process_gone(&grandchild),
         "the server's process group was not killed: {grandchild} still runs"
     );
-    let session = session_json(&env);
-    let (id, run_id) = (
-        session["id"].as_str().unwrap().to_string(),
-        session["firstRunId"].as_str().unwrap().to_string(),
-    );
-    let show = env.run("kxen-agent", &["run", "show", &id, &run_id]);
-    let op = show.jsonl()[0]["operations"][0].clone();
-    assert_eq!(op["phase"], "outcomeUnknown", "{op}");
-    env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "resolve",
-            &id,
-            &run_id,
-            op["opId"].as_str().unwrap(),
-            "--output",
-            "no PR",
-        ],
-    )
-    .expect(0);
-    let done = env.run(
-        "kxen-agent",
-        &[
-            "--resume",
-            &id,
-            "--allow-mcp",
-            "--config",
-            cfg.to_str().unwrap(),
-        ],
-    );
-    done.expect(0);
+    let (id, run_id) = ids(&env);
+    let op = unknown_op(&env, &id, &run_id);
+    let done = resolve_and_resume(&env, (&id, &run_id), &op, "no PR", &cfg);
     assert_eq!(
         tool_outputs(&done),
         [
@@ -881,14 +849,8 @@ fn a_call_past_timeout_ms_is_unknown_and_the_server_restarts() {
         process_gone(&grandchild),
         "{grandchild} outlived the timeout"
     );
-    let session = session_json(&env);
-    let (id, run_id) = (
-        session["id"].as_str().unwrap().to_string(),
-        session["firstRunId"].as_str().unwrap().to_string(),
-    );
-    let show = env.run("kxen-agent", &["run", "show", &id, &run_id]);
-    let op = show.jsonl()[0]["operations"][0].clone();
-    assert_eq!(op["phase"], "outcomeUnknown", "{op}");
+    let (id, run_id) = ids(&env);
+    let op = unknown_op(&env, &id, &run_id);
     assert!(
         op["unknownReason"]
             .as_str()
@@ -896,30 +858,7 @@ fn a_call_past_timeout_ms_is_unknown_and_the_server_restarts() {
             .contains("no answer within 20000 ms"),
         "{op}"
     );
-    env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "resolve",
-            &id,
-            &run_id,
-            op["opId"].as_str().unwrap(),
-            "--output",
-            "timed out",
-        ],
-    )
-    .expect(0);
-    let done = env.run(
-        "kxen-agent",
-        &[
-            "--resume",
-            &id,
-            "--allow-mcp",
-            "--config",
-            cfg.to_str().unwrap(),
-        ],
-    );
-    done.expect(0);
+    let done = resolve_and_resume(&env, (&id, &run_id), &op, "timed out", &cfg);
     assert_eq!(
         tool_outputs(&done)[1],
         ("mcp__fx__echo".into(), "after the timeout".into(), false)

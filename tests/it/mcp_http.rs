@@ -5,10 +5,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::env::TestEnv;
-use crate::mcp::{config, python, text_agent, tool_outputs};
+use crate::mcp::{
+    calls, config, ids, python, session_json, text_agent, tool_outputs, unknown_op, wait_for_calls,
+};
 use crate::run_support::*;
 
 /// A running `server.py --http`; killed when dropped.
@@ -131,63 +133,12 @@ pub(crate) fn http_entry(url: &str, extra: &str) -> String {
     format!("[mcp.servers.fx]\nurl = {url:?}\ntimeout_ms = 30000\n{extra}")
 }
 
-fn calls(env: &TestEnv) -> Vec<String> {
-    std::fs::read_to_string(env.path().join("calls.txt"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 fn http_log(env: &TestEnv) -> Vec<String> {
     std::fs::read_to_string(env.path().join("http.log"))
         .unwrap_or_default()
         .lines()
         .map(str::to_string)
         .collect()
-}
-
-fn session_json(env: &TestEnv) -> Value {
-    let sessions = env.state_dir().join("sessions");
-    let dir = std::fs::read_dir(&sessions)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    serde_json::from_slice(&std::fs::read(dir.join("session.json")).unwrap()).unwrap()
-}
-
-fn ids(env: &TestEnv) -> (String, String) {
-    let s = session_json(env);
-    (
-        s["id"].as_str().unwrap().to_string(),
-        s["firstRunId"].as_str().unwrap().to_string(),
-    )
-}
-
-fn wait_for_calls(env: &TestEnv, n: usize) {
-    let start = Instant::now();
-    while calls(env).len() < n {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the server never got the call"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The operation of `run show` in phase `outcomeUnknown`.
-fn unknown_op(env: &TestEnv, id: &str, run_id: &str) -> Value {
-    let show = env.run("kxen-agent", &["run", "show", id, run_id]);
-    show.expect(0);
-    show.jsonl()[0]["operations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["phase"] == "outcomeUnknown")
-        .unwrap_or_else(|| panic!("no UNKNOWN operation: {}", show.stdout))
-        .clone()
 }
 
 #[test]
@@ -448,59 +399,10 @@ fn sigkill_during_a_slow_http_call_is_unknown_resolved_and_never_repeated() {
     let Some(py) = python() else { return };
     let env = TestEnv::new();
     let server = HttpServer::start(&env, &py, &ServerOptions::default());
-    let repo = env.git_repo("repo", &[("README", "x\n")]);
-    let cfg = config(
+    crate::mcp::a_killed_slow_call_is_resolved_and_never_repeated(
         &env,
-        &[
-            call(
-                "c1",
-                "mcp__fx__slow",
-                json!({"text": "create-pr", "seconds": 20}),
-            ),
-            call("c2", "mcp__fx__echo", json!({"text": "after"})),
-            answer("done"),
-        ],
         &http_entry(&server.url(), ""),
     );
-    let agent = text_agent(&env, "mcp__fx__slow, mcp__fx__echo", "");
-    let mut child = spawn_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
-    wait_for_calls(&env, 1);
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let (id, run_id) = ids(&env);
-    let resume = [
-        "--resume",
-        &id,
-        "--allow-mcp",
-        "--config",
-        cfg.to_str().unwrap(),
-    ];
-    env.run("kxen-agent", &resume).expect(7);
-    let op = unknown_op(&env, &id, &run_id);
-    assert_eq!(op["tool"], "mcp__fx__slow");
-    env.run(
-        "kxen-agent",
-        &[
-            "run",
-            "resolve",
-            &id,
-            &run_id,
-            op["opId"].as_str().unwrap(),
-            "--output",
-            "the PR exists",
-        ],
-    )
-    .expect(0);
-    let run = env.run("kxen-agent", &resume);
-    run.expect(0);
-    assert_eq!(
-        tool_outputs(&run),
-        [
-            ("mcp__fx__slow".into(), "the PR exists".into(), false),
-            ("mcp__fx__echo".into(), "after".into(), false)
-        ]
-    );
-    assert_eq!(calls(&env), ["create-pr"], "the slow call ran exactly once");
 }
 
 #[test]
