@@ -16,24 +16,19 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::Command;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use kxen::policy::PolicyFlags;
-use kxen::run::agent_loop::{self, Ending, Execution};
-use kxen::run::create::{self, NewRunRequest};
-use kxen::run::events::Event;
+use kxen::run::create::NewRunRequest;
 use kxen::state::StateDir;
+
+mod support;
 
 /// What the fake server saw: every body's length, and whether it was a compaction call.
 type Seen = Arc<Mutex<Vec<(usize, bool)>>>;
 
 fn main() {
-    let calls: usize = std::env::var("KXEN_BENCH_CALLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+    let calls = support::env_num("KXEN_BENCH_CALLS", 200);
     let window: u64 = std::env::var("KXEN_BENCH_WINDOW")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -81,44 +76,8 @@ fn run(calls: usize, window: Option<u64>) -> Vec<(usize, bool)> {
 }
 
 fn run_agent(root: &Path, url: &str, calls: usize, window: Option<u64>) {
-    let repo = root.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(
-        repo.join("a.txt"),
-        "lorem ipsum dolor sit amet\n".repeat(38),
-    )
-    .unwrap();
-    for args in [
-        &["init", "-q"][..],
-        &["add", "-A"],
-        &["commit", "-q", "-m", "bench"],
-    ] {
-        let ok = Command::new("git")
-            .args(args)
-            .current_dir(&repo)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "bench")
-            .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
-            .env("GIT_COMMITTER_NAME", "bench")
-            .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-    }
-    let agent = root.join("agent.yaml");
-    std::fs::write(
-        &agent,
-        format!(
-            "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {{name: bench}}\nspec:\n  \
-             objective: Read a file many times.\n  instructions: [Read.]\n  successCriteria: []\n  \
-             capabilities: {{required: [read], optional: []}}\n  execution: {{maxTurns: {}, maxRepeatedCalls: 0}}\n  \
-             output: {{format: text, requiredFields: []}}\n",
-            calls + 8
-        ),
-    )
-    .unwrap();
+    let repo = support::repo_with(root, &"lorem ipsum dolor sit amet\n".repeat(38));
+    let agent = support::agent(root, "read", calls + 8);
     let config = root.join("config.toml");
     let context = window.map_or(String::new(), |w| format!("context_window = {w}\n"));
     std::fs::write(
@@ -128,46 +87,13 @@ fn run_agent(root: &Path, url: &str, calls: usize, window: Option<u64>) {
     .unwrap();
     let state = StateDir::at(root.join("state"));
     let request = NewRunRequest {
-        workspace: repo.clone(),
+        workspace: repo,
         task: "read a.txt many times".into(),
         agent: Some(agent),
         policy: PolicyFlags::default(),
         config: Some(config),
     };
-    let prepared = create::prepare(&request).unwrap();
-    let (lease, _) = create::create(&state, &prepared).unwrap();
-    let session_id = prepared.new.meta.id.clone();
-    let run_id = prepared.new.run.id.clone();
-    let paths = state.session(&session_id);
-    let cancel = AtomicBool::new(false);
-    let execution = Execution {
-        state: &state,
-        session_id: &session_id,
-        paths: &paths,
-        definition: &prepared.lock.definition,
-        capabilities: &prepared.lock.capabilities,
-        mcp_tools: &[],
-        mcp: None,
-        lsp: None,
-        pass_env: &prepared.merged.pass_env,
-        tool_rules: &prepared.merged.mcp_tools,
-        fence: prepared.merged.fence(),
-        workspace_root: &prepared.binding.root,
-        provider: Arc::clone(&prepared.provider),
-        provider_info: None,
-        parallel_tools: 1,
-        cancel: &cancel,
-        plan: None,
-        protected: &[],
-        compaction: prepared.compaction.clone(),
-    };
-    let mut sink = |_: Event| {};
-    let ending = agent_loop::execute(&execution, &run_id, &mut sink).unwrap();
-    drop(lease);
-    match ending {
-        Ending::Finished(result) => assert_eq!(result.status.name(), "completed"),
-        other => panic!("bench run did not finish: {other:?}"),
-    }
+    support::run_to_end(&support::session(&state, &request));
 }
 
 /// The fake server on a thread: keep-alive HTTP/1.1 on 127.0.0.1:0. A compaction call (its

@@ -136,6 +136,7 @@ fn fence_build_secs(root: &Path, repo: &Path, calls: usize, policy: FencePolicy)
         workspace: repo,
         home: &home,
         tmp: &tmp,
+        protected: &[],
     };
     let start = Instant::now();
     for _ in 0..calls {
@@ -173,6 +174,7 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
             mcp: None,
             lsp: None,
             task: None,
+            protected: &[],
         };
         let call = kxen::tools::REGISTRY
             .admit("exec", &args, &capabilities)

@@ -56,9 +56,14 @@ pub fn git(dir: &Path, args: &[&str]) {
 
 /// `root/repo`: a git repository with `a.txt` committed.
 pub fn repo(root: &Path) -> PathBuf {
+    repo_with(root, "alpha\n")
+}
+
+/// `root/repo`: a git repository with `a.txt` (holding `text`) committed.
+pub fn repo_with(root: &Path, text: &str) -> PathBuf {
     let repo = root.join("repo");
     std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("a.txt"), "alpha\n").unwrap();
+    std::fs::write(repo.join("a.txt"), text).unwrap();
     git(&repo, &["init", "-q"]);
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-q", "-m", "bench"]);

@@ -458,7 +458,7 @@ fn http_reply(kind: Kind, request: &crate::fake_model::Request) -> Reply {
                 )),
             };
             c["usage"] = json!({"prompt_tokens": tokens, "completion_tokens": 10});
-            Reply::json(&c)
+            Reply::json(200, c)
         }
         Kind::Anthropic => {
             let content = match text {
@@ -466,8 +466,11 @@ fn http_reply(kind: Kind, request: &crate::fake_model::Request) -> Reply {
                 None => json!([{"type": "tool_use", "id": format!("toolu_{next}"), "name": "read",
                                 "input": {"path": path}}]),
             };
-            Reply::json(&json!({"content": content,
-                                "usage": {"input_tokens": tokens, "output_tokens": 10}}))
+            Reply::json(
+                200,
+                json!({"content": content,
+                                "usage": {"input_tokens": tokens, "output_tokens": 10}}),
+            )
         }
     }
 }
@@ -583,6 +586,7 @@ fn check_http(kind: Kind) {
             && !stall.swap(true, Ordering::SeqCst)
         {
             return Reply::Chunks {
+                status: 200,
                 content_type: "application/json",
                 pieces: vec![(Duration::from_secs(30), String::new())],
                 end: false,
