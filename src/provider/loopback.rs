@@ -15,16 +15,14 @@ use serde_json::Value;
 #[derive(Debug, Clone)]
 pub struct Seen {
     pub request_line: String,
+    /// The request target (`/v1/messages`).
+    pub path: String,
     pub headers: Vec<(String, String)>,
     /// The body exactly as sent.
     pub body: Vec<u8>,
 }
 
 impl Seen {
-    /// The request target (`/v1/messages`).
-    pub fn path(&self) -> &str {
-        self.request_line.split_whitespace().nth(1).unwrap_or("")
-    }
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -129,6 +127,7 @@ fn read_request(stream: &std::net::TcpStream) -> Option<Seen> {
     let mut body = vec![0u8; len];
     reader.read_exact(&mut body).ok()?;
     Some(Seen {
+        path: request_line.split_whitespace().nth(1)?.to_string(),
         request_line: request_line.trim_end().to_string(),
         headers,
         body,

@@ -11,11 +11,8 @@ use crate::run_support::*;
 const KEY: &str = "sk-ant-api03-canary-9f8e7d6c5b4a";
 
 fn message(content: Value, usage: Value) -> Reply {
-    Reply::json(
-        200,
-        json!({"id": "msg", "type": "message", "role": "assistant",
-        "content": content, "stop_reason": "end_turn", "usage": usage}),
-    )
+    Reply::json(&json!({"id": "msg", "type": "message", "role": "assistant",
+        "content": content, "stop_reason": "end_turn", "usage": usage}))
 }
 
 fn claude_config(env: &TestEnv, url: &str) -> std::path::PathBuf {
@@ -91,7 +88,7 @@ fn a_run_uses_tools_through_the_messages_api_and_records_cache_usage() {
     let requests = seen.lock().unwrap().clone();
     assert_eq!(requests.len(), 2);
     for r in &requests {
-        assert_eq!(r.path(), "/v1/messages");
+        assert_eq!(r.path, "/v1/messages");
         assert_eq!(r.header("x-api-key"), Some(KEY));
         assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
         let body = r.json();

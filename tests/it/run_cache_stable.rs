@@ -34,18 +34,14 @@ fn reply(kind: Kind, turns: usize) -> Reply {
         "b.txt"
     };
     match kind {
-        Kind::OpenAi if turns < CALLS => Reply::json(
-            200,
-            completion(tool_call_message(
-                &format!("call_{turns}"),
-                "read",
-                &json!({"path": path}),
-            )),
-        ),
-        Kind::OpenAi => Reply::json(
-            200,
-            completion(json!({"role": "assistant", "content": "Read them."})),
-        ),
+        Kind::OpenAi if turns < CALLS => Reply::json(&completion(tool_call_message(
+            &format!("call_{turns}"),
+            "read",
+            &json!({"path": path}),
+        ))),
+        Kind::OpenAi => Reply::json(&completion(
+            json!({"role": "assistant", "content": "Read them."}),
+        )),
         Kind::Anthropic if turns < CALLS => {
             let mut content = vec![
                 json!({"type": "text", "text": format!("Turn {turns}.")}),
@@ -57,14 +53,12 @@ fn reply(kind: Kind, turns: usize) -> Reply {
                                     "input": {"pattern": "*.txt"}}));
             }
             Reply::json(
-                200,
-                json!({"content": content, "usage": {"input_tokens": 5, "output_tokens": 5}}),
+                &json!({"content": content, "usage": {"input_tokens": 5, "output_tokens": 5}}),
             )
         }
-        Kind::Anthropic => Reply::json(
-            200,
-            json!({"content": [{"type": "text", "text": "Read them."}]}),
-        ),
+        Kind::Anthropic => {
+            Reply::json(&json!({"content": [{"type": "text", "text": "Read them."}]}))
+        }
     }
 }
 
@@ -122,7 +116,6 @@ fn killed_and_resumed(kind: Kind) -> Vec<Vec<u8>> {
         if turns == KILLED_AT && !stall.swap(true, Ordering::SeqCst) {
             // Answered never: the run is killed while it waits.
             return Reply::Chunks {
-                status: 200,
                 content_type: "application/json",
                 pieces: vec![(Duration::from_secs(30), String::new())],
                 end: false,

@@ -458,7 +458,7 @@ fn http_reply(kind: Kind, request: &crate::fake_model::Request) -> Reply {
                 )),
             };
             c["usage"] = json!({"prompt_tokens": tokens, "completion_tokens": 10});
-            Reply::json(200, c)
+            Reply::json(&c)
         }
         Kind::Anthropic => {
             let content = match text {
@@ -466,11 +466,8 @@ fn http_reply(kind: Kind, request: &crate::fake_model::Request) -> Reply {
                 None => json!([{"type": "tool_use", "id": format!("toolu_{next}"), "name": "read",
                                 "input": {"path": path}}]),
             };
-            Reply::json(
-                200,
-                json!({"content": content,
-                                "usage": {"input_tokens": tokens, "output_tokens": 10}}),
-            )
+            Reply::json(&json!({"content": content,
+                                "usage": {"input_tokens": tokens, "output_tokens": 10}}))
         }
     }
 }
@@ -586,7 +583,6 @@ fn check_http(kind: Kind) {
             && !stall.swap(true, Ordering::SeqCst)
         {
             return Reply::Chunks {
-                status: 200,
                 content_type: "application/json",
                 pieces: vec![(Duration::from_secs(30), String::new())],
                 end: false,

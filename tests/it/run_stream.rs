@@ -44,7 +44,6 @@ fn stream(texts: &[&str], call: bool, end: bool) -> Reply {
         pieces.push((Duration::ZERO, "data: [DONE]\n\n".into()));
     }
     Reply::Chunks {
-        status: 200,
         content_type: "text/event-stream",
         pieces,
         end,

@@ -31,19 +31,15 @@ fn rate_limits_and_server_errors_are_retried_with_the_servers_wait() {
             headers: vec![("retry-after-ms", "50".into())],
             body: "bad gateway".into(),
         },
-        2 => Reply::json(
-            200,
-            completion(tool_call_message(
-                "call_1",
-                "read",
-                &json!({"path": "a.txt"}),
-            )),
-        ),
+        2 => Reply::json(&completion(tool_call_message(
+            "call_1",
+            "read",
+            &json!({"path": "a.txt"}),
+        ))),
         3 => Reply::Hangup,
-        _ => Reply::json(
-            200,
-            completion(json!({"role": "assistant", "content": "It says alpha."})),
-        ),
+        _ => Reply::json(&completion(
+            json!({"role": "assistant", "content": "It says alpha."}),
+        )),
     });
     let config = config(
         &env,
