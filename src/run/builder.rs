@@ -18,6 +18,9 @@ pub const PLANNING_ROLE: &str = "planning";
 /// The Builder's time limit.
 pub const BUILDER_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How much of an invalid reply the error quotes: enough to see a stray line of prose.
+const REPLY_PREVIEW_CHARS: usize = 80;
+
 /// How the Builder's output is named in validation messages.
 const SOURCE: &str = "the Builder's definition";
 
@@ -56,11 +59,14 @@ pub fn build_definition(
         )
     })?;
     let text = response.text.trim();
-    let body = strip_fence(text).unwrap_or(text);
+    let body = definition_text(text);
     let definition = agent::parse_definition(body.as_bytes(), SOURCE).map_err(|e| {
         let mut err = Error::wrap(
             ErrorKind::InvalidInput,
-            "the Builder returned an invalid definition",
+            format!(
+                "the Builder returned an invalid definition (its reply began: {:?})",
+                crate::text::preview(text, REPLY_PREVIEW_CHARS)
+            ),
             e,
         );
         err.hints.clear();
@@ -86,6 +92,33 @@ pub fn build_definition(
     Ok(definition)
 }
 
+/// The YAML of a reply: the reply itself, or the body of its one fenced block. Real models
+/// (llama.cpp's small coders, for one) wrap the definition in prose or leave the closing fence
+/// off when they run out of tokens; one block is unambiguous, two or more are not, and then the
+/// reply is parsed whole so the error names what the model sent.
+fn definition_text(reply: &str) -> &str {
+    if let Some(body) = strip_fence(reply) {
+        return body;
+    }
+    let fences: Vec<usize> = line_starts(reply)
+        .filter(|&at| reply[at..].starts_with("```"))
+        .collect();
+    let body_after = |open: usize| reply[open..].find('\n').map(|nl| open + nl + 1);
+    match fences.as_slice() {
+        [open, close] => match body_after(*open) {
+            Some(start) if start <= *close => reply[start..*close].trim(),
+            _ => reply,
+        },
+        [open] if *open == 0 => body_after(0).map_or(reply, |start| reply[start..].trim()),
+        _ => reply,
+    }
+}
+
+/// The byte offset of every line of `text`.
+fn line_starts(text: &str) -> impl Iterator<Item = usize> + '_ {
+    std::iter::once(0).chain(text.match_indices('\n').map(|(at, _)| at + 1))
+}
+
 /// The Builder's instructions: the schema, the catalog and the limits.
 fn builder_prompt(catalog: &[String]) -> String {
     format!(
@@ -109,4 +142,50 @@ without; put the rest under optional. Never list a capability twice.\n\
 - The definition cannot grant permissions; the runtime policy decides them.",
         catalog.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::definition_text;
+
+    #[test]
+    fn a_bare_reply_is_parsed_whole() {
+        assert_eq!(definition_text("kind: DCPAgent"), "kind: DCPAgent");
+    }
+
+    #[test]
+    fn a_reply_that_is_one_fence_gives_its_body() {
+        assert_eq!(definition_text("```yaml\nkind: A\n```"), "kind: A");
+    }
+
+    #[test]
+    fn prose_around_one_fenced_block_is_dropped() {
+        let reply = "Here it is:\n```yaml\nkind: A\nspec: {}\n```\nThis agent fixes it.";
+        assert_eq!(definition_text(reply), "kind: A\nspec: {}");
+    }
+
+    #[test]
+    fn an_unclosed_opening_fence_gives_the_rest() {
+        assert_eq!(definition_text("```yaml\nkind: A\n"), "kind: A");
+    }
+
+    #[test]
+    fn two_blocks_are_ambiguous_and_parsed_whole() {
+        let reply = "```yaml\nkind: A\n```\nor\n```yaml\nkind: B\n```";
+        assert_eq!(definition_text(reply), reply);
+    }
+
+    #[test]
+    fn hostile_fences_never_panic() {
+        for reply in [
+            "```",
+            "```\n```",
+            "x\n```",
+            "```é\n",
+            "\n```\n```\n```",
+            "````\n",
+        ] {
+            let _ = definition_text(reply);
+        }
+    }
 }
