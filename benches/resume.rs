@@ -1,7 +1,9 @@
 //! Benchmark: resume cost against history size (issue 4).
 //!
-//! Builds a Session with 10,000 messages and 100,000 journal records (`KXEN_BENCH_MESSAGES`,
-//! `KXEN_BENCH_RECORDS` override), then measures, each in a fresh child process so peak memory
+//! Builds a Session whose interrupted run holds 100,000 journal records (33,333 settled read
+//! calls) over 1,000 turns, so about 34,300 messages (`KXEN_BENCH_RECORDS`, `KXEN_BENCH_TURNS`
+//! override; turns stay under the definition's `maxTurns` of 1024, since the resumed run must
+//! still be allowed its next model call), then measures, each in a fresh child process so peak memory
 //! (VmHWM) is its own:
 //! - `run show` (the read-only view of the run and all its operations),
 //! - resume up to the first model call (lease, lock and policy checks, workspace verification,
@@ -44,7 +46,7 @@ fn main() {
         println!("{secs} {}", peak_kb());
         return;
     }
-    let messages: usize = env_or("KXEN_BENCH_MESSAGES", 10_000);
+    let turns: usize = env_or("KXEN_BENCH_TURNS", 1_000).clamp(1, 1_000);
     let records: usize = env_or("KXEN_BENCH_RECORDS", 100_000);
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     std::fs::create_dir_all(&base).unwrap();
@@ -53,11 +55,11 @@ fn main() {
     // run alone under a heap profiler: `resume-… --child show|resume|floor DIR` (resume changes
     // the Session: run it on a copy).
     if let Some(dir) = std::env::var_os("KXEN_BENCH_KEEP") {
-        build(Path::new(&dir), messages, records);
+        build(Path::new(&dir), turns, records);
         return;
     }
     let root = tmp.path();
-    let bytes = build(root, messages, records);
+    let (bytes, messages) = build(root, turns, records);
     println!(
         "resume: a Session with {messages} messages and {records} journal records ({:.1} MiB of JSONL)",
         bytes as f64 / 1048576.0
@@ -230,9 +232,10 @@ fn child_resume(root: &Path) -> f64 {
     at.duration_since(start).as_secs_f64()
 }
 
-/// Creates the Session and replaces its history with `messages` messages and `records` journal
-/// records (a consistent history: every call answered and settled). Returns the JSONL bytes.
-fn build(root: &Path, messages: usize, records: usize) -> usize {
+/// Creates the Session and replaces its history with `turns` turns holding `records` journal
+/// records (a consistent history: every call answered and settled). Returns the JSONL bytes and
+/// the number of messages.
+fn build(root: &Path, turns: usize, records: usize) -> (usize, usize) {
     let repo = support::repo(root);
     let agent = root.join("agent.yaml");
     std::fs::write(&agent, "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: bench}\nspec:\n  objective: o\n  instructions: [i]\n  capabilities: {required: [read]}\n  execution: {maxTurns: 1024, maxPureRetries: 0}\n").unwrap();
@@ -253,29 +256,31 @@ fn build(root: &Path, messages: usize, records: usize) -> usize {
     drop(prepared);
     let paths = state.session(&session);
 
-    // Messages: the task, then (assistant with one read call, tool answer) pairs. They belong to
-    // an earlier run of the Session, so this run's turn budget is not spent by them.
-    let earlier = "run_0000000000aaaaaaaaaaaaaaaa";
+    // Messages: the task, then `turns` assistant messages of this run, each with its share of
+    // the read calls, every call answered by a tool message and settled in the journal. The
+    // history must be consistent (`session verify`'s cross-file checks run on resume), and a
+    // run's turns are capped by `maxTurns` (at most 1024), so the calls come several per turn.
     let mut msg_lines = Chained::default();
     msg_lines.push(&serde_json::to_value(&task).unwrap());
-    let pairs = (messages - 1) / 2;
     let ops = records / 3;
+    let per_turn = ops.div_ceil(turns);
     let mut journal = Chained::default();
     let at = "2026-11-30T00:00:00.000Z";
-    for i in 0..ops {
-        let op = format!("op_{i:026}");
-        let (msg, turn) = (format!("msg_a{i:025}"), format!("msg_t{i:025}"));
-        let args = json!({"path": "a.txt"});
-        if i < pairs {
-            msg_lines.push(&json!({"id": msg, "runId": earlier, "role": "assistant", "content": "Reading the file again to be sure.", "toolCalls": [{"id": format!("call_{i}"), "name": "read", "arguments": args}], "usage": {"inputTokens": 1000, "outputTokens": 20}, "createdAt": at}));
-            msg_lines.push(&json!({"id": turn, "runId": earlier, "role": "tool", "content": "     1\talpha\n", "toolCallId": format!("call_{i}"), "replyTo": msg, "callIndex": 0, "opId": op, "createdAt": at}));
-        }
-        for rec in [
-            json!({"phase": "started", "opId": op, "at": at, "tool": "read", "arguments": args, "messageId": msg, "toolCallId": format!("call_{i}"), "callIndex": 0}),
-            json!({"phase": "outcomeKnown", "opId": op, "at": at, "output": {"text": "     1\talpha\n", "isError": false}}),
-            json!({"phase": "settled", "opId": op, "at": at, "turnMessageId": turn}),
-        ] {
-            journal.push(&rec);
+    let args = json!({"path": "a.txt"});
+    for (t, first) in (0..ops).step_by(per_turn).enumerate() {
+        let calls: Vec<usize> = (first..ops.min(first + per_turn)).collect();
+        let msg = format!("msg_a{t:025}");
+        let tool_calls: Vec<Value> = calls
+            .iter()
+            .map(|i| json!({"id": format!("call_{i}"), "name": "read", "arguments": args}))
+            .collect();
+        msg_lines.push(&json!({"id": msg, "runId": run, "role": "assistant", "content": "Reading the files again to be sure.", "toolCalls": tool_calls, "usage": {"inputTokens": 1000, "outputTokens": 20}, "createdAt": at}));
+        for (index, i) in calls.iter().enumerate() {
+            let (op, turn) = (format!("op_{i:026}"), format!("msg_t{i:025}"));
+            journal.push(&json!({"phase": "started", "opId": op, "at": at, "tool": "read", "arguments": args, "messageId": msg, "toolCallId": format!("call_{i}"), "callIndex": index}));
+            journal.push(&json!({"phase": "outcomeKnown", "opId": op, "at": at, "output": {"text": "     1\talpha\n", "isError": false}}));
+            msg_lines.push(&json!({"id": turn, "runId": run, "role": "tool", "content": "     1\talpha\n", "toolCallId": format!("call_{i}"), "replyTo": msg, "callIndex": index, "opId": op, "createdAt": at}));
+            journal.push(&json!({"phase": "settled", "opId": op, "at": at, "turnMessageId": turn}));
         }
     }
     std::fs::write(paths.messages(), &msg_lines.text).unwrap();
@@ -295,13 +300,14 @@ fn build(root: &Path, messages: usize, records: usize) -> usize {
         json!({"session": session, "run": run}).to_string(),
     )
     .unwrap();
-    msg_lines.text.len() + journal.text.len()
+    (msg_lines.text.len() + journal.text.len(), msg_lines.lines)
 }
 
 /// JSONL text with the hash chain the runtime's files carry (`prevHash`, see `fsx::chain`).
 struct Chained {
     text: String,
     prev: String,
+    lines: usize,
 }
 
 impl Default for Chained {
@@ -309,6 +315,7 @@ impl Default for Chained {
         Chained {
             text: String::new(),
             prev: kxen::fsx::chain::GENESIS.to_string(),
+            lines: 0,
         }
     }
 }
@@ -319,5 +326,6 @@ impl Chained {
         self.prev = kxen::fsx::chain::line_hash(line.as_bytes());
         self.text.push_str(&line);
         self.text.push('\n');
+        self.lines += 1;
     }
 }
