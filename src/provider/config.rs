@@ -61,6 +61,8 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// Provider timeout when `timeout_ms` is not given: generous, since local models can be slow.
 pub const DEFAULT_PROVIDER_TIMEOUT_MS: u64 = 300_000;
+/// The smallest `context_window` the config accepts (tokens).
+pub const MIN_CONTEXT_WINDOW: u64 = 256;
 
 /// How many calls may run together when the config does not say (`[tools] parallel`; the run's
 /// batches: `crate::run::agent_loop`).
@@ -790,11 +792,11 @@ impl ModelConfig {
                 return Err(self.invalid(format!("{at} timeout_ms must be at least 1")));
             }
             match p.context() {
-                (Some(w), _) if w < crate::run::compaction::MIN_CONTEXT_WINDOW => {
+                (Some(w), _) if w < MIN_CONTEXT_WINDOW => {
                     return Err(self.invalid(format!(
                         "{at} context_window = {w} is below {} tokens (no model's window is \
                          that small; the value is in tokens, not kilotokens)",
-                        crate::run::compaction::MIN_CONTEXT_WINDOW
+                        MIN_CONTEXT_WINDOW
                     )));
                 }
                 (None, Some(_)) => {

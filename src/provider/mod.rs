@@ -30,6 +30,10 @@ use crate::tools::ToolSchema;
 
 pub use config::{ModelConfig, ProviderInfo};
 
+/// The model role that writes compaction summaries; unmapped, the execution role's provider
+/// does (`run::compaction` asks for it, the script provider answers it in kind).
+pub const COMPACTION_ROLE: &str = "compaction";
+
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -140,7 +140,7 @@ fn selectors(line: &str) -> (Option<String>, bool) {
 
 impl Provider for ScriptProvider {
     fn complete(&self, request: &ModelRequest, responses_so_far: usize) -> Result<ModelResponse> {
-        let compaction = request.role == crate::run::compaction::COMPACTION_ROLE;
+        let compaction = request.role == super::COMPACTION_ROLE;
         let (line_no, line) =
             match self.response_line(responses_so_far, request.task, compaction)? {
                 Ok(found) => found,

@@ -740,7 +740,7 @@ impl Loop<'_, '_> {
         let task = self.conv.task().unwrap_or_default();
         let call = CallSpec {
             provider: Arc::clone(&settings.provider),
-            role: compaction::COMPACTION_ROLE.to_string(),
+            role: crate::provider::COMPACTION_ROLE.to_string(),
             // The summary is read from a transcript, tool-less: a provider that refuses tool
             // blocks without tool definitions (Anthropic) takes it as well as any.
             messages: Arc::new(compaction::request_messages(

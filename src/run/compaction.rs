@@ -28,14 +28,10 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::provider::{ChatMessage, ChatRole, ModelConfig, Provider};
+use crate::provider::{COMPACTION_ROLE, ChatMessage, ChatRole, ModelConfig, Provider};
 
 /// `compact_at` when the config does not give it.
 pub const DEFAULT_COMPACT_AT: f64 = 0.8;
-/// The smallest `context_window` the config accepts (tokens).
-pub const MIN_CONTEXT_WINDOW: u64 = 256;
-/// The model role that writes summaries; unmapped, the execution role's provider does.
-pub const COMPACTION_ROLE: &str = "compaction";
 /// The conservative bytes-per-token ratio of the size estimate (see the module docs).
 pub const BYTES_PER_TOKEN: u64 = 3;
 /// The share of the window a compaction call leaves for the summary it asks for.
