@@ -81,7 +81,7 @@ struct ImportRecord<'a> {
 
 /// Where a staged task child lives inside the root's staging directory until it is moved into
 /// `sessions/<child>/`.
-const TASKS_DIR: &str = ".import-tasks";
+pub(super) const TASKS_DIR: &str = ".import-tasks";
 
 /// The top-level members of a bundle, in the only order they may appear.
 const MEMBERS: [&str; 7] = [
@@ -434,69 +434,11 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
     }
     fsx::remove_staging_dir(&staging.blobs)?;
     failpoint::hit("import.before-rename");
-    // The children first (deepest first), the exported Session last: a visible Session's
-    // children are always in place. A kill in between leaves children whose parent is not (yet)
-    // here; they carry this import's id, and the retried import takes them back (see `begin`).
-    // A child fast-forwarded takes its local copy's place in one step (the local copy goes to
-    // its staging name, removed with the staging directory); one already up to date stays.
-    let mut moved: Vec<&(String, SessionPaths, Vec<String>)> = Vec::new();
-    let mut exchanged: Vec<&(String, SessionPaths, Vec<String>)> = Vec::new();
-    let moving = sessions[1..]
-        .iter()
-        .zip(&placing)
-        .rev()
-        .try_for_each(|(session, how)| {
-            let placed = ctx.state.session(&session.0).dir;
-            match how {
-                Placing::New => {
-                    fsx::rename_dir_into_place(&session.1.dir, &placed)?;
-                    moved.push(session);
-                }
-                Placing::Replace { .. } => {
-                    let old_record = placed.join("imported.json");
-                    if old_record.is_file() {
-                        fsx::remove_file(&old_record)?;
-                    }
-                    fsx::exchange_dirs(&session.1.dir, &placed)?;
-                    exchanged.push(session);
-                }
-                Placing::Keep { .. } => return Ok(()),
-            }
-            failpoint::hit("import.after-task-renamed");
-            Ok::<(), Error>(())
-        });
     let replacing = local_lease.is_some();
-    let placed = moving.and_then(|()| {
-        fsx::remove_staging_dir(&staging.dir.join(TASKS_DIR))?;
-        if !replacing {
-            return fsx::rename_dir_into_place(&staging.dir, &target.dir);
-        }
-        // The local copy's `imported.json` would make the stale staging directory it becomes
-        // look like a killed import of its own (whose children a retry takes back): it goes
-        // first. Then one step: the verified copy takes the Session's name, the local copy the
-        // staging name, removed now (or by the next import or creation after a crash).
-        let old_record = target.dir.join("imported.json");
-        if old_record.is_file() {
-            fsx::remove_file(&old_record)?;
-        }
-        failpoint::hit("pull.before-exchange");
-        fsx::exchange_dirs(&staging.dir, &target.dir)?;
-        failpoint::hit("pull.after-exchange");
-        Ok(())
-    });
-    if let Err(e) = placed {
-        // Not a crash: put the children moved so far back, so the failure leaves nothing.
-        let _ = fsx::create_staged_dir(&staging.dir.join(TASKS_DIR));
-        for (sid, paths, _) in moved {
-            let _ = fsx::rename_file_unsynced(&ctx.state.session(sid).dir, &paths.dir);
-        }
-        // A fast-forwarded child is a verified later copy: it may stay, but putting the local
-        // copy back leaves the failure with nothing changed.
-        for (sid, paths, _) in exchanged {
-            let _ = fsx::exchange_dirs(&paths.dir, &ctx.state.session(sid).dir);
-        }
-        let _ = fsx::fsync_dir(&ctx.state.sessions_dir());
-        return Err(e);
+    if replacing {
+        swap_into_place(ctx, staging, &id, &sessions, &placing, &import_id)?;
+    } else {
+        place_new(ctx, staging, &target, &sessions)?;
     }
     drop(child_leases);
     drop(placing);
@@ -519,6 +461,103 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
     } else {
         Outcome::Imported(done)
     })
+}
+
+/// A new tree: the children first (deepest first), the exported Session last, so a visible
+/// Session's children are always in place. A kill in between leaves children whose parent is
+/// not (yet) here; they carry this import's id, and the retried import takes them back (see
+/// `begin`). Any other failure puts the children moved so far back, leaving nothing.
+fn place_new(
+    ctx: &Ctx,
+    staging: &Staging,
+    target: &SessionPaths,
+    sessions: &[(String, SessionPaths, Vec<String>)],
+) -> Result<()> {
+    let mut moved: Vec<&(String, SessionPaths, Vec<String>)> = Vec::new();
+    let placed = sessions[1..].iter().rev().try_for_each(|session| {
+        fsx::rename_dir_into_place(&session.1.dir, &ctx.state.session(&session.0).dir)?;
+        moved.push(session);
+        failpoint::hit("import.after-task-renamed");
+        Ok::<(), Error>(())
+    });
+    let placed = placed.and_then(|()| {
+        fsx::remove_staging_dir(&staging.dir.join(TASKS_DIR))?;
+        fsx::rename_dir_into_place(&staging.dir, &target.dir)
+    });
+    if let Err(e) = placed {
+        let _ = fsx::create_staged_dir(&staging.dir.join(TASKS_DIR));
+        for (sid, paths, _) in moved {
+            let _ = fsx::rename_file_unsynced(&ctx.state.session(sid).dir, &paths.dir);
+        }
+        let _ = fsx::fsync_dir(&ctx.state.sessions_dir());
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// A fast-forward of a tree that exists here: each child missing here is placed, each child
+/// whose local copy is an ancestor exchanged for the incoming copy, then the Session itself is
+/// exchanged (the local copies end up under the staging name, removed afterwards). The moves
+/// are committed first as a swap record ([`super::swap`]), so a kill at any step leaves the old
+/// tree (before the record) or a tree the next command completes (after it). A failure that is
+/// not a crash undoes the moves made so far and drops the record, leaving nothing changed.
+fn swap_into_place(
+    ctx: &Ctx,
+    staging: &Staging,
+    id: &str,
+    sessions: &[(String, SessionPaths, Vec<String>)],
+    placing: &[Placing],
+    import_id: &str,
+) -> Result<()> {
+    let sessions_dir = ctx.state.sessions_dir();
+    let rel = |dir: &Path| -> Result<String> {
+        dir.strip_prefix(&sessions_dir)
+            .ok()
+            .and_then(|p| p.to_str())
+            .map(str::to_string)
+            .ok_or_else(|| Error::failed(format!("internal: {} is not staged", dir.display())))
+    };
+    let mut moves = Vec::new();
+    for (session, how) in sessions[1..].iter().zip(placing).rev() {
+        if !matches!(how, Placing::Keep { .. }) {
+            moves.push(super::swap::Move {
+                session: session.0.clone(),
+                from: rel(&session.1.dir)?,
+            });
+        }
+    }
+    moves.push(super::swap::Move {
+        session: id.to_string(),
+        from: rel(&staging.dir)?,
+    });
+    let record = super::swap::SwapRecord {
+        session_id: id.to_string(),
+        import_id: import_id.to_string(),
+        moves,
+    };
+    let pending = super::swap::commit(ctx.state, &record)?;
+    failpoint::hit("pull.after-swap-record");
+    let mut done = Vec::new();
+    if let Err(e) = super::swap::apply(ctx.state, &record, &mut done) {
+        // Not a crash: undo the moves made so far (latest first), then drop the record.
+        for (i, exchanged) in done.into_iter().rev() {
+            let m = &record.moves[i];
+            let (from, placed) = (
+                sessions_dir.join(&m.from),
+                ctx.state.session(&m.session).dir,
+            );
+            let _ = if exchanged {
+                fsx::exchange_dirs(&from, &placed)
+            } else {
+                fsx::rename_file_unsynced(&placed, &from)
+            };
+        }
+        let _ = fsx::fsync_dir(&sessions_dir);
+        let _ = pending.done();
+        return Err(e);
+    }
+    fsx::remove_staging_dir(&staging.dir)?;
+    pending.done()
 }
 
 /// How a task child of a pulled tree gets into place.
@@ -721,6 +760,8 @@ impl Ctx<'_> {
             }
         }
         self.state.ensure()?;
+        // A pull killed after its swap record: its tree is completed before anything is staged.
+        super::swap::finish(self.state)?;
         let dir = self.state.sessions_dir().join(format!(".staging-{id}"));
         if dir.exists() {
             // A killed import or creation left it; its lease tells whether it is still alive.

@@ -18,11 +18,13 @@ mod export;
 mod import;
 mod json;
 mod reader;
+mod swap;
 mod tree;
 
 pub use export::{Exported, Selection, export, select};
 pub use import::{Existing, ImportRequest, Imported, Outcome, import, import_stream};
 pub(crate) use json::write_string_body;
+pub use swap::finish as finish_swaps;
 
 use serde::{Deserialize, Serialize};
 

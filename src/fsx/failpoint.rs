@@ -46,7 +46,10 @@ pub const ALL: &[&str] = &[
     "import.before-rename",
     "import.after-task-renamed",
     // `session pull` of a Session that exists locally (bundle::import, FastForward): the verified
-    // copy is staged and its blobs moved; the copies are swapped, the old one not yet removed.
+    // copy is staged and its blobs moved; the swap record (bundle::swap, the commit point) is
+    // durable, nothing moved; the Session's copies are about to be / were swapped (its children
+    // first, each an `import.after-task-renamed`).
+    "pull.after-swap-record",
     "pull.before-exchange",
     "pull.after-exchange",
     // `--resume SES --remote NAME` (sync::remote_run): the remote lease is claimed; the newest

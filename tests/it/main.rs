@@ -51,6 +51,7 @@ mod run_transient;
 mod session_builder;
 mod session_bundle;
 mod session_remote;
+mod session_remote_crash;
 mod session_remote_ssh;
 mod session_verify;
 mod snapshots;

@@ -448,9 +448,17 @@ fn usage_error(err: clap::Error) -> ExitStatus {
     output::Diagnostics::kxen(format).error_json(&Error::usage(message))
 }
 
+/// The state dir every command works on, with any fast-forward swap a killed pull committed
+/// completed first (`bundle::finish_swaps`), so no command sees a half-swapped task tree.
+pub(crate) fn open_state(flag: Option<&std::path::Path>) -> Result<StateDir> {
+    let state = StateDir::resolve(flag, &StateEnv::from_process())?;
+    crate::bundle::finish_swaps(&state)?;
+    Ok(state)
+}
+
 fn dispatch(cli: Cli) -> Result<ExitStatus> {
     let format = cli.format;
-    let state = || StateDir::resolve(cli.state_dir.as_deref(), &StateEnv::from_process());
+    let state = || open_state(cli.state_dir.as_deref());
     let Some(command) = cli.command else {
         return run::run(cli.state_dir.as_deref(), cli.run, format);
     };
@@ -506,7 +514,7 @@ fn dispatch(cli: Cli) -> Result<ExitStatus> {
         }) => {
             let state_a = state()?;
             let state_b = match other_state_dir {
-                Some(dir) => StateDir::resolve(Some(&dir), &StateEnv::from_process())?,
+                Some(dir) => open_state(Some(&dir))?,
                 None => state_a.clone(),
             };
             lineage::session_diff(&state_a, &a, &state_b, &b, format)

@@ -15,7 +15,7 @@ use crate::run::create::{self, NewRunRequest};
 use crate::run::events::{Event, EventSink};
 use crate::run::resume::{self, ResumeRequest};
 use crate::run::{FailReason, Prepared, RunResult, RunStatus};
-use crate::state::{StateDir, StateEnv};
+use crate::state::StateDir;
 use crate::sync::remote_run::{RemoteRun, RemoteRunRequest, workspace_or_cwd};
 
 /// Flags of a new run (exactly one task source), or of `--resume SES` (at most one).
@@ -111,7 +111,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
         None => std::env::current_dir()
             .map_err(|e| Error::io("read the current directory", Path::new("."), e))?,
     };
-    let state = StateDir::resolve(state_flag, &StateEnv::from_process())?;
+    let state = super::open_state(state_flag)?;
     let request = NewRunRequest {
         workspace,
         task,
@@ -180,7 +180,7 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<Ex
     }
     let task = read_task(&args)?;
     let resume_flags = resume_flags(&args);
-    let state = StateDir::resolve(state_flag, &StateEnv::from_process())?;
+    let state = super::open_state(state_flag)?;
     let Some(remote) = args.remote.clone() else {
         return resume_here(&state, state_flag, args, task, resume_flags, format, None);
     };
