@@ -21,7 +21,7 @@ fn records(state: &Path) -> Tree {
         if name.starts_with('.') {
             continue;
         }
-        let mut files: BTreeMap<String, Vec<u8>> = snapshot(&e.path())
+        let files: BTreeMap<String, Vec<u8>> = snapshot(&e.path())
             .into_iter()
             .filter(|(k, _)| k.ends_with(".jsonl"))
             .filter_map(|(k, v)| v.map(|v| (k, v)))
