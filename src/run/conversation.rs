@@ -240,15 +240,26 @@ impl Conversation {
     }
 
     /// The range a compaction would replace now, with the part of the view it covers; `None`
-    /// when nothing can be compacted: the range runs from the first message after this run's
-    /// task (or the start of this run's earlier compaction, so summaries are cumulative) to
-    /// the message before the latest assistant message, must hold something no compaction
-    /// covers yet, no `user` message, and every tool exchange in it whole.
+    /// when nothing can be compacted.
+    ///
+    /// Earlier runs of the Session come first: everything before this run's task (their tasks
+    /// and answers included: they are history now, not the task at hand) is one range, until a
+    /// compaction covers it whole. Then the range runs from the first message after this run's
+    /// task (or the start of this run's earlier compaction, so summaries are cumulative) to the
+    /// message before the latest assistant message. Either range must hold something no
+    /// compaction covers yet, no `user` message of this run, and every tool exchange in it
+    /// whole. Without the first, a Session of many runs that each stay under the threshold
+    /// would outgrow the window with nothing left to compact.
     pub fn compaction_span(&self) -> Option<Span> {
         let task = self
             .entries
             .iter()
             .position(|e| e.id == self.task_message_id)?;
+        if task > 1
+            && let Some(span) = self.span(1, task - 1)
+        {
+            return Some(span);
+        }
         let last_turn = self
             .entries
             .iter()
@@ -261,7 +272,12 @@ impl Conversation {
         if last_turn <= start {
             return None;
         }
-        let end = last_turn - 1;
+        self.span(start, last_turn - 1)
+    }
+
+    /// History positions `start..=end` as a compaction range, if they may be one (see
+    /// [`Conversation::compaction_span`]); the caller keeps this run's task outside.
+    fn span(&self, start: usize, end: usize) -> Option<Span> {
         let covered = self
             .active
             .iter()
@@ -278,7 +294,7 @@ impl Conversation {
         let inside = |id: &str| ids.contains(id);
         for (i, e) in self.entries.iter().enumerate().skip(start) {
             match e.role {
-                Some(Role::User) if i <= end => return None,
+                Some(Role::User) if i <= end && e.id == self.task_message_id => return None,
                 Some(Role::Tool) => {
                     let asked_inside = e.reply_to.as_deref().is_some_and(inside);
                     if asked_inside != (i <= end) {

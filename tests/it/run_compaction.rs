@@ -742,7 +742,8 @@ fn a_compacted_session_travels_through_a_git_remote() {
         .expect(0);
     assert_eq!(messages_in(&m.state[1], &id), local);
     m.run(1, &["session", "verify", &id]).expect(0);
-    // A second run on B: its own compactions start after its own task.
+    // A second run on B: it compacts the first run whole (everything before its own task),
+    // then its own turns from right after its task; its task is never compacted.
     let mut more = m.cmd(1, &["--resume", &id, "--task", "Again", "--config"]);
     more.arg(&config);
     crate::env::Run::from(more.output().unwrap()).expect(0);
@@ -753,12 +754,24 @@ fn a_compacted_session_travels_through_a_git_remote() {
         .iter()
         .filter(|r| r["role"] == "compaction")
     {
-        let from = after
-            .iter()
-            .position(|x| x["id"] == r["compacts"]["from"])
-            .unwrap();
-        assert_eq!(from, second_task + 1, "the second task is never compacted");
+        let at = |end: &str| {
+            after
+                .iter()
+                .position(|x| x["id"] == r["compacts"][end])
+                .unwrap()
+        };
+        let (from, to) = (at("from"), at("to"));
+        assert!(
+            (from, to) == (0, second_task - 1) || from == second_task + 1,
+            "the second task is never compacted: {from}..={to} around {second_task}"
+        );
     }
+    assert!(
+        after[second_task..]
+            .iter()
+            .any(|r| r["role"] == "compaction" && r["compacts"]["from"] == after[0]["id"]),
+        "the first run was compacted whole"
+    );
     m.run(1, &["session", "verify", &id]).expect(0);
 }
 
@@ -834,4 +847,119 @@ fn a_streamed_summary_is_recorded_not_shown_as_model_text() {
             .starts_with("SUMMARY-STREAMED Read the files"),
         "{record}"
     );
+}
+
+/// Reads per run in the multi-run test: one run of them stays under the small window's
+/// threshold, two do not.
+const READS_PER_RUN: usize = 8;
+
+#[test]
+fn a_later_run_compacts_the_earlier_runs_history_but_never_its_own_task() {
+    let env = TestEnv::new();
+    let repo = repo(&env, 2 * READS_PER_RUN);
+    let mut lines = Vec::new();
+    for (run, answer) in [(0, "Read the first half."), (1, "Read the second half.")] {
+        for k in 0..READS_PER_RUN {
+            let n = run * READS_PER_RUN + k;
+            lines.push(json!({"text": format!("Reading f{n:03}."), "toolCalls": [
+                {"id": format!("call_{n}"), "name": "read", "arguments": {"path": format!("f{n:03}.txt")}}]}));
+        }
+        lines.push(json!({"text": answer}));
+    }
+    for k in 0..10 {
+        lines
+            .push(json!({"compaction": true, "text": format!("Summary {k}: earlier files read.")}));
+    }
+    let dir = env.path().join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.join("turns.jsonl"), text).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[providers.script]\nkind = \"script\"\npath = \"turns.jsonl\"\n{SMALL_WINDOW}\n\n[roles]\nexecution = \"script\"\n"),
+    )
+    .unwrap();
+
+    let first = run_new(
+        &env,
+        &repo,
+        "Read the first half",
+        &reader(&env),
+        &config,
+        &[],
+    );
+    first.expect(0);
+    assert!(
+        !first.jsonl().iter().any(|e| e["type"] == "compacted"),
+        "one run of {READS_PER_RUN} reads stays under the threshold"
+    );
+    let session = only_session(&env);
+    let before = messages_in(&env.state_dir(), &session);
+    let config_arg = config.to_str().unwrap();
+    let second = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &session,
+            "--task",
+            "Read the second half",
+            "--config",
+            config_arg,
+        ],
+    );
+    second.expect(0);
+    let events = second.jsonl();
+    assert_eq!(finished(&events)["finalText"], "Read the second half.");
+    let messages = messages_in(&env.state_dir(), &session);
+    let task = messages
+        .iter()
+        .position(|m| m["content"] == "Read the second half")
+        .unwrap();
+    let records: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["role"] == "compaction")
+        .collect();
+    assert!(!records.is_empty(), "the second run compacted");
+    // The first compaction replaces the whole first run, its task and answer included...
+    assert_eq!(records[0]["compacts"]["from"], before[0]["id"]);
+    assert_eq!(records[0]["compacts"]["to"], messages[task - 1]["id"]);
+    assert_eq!(records[0]["compacts"]["messages"], before.len());
+    // ...and no range ever holds the second run's own task.
+    let position = |id: &Value| messages.iter().position(|m| &m["id"] == id).unwrap();
+    for r in &records {
+        let (from, to) = (
+            position(&r["compacts"]["from"]),
+            position(&r["compacts"]["to"]),
+        );
+        assert!(to < task || from > task, "{r}");
+    }
+    let verify = env.run("kxen-agent", &["session", "verify", &session]);
+    assert_eq!(verify.code, 0, "{}", verify.stderr);
+
+    // A copy through a bundle verifies too (the import makes every check verify does).
+    let bundle = env.path().join("multi.bundle.json");
+    let bundle_arg = bundle.to_str().unwrap();
+    env.run(
+        "kxen-agent",
+        &["session", "export", &session, "--output", bundle_arg],
+    )
+    .expect(0);
+    let other = env.path().join("state-b");
+    let other_arg = other.to_str().unwrap();
+    let repo_arg = repo.to_str().unwrap();
+    env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            other_arg,
+            "session",
+            "import",
+            bundle_arg,
+            "--workspace",
+            repo_arg,
+        ],
+    )
+    .expect(0);
+    assert_eq!(messages_in(&other, &session), messages);
 }

@@ -686,10 +686,14 @@ pub(super) fn check_compactions(messages: &Path, index: &MessageIndex) -> Result
                 refs[from].line, refs[to].line
             )));
         }
-        if let Some(user) = range.iter().find(|r| r.role == Role::User) {
+        if let Some(user) = range
+            .iter()
+            .find(|r| r.role == Role::User && r.run_id == m.run_id)
+        {
             return Err(bad(format!(
-                "would summarize away user message {} (line {}): a task is never compacted",
-                user.id, user.line
+                "would summarize away user message {} (line {}), the task of its own run {}: \
+                 a run's task is never compacted",
+                user.id, user.line, m.run_id
             )));
         }
         let inside = |p: usize| (from..=to).contains(&p);
