@@ -217,6 +217,43 @@ fn kx(env: &TestEnv, args: &[&str]) -> Run {
     env.run("kxen-agent", args)
 }
 
+/// `kxen-agent run` of `agent` on `task` in `repo`, for plan task `T-docs` of `plan`; `extra`
+/// flags (`--allow-shell`) go before the plan's.
+fn plan_run(
+    env: &TestEnv,
+    repo: &Path,
+    task: &str,
+    agent: &Path,
+    cfg: &Path,
+    plan: &Path,
+    extra: &[&str],
+) -> std::process::Command {
+    let mut cmd = env.cmd("kxen-agent");
+    cmd.args(["run", "--workspace"])
+        .arg(repo)
+        .args(["--task", task, "--agent"])
+        .arg(agent)
+        .arg("--config")
+        .arg(cfg)
+        .args(extra)
+        .arg("--plan")
+        .arg(plan)
+        .args(["--plan-task", "T-docs"]);
+    cmd
+}
+
+/// `kxen-agent --resume session` for plan task `T-docs` of `plan`, with `extra` flags.
+fn plan_resume(env: &TestEnv, session: &str, cfg: &Path, plan: &Path, extra: &[&str]) -> Run {
+    let mut cmd = env.cmd("kxen-agent");
+    cmd.args(["--resume", session, "--config"])
+        .arg(cfg)
+        .args(extra)
+        .arg("--plan")
+        .arg(plan)
+        .args(["--plan-task", "T-docs"]);
+    Run::from(cmd.output().unwrap())
+}
+
 fn session_of(run: &Run) -> String {
     run.jsonl()
         .iter()
@@ -580,23 +617,10 @@ fn a_provider_without_usage_leaves_the_token_limit_advisory_and_writes_no_sample
         json!({"text": "done"}),
     ];
     let cfg = config(&env, &turns, true);
-    let out = kx(
-        &env,
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "Document",
-            "--agent",
-            reader(&env).to_str().unwrap(),
-            "--config",
-            cfg.to_str().unwrap(),
-            "--plan",
-            plan.to_str().unwrap(),
-            "--plan-task",
-            "T-docs",
-        ],
+    let out = Run::from(
+        plan_run(&env, &repo, "Document", &reader(&env), &cfg, &plan, &[])
+            .output()
+            .unwrap(),
     );
     out.expect(0);
     let warnings: Vec<String> = out
@@ -623,44 +647,16 @@ fn a_kill_around_the_meter_neither_duplicates_nor_loses_usage() {
             let env = TestEnv::new();
             let repo = env.git_repo("repo", &[("README", "x\n")]);
             let plan = write_plan(&repo, &contract(100_000, &[]));
-            let plan_s = plan.to_str().unwrap().to_string();
             let mut turns: Vec<Value> = (0..3).map(|i| read_turn(i, 40, 10)).collect();
             turns.push(json!({"text": "done", "usage": {"inputTokens": 40, "outputTokens": 10}}));
             let cfg = config(&env, &turns, false);
-            let mut cmd = env.cmd("kxen-agent");
-            cmd.args([
-                "run",
-                "--workspace",
-                repo.to_str().unwrap(),
-                "--task",
-                "Document",
-                "--agent",
-                reader(&env).to_str().unwrap(),
-                "--config",
-                cfg.to_str().unwrap(),
-                "--plan",
-                &plan_s,
-                "--plan-task",
-                "T-docs",
-            ])
-            .env("KXEN_FAILPOINT", point)
-            .env("KXEN_FAILPOINT_SKIP", skip.to_string());
+            let mut cmd = plan_run(&env, &repo, "Document", &reader(&env), &cfg, &plan, &[]);
+            cmd.env("KXEN_FAILPOINT", point)
+                .env("KXEN_FAILPOINT_SKIP", skip.to_string());
             let crashed = Run::from(cmd.output().unwrap());
             assert_ne!(crashed.code, 0, "{point}/{skip}: not reached");
             let session = session_of(&crashed);
-            let resumed = kx(
-                &env,
-                &[
-                    "--resume",
-                    &session,
-                    "--config",
-                    cfg.to_str().unwrap(),
-                    "--plan",
-                    &plan_s,
-                    "--plan-task",
-                    "T-docs",
-                ],
-            );
+            let resumed = plan_resume(&env, &session, &cfg, &plan, &[]);
             resumed.expect(0);
             let tokens: Vec<u64> = samples(&plan, "tokens")
                 .iter()
@@ -699,24 +695,18 @@ fn task_is_refused_in_a_plan_run_without_the_delegation_grant() {
         "task",
         "{format: text, requiredFields: []}",
     );
-    let out = kx(
-        &env,
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
+    let out = Run::from(
+        plan_run(
+            &env,
+            &repo,
             "Delegate",
-            "--agent",
-            delegator.to_str().unwrap(),
-            "--config",
-            cfg.to_str().unwrap(),
-            "--allow-shell",
-            "--plan",
-            plan.to_str().unwrap(),
-            "--plan-task",
-            "T-docs",
-        ],
+            &delegator,
+            &cfg,
+            &plan,
+            &["--allow-shell"],
+        )
+        .output()
+        .unwrap(),
     );
     out.expect(0);
     let finished: Vec<Value> = out
@@ -768,24 +758,18 @@ fn the_agents_tools_cannot_change_the_plan_folder_in_the_workspace() {
         answer("done"),
     ];
     let cfg = config(&env, &turns, false);
-    let out = kx(
-        &env,
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
+    let out = Run::from(
+        plan_run(
+            &env,
+            &repo,
             "Tamper",
-            "--agent",
-            fixer(&env).to_str().unwrap(),
-            "--config",
-            cfg.to_str().unwrap(),
-            "--allow-shell",
-            "--plan",
-            plan.to_str().unwrap(),
-            "--plan-task",
-            "T-docs",
-        ],
+            &fixer(&env),
+            &cfg,
+            &plan,
+            &["--allow-shell"],
+        )
+        .output()
+        .unwrap(),
     );
     out.expect(0);
     let finished: Vec<Value> = out
@@ -852,41 +836,20 @@ fn delegations(plan: &Path) -> Vec<Value> {
 }
 
 fn delegating_run(env: &TestEnv, repo: &Path, plan: &Path, cfg: &Path) -> std::process::Command {
-    let mut cmd = env.cmd("kxen-agent");
-    cmd.args([
-        "run",
-        "--workspace",
-        repo.to_str().unwrap(),
-        "--task",
+    let delegator = crate::task::delegator(env, 12);
+    plan_run(
+        env,
+        repo,
         "Delegate",
-        "--agent",
-        crate::task::delegator(env, 12).to_str().unwrap(),
-        "--config",
-        cfg.to_str().unwrap(),
-        "--allow-shell",
-        "--plan",
-        plan.to_str().unwrap(),
-        "--plan-task",
-        "T-docs",
-    ]);
-    cmd
+        &delegator,
+        cfg,
+        plan,
+        &["--allow-shell"],
+    )
 }
 
 fn resume_delegating(env: &TestEnv, session: &str, plan: &Path, cfg: &Path) -> Run {
-    kx(
-        env,
-        &[
-            "--resume",
-            session,
-            "--config",
-            cfg.to_str().unwrap(),
-            "--allow-shell",
-            "--plan",
-            plan.to_str().unwrap(),
-            "--plan-task",
-            "T-docs",
-        ],
-    )
+    plan_resume(env, session, cfg, plan, &["--allow-shell"])
 }
 
 /// Exactly `launched` then `completed` for the one child, with the fields the spec asks for.
@@ -1061,29 +1024,13 @@ fn a_power_cut_around_the_meter_never_leaves_a_sample_above_the_records() {
             let env = TestEnv::new();
             let repo = env.git_repo("repo", &[("README", "x\n")]);
             let plan = write_plan(&repo, &contract(100_000, &[]));
-            let plan_s = plan.to_str().unwrap().to_string();
             let mut turns: Vec<Value> = (0..3).map(|i| read_turn(i, 40, 10)).collect();
             turns.push(json!({"text": "done", "usage": {"inputTokens": 40, "outputTokens": 10}}));
             let cfg = config(&env, &turns, false);
-            let mut cmd = env.cmd("kxen-agent");
-            cmd.args([
-                "run",
-                "--workspace",
-                repo.to_str().unwrap(),
-                "--task",
-                "Document",
-                "--agent",
-                reader(&env).to_str().unwrap(),
-                "--config",
-                cfg.to_str().unwrap(),
-                "--plan",
-                &plan_s,
-                "--plan-task",
-                "T-docs",
-            ])
-            .env("KXEN_FAILPOINT", point)
-            .env("KXEN_FAILPOINT_SKIP", skip.to_string())
-            .env("KXEN_FAILPOINT_POWERCUT", "1");
+            let mut cmd = plan_run(&env, &repo, "Document", &reader(&env), &cfg, &plan, &[]);
+            cmd.env("KXEN_FAILPOINT", point)
+                .env("KXEN_FAILPOINT_SKIP", skip.to_string())
+                .env("KXEN_FAILPOINT_POWERCUT", "1");
             let crashed = Run::from(cmd.output().unwrap());
             assert_ne!(crashed.code, 0, "{what}: not reached");
             let session = session_of(&crashed);
@@ -1096,19 +1043,7 @@ fn a_power_cut_around_the_meter_never_leaves_a_sample_above_the_records() {
                 before.last().is_none_or(|v| *v <= durable),
                 "{what}: sample {before:?} above the durable records ({durable})"
             );
-            let resumed = kx(
-                &env,
-                &[
-                    "--resume",
-                    &session,
-                    "--config",
-                    cfg.to_str().unwrap(),
-                    "--plan",
-                    &plan_s,
-                    "--plan-task",
-                    "T-docs",
-                ],
-            );
+            let resumed = plan_resume(&env, &session, &cfg, &plan, &[]);
             resumed.expect(0);
             let tokens: Vec<u64> = samples(&plan, "tokens")
                 .iter()
