@@ -285,8 +285,10 @@ pub fn read_events(
         })?;
         for event in events.drain(..) {
             if on_event(&event)? {
+                drain(reader);
                 return Ok(());
             }
+            parser.recycle(event);
         }
         if request.canceled() {
             return Err(Failure::Fatal(Error::external(format!(
@@ -300,6 +302,19 @@ pub fn read_events(
             ))));
         }
     }
+}
+
+/// The most read after an answer is complete, so that the connection can be used again.
+const MAX_DRAIN: u64 = 64 * 1024;
+
+/// Reads what follows the event that completed an answer (the body's end: the last chunk of a
+/// chunked body), as OpenAI's and Anthropic's own SDKs consume a stream to its end. Only a body
+/// read to its end returns the connection to the agent's pool; left unread, every streamed call
+/// opened a new connection (and ureq a resolver thread for it): most of what streaming cost over
+/// a plain call (benches/provider_stream.rs). The answer is complete already, so a failure here
+/// only costs the connection.
+fn drain(reader: impl std::io::Read) {
+    let _ = std::io::copy(&mut reader.take(MAX_DRAIN), &mut std::io::sink());
 }
 
 /// A stream event that is not what the API sends: the call fails (it counts against
@@ -813,6 +828,70 @@ mod stream_tests {
         assert_eq!(r.tool_calls.len(), 1);
         assert_eq!(r.tool_calls[0].name, "read");
         assert_eq!(r.tool_calls[0].arguments, json!({"path": "a.txt"}));
+    }
+
+    /// A keep-alive server answering every request on a connection with `events` (a chunked
+    /// SSE body); returns its URL and how many connections it accepted.
+    fn keep_alive(events: Vec<String>) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+        let count = std::sync::Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                count.fetch_add(1, Ordering::SeqCst);
+                let events = events.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    loop {
+                        let mut length = 0;
+                        let mut line = String::new();
+                        while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                            if let Some(v) =
+                                line.to_ascii_lowercase().strip_prefix("content-length:")
+                            {
+                                length = v.trim().parse().unwrap();
+                            }
+                            line.clear();
+                        }
+                        let mut body = vec![0; length];
+                        if line.is_empty() || reader.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                        let mut out = String::from(
+                            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+                        );
+                        for e in &events {
+                            out.push_str(&format!("{:x}\r\n{e}\r\n", e.len()));
+                        }
+                        out.push_str("0\r\n\r\n");
+                        if stream.write_all(out.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    #[test]
+    fn a_streamed_answer_leaves_its_connection_for_the_next_call() {
+        let (url, accepted) = keep_alive(openai_events());
+        let p = openai(&url, Duration::from_secs(10));
+        for _ in 0..3 {
+            check_answer(&call(&p).0.unwrap());
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let (url, accepted) = keep_alive(anthropic_events());
+        let p = anthropic(&url);
+        for _ in 0..3 {
+            check_answer(&call(&p).0.unwrap());
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! send them as keep-alives).
 
 /// One dispatched event.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SseEvent {
     /// The `event:` field; empty when the event had none (OpenAI's).
     pub event: String,
@@ -30,6 +30,8 @@ pub struct SseParser {
     has_data: bool,
     /// The largest line or event kept before refusing the stream.
     limit: usize,
+    /// An event handed back by [`SseParser::recycle`]: its buffers hold the next event's.
+    spare: Option<SseEvent>,
 }
 
 /// A line or an event longer than the limit: the stream is refused rather than held in memory.
@@ -47,21 +49,26 @@ impl SseParser {
 
     /// Feeds `bytes`; appends every event they complete to `out`.
     pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) -> Result<(), TooLong> {
-        for &b in bytes {
-            match b {
-                b'\n' if self.after_cr => self.after_cr = false,
-                b'\n' | b'\r' => {
-                    self.after_cr = b == b'\r';
-                    self.end_line(out);
-                }
-                _ => {
-                    self.after_cr = false;
-                    if self.line.len() >= self.limit {
-                        return Err(TooLong);
-                    }
-                    self.line.push(b);
-                }
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            if self.after_cr && rest[0] == b'\n' {
+                // The `\n` of a `\r\n` whose `\r` ended the line already.
+                self.after_cr = false;
+                rest = &rest[1..];
+                continue;
             }
+            self.after_cr = false;
+            // The line's bytes up to its end (or the chunk's) are copied in one piece.
+            let end = rest.iter().position(|&b| b == b'\n' || b == b'\r');
+            let text = &rest[..end.unwrap_or(rest.len())];
+            if self.line.len() + text.len() > self.limit {
+                return Err(TooLong);
+            }
+            self.line.extend_from_slice(text);
+            let Some(end) = end else { break };
+            self.after_cr = rest[end] == b'\r';
+            self.end_line(out);
+            rest = &rest[end + 1..];
         }
         if self.data.len() > self.limit {
             return Err(TooLong);
@@ -69,14 +76,25 @@ impl SseParser {
         Ok(())
     }
 
+    /// Takes back an event that was read, so that the next one reuses its buffers (a stream of
+    /// small deltas otherwise allocates a string per event).
+    pub fn recycle(&mut self, event: SseEvent) {
+        self.spare = Some(event);
+    }
+
     fn end_line(&mut self, out: &mut Vec<SseEvent>) {
-        let line = std::mem::take(&mut self.line);
+        // The line is read in place and cleared, keeping its buffer: a fresh one per line grew
+        // from nothing every time (most of the parser's cost on a stream of small deltas).
+        let line = self.line.as_slice();
         if line.is_empty() {
             // A blank line dispatches the event (one without data is dropped, as the spec says).
             if self.has_data {
+                let mut next = self.spare.take().unwrap_or_default();
+                next.event.clear();
+                next.data.clear();
                 out.push(SseEvent {
-                    event: std::mem::take(&mut self.event),
-                    data: std::mem::take(&mut self.data),
+                    event: std::mem::replace(&mut self.event, next.event),
+                    data: std::mem::replace(&mut self.data, next.data),
                 });
             }
             self.event.clear();
@@ -84,25 +102,33 @@ impl SseParser {
             self.has_data = false;
             return;
         }
-        if line[0] == b':' {
-            return;
-        }
-        let text = String::from_utf8_lossy(&line);
-        let (field, value) = match text.split_once(':') {
-            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-            None => (&*text, ""),
-        };
-        match field {
-            "event" => self.event = value.to_string(),
-            "data" => {
-                if self.has_data {
-                    self.data.push('\n');
+        if line[0] != b':' {
+            let (field, value) = match line.iter().position(|&b| b == b':') {
+                Some(at) => {
+                    let v = &line[at + 1..];
+                    (&line[..at], v.strip_prefix(b" ").unwrap_or(v))
                 }
-                self.data.push_str(value);
-                self.has_data = true;
+                None => (line, &[][..]),
+            };
+            match field {
+                b"event" => {
+                    self.event.clear();
+                    self.event.push_str(&String::from_utf8_lossy(value));
+                }
+                b"data" => {
+                    if self.has_data {
+                        self.data.push('\n');
+                    }
+                    match std::str::from_utf8(value) {
+                        Ok(v) => self.data.push_str(v),
+                        Err(_) => self.data.push_str(&String::from_utf8_lossy(value)),
+                    }
+                    self.has_data = true;
+                }
+                _ => {}
             }
-            _ => {}
         }
+        self.line.clear();
     }
 }
 
@@ -116,6 +142,54 @@ mod tests {
         let mut out = Vec::new();
         for c in chunks {
             p.feed(c, &mut out).unwrap();
+        }
+        out
+    }
+
+    /// The spec's algorithm, written plainly: split into lines (`\r\n`, `\n`, `\r`), a blank
+    /// line dispatches, `field: value` (one leading space stripped), only complete events.
+    fn reference(text: &str) -> Vec<SseEvent> {
+        let mut lines = Vec::new();
+        let mut line = String::new();
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c == '\r' || c == '\n' {
+                if c == '\r' && chars.peek() == Some(&'\n') {
+                    chars.next();
+                }
+                lines.push(std::mem::take(&mut line));
+            } else {
+                line.push(c);
+            }
+        }
+        // An unended last line is dropped: it cannot be the blank line that dispatches.
+        let (mut out, mut event, mut data, mut has) =
+            (Vec::new(), String::new(), String::new(), false);
+        for l in lines {
+            if l.is_empty() {
+                if has {
+                    out.push(ev(&event, &data));
+                }
+                (event, data, has) = (String::new(), String::new(), false);
+                continue;
+            }
+            if l.starts_with(':') {
+                continue;
+            }
+            let (f, v) = l
+                .split_once(':')
+                .map_or((&*l, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
+            match f {
+                "event" => event = v.to_string(),
+                "data" => {
+                    if has {
+                        data.push('\n');
+                    }
+                    data.push_str(v);
+                    has = true;
+                }
+                _ => {}
+            }
         }
         out
     }
@@ -182,6 +256,16 @@ mod tests {
             }
             chunks.push(&bytes[at..]);
             prop_assert_eq!(parse(&chunks), whole);
+        }
+
+        /// The parser agrees with a line-at-a-time reading of the spec, on any bytes.
+        #[test]
+        fn matches_the_spec_reading(
+            lines in proptest::collection::vec(
+                "(data|event|id|:|data: |event: |dat)?[ -~é]{0,12}(\r\n|\n|\r)?", 0..30),
+        ) {
+            let text: String = lines.concat();
+            prop_assert_eq!(parse(&[text.as_bytes()]), reference(&text));
         }
 
         #[test]
