@@ -25,6 +25,7 @@
 //! of a loop keep the count.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use serde_json::Value;
 
@@ -75,6 +76,9 @@ impl RepeatGuard {
     /// nor are answered are left to recovery, which runs them through [`RepeatGuard::check`].
     pub fn from_history(limit: Option<u32>, conv: &Conversation, journal: &OpTable) -> Self {
         let mut guard = RepeatGuard::new(limit);
+        if guard.limit == 0 {
+            return guard; // detection is off: nothing to replay
+        }
         let ops: HashMap<(&str, usize), &crate::journal::OpState> = journal
             .ops()
             .iter()
@@ -153,15 +157,25 @@ impl RepeatGuard {
             self.made.clear();
         }
         // An unknown outcome cannot be quoted back; the next identical call runs.
-        if let Some(output) = output {
-            self.made.insert(
-                key(name, arguments),
-                Made {
+        let Some(output) = output else {
+            return;
+        };
+        // A call made again (a resume replays every call of a long run) reuses its entry's
+        // text buffer rather than allocating a copy of the same result.
+        match self.made.entry(key(name, arguments)) {
+            Entry::Occupied(mut entry) => {
+                let made = entry.get_mut();
+                made.text.clone_from(&output.text);
+                made.is_error = output.is_error;
+                made.repeats = 0;
+            }
+            Entry::Vacant(entry) => {
+                entry.insert(Made {
                     text: output.text.clone(),
                     is_error: output.is_error,
                     repeats: 0,
-                },
-            );
+                });
+            }
         }
     }
 
