@@ -69,6 +69,50 @@ impl Machines {
         Run::from(self.cmd(m, args).output().unwrap())
     }
 
+    /// `session pull ID --workspace <machine's clone>` on machine `m`.
+    pub fn pull_cmd(&self, m: usize, id: &str) -> Command {
+        self.cmd(
+            m,
+            &[
+                "session",
+                "pull",
+                id,
+                "--workspace",
+                self.ws[m].to_str().unwrap(),
+            ],
+        )
+    }
+
+    pub fn pull(&self, m: usize, id: &str) -> Run {
+        Run::from(self.pull_cmd(m, id).output().unwrap())
+    }
+
+    /// A task tree (a delegator, two children one after the other) whose run on machine 0
+    /// dies after the first child's first call. Returns the config and the parent's Session id.
+    pub fn killed_task_tree(&self) -> (PathBuf, String) {
+        let agent = crate::task::delegator(&self.env, 8);
+        let config = crate::task::two_children_script(&self.env);
+        let mut text = std::fs::read_to_string(&config).unwrap();
+        text.push_str("\n[tools]\nparallel = 1\n");
+        std::fs::write(&config, text).unwrap();
+        let mut crashed = self.cmd(
+            0,
+            &["run", "--task", "Check both", "--allow-shell", "--agent"],
+        );
+        crashed
+            .arg(&agent)
+            .arg("--config")
+            .arg(&config)
+            .env("KXEN_FAILPOINT", "tool.after-outcome-known");
+        assert_eq!(crashed.output().unwrap().status.code(), None);
+        let listed = self.run(0, &["session", "list"]).jsonl();
+        let parent = listed.iter().find(|s| s["parentId"].is_null()).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        (config, parent)
+    }
+
     /// A first run on machine `m` with `config`; returns the Session id.
     pub fn first_run(&self, m: usize, config: &Path, extra: &[&str]) -> String {
         let mut cmd = self.cmd(m, &["run", "--task", "Read the README", "--agent"]);
@@ -198,16 +242,7 @@ fn a_session_moves_between_machines_through_the_remote_and_a_stale_push_is_refus
     // And pulling names the diverging run; A's copy is unchanged.
     let dir_a = m.state[0].join("sessions").join(&id);
     let kept = session_files(&dir_a);
-    let diverged = m.run(
-        0,
-        &[
-            "session",
-            "pull",
-            &id,
-            "--workspace",
-            m.ws[0].to_str().unwrap(),
-        ],
-    );
+    let diverged = m.pull(0, &id);
     diverged.expect(5);
     assert!(
         diverged.stderr.contains("diverged at run run_"),
@@ -217,16 +252,7 @@ fn a_session_moves_between_machines_through_the_remote_and_a_stale_push_is_refus
     assert!(session_files(&dir_a) == kept, "A's copy changed");
 
     // B's copy is behind nothing: pulling is up to date.
-    let up = m.run(
-        1,
-        &[
-            "session",
-            "pull",
-            &id,
-            "--workspace",
-            m.ws[1].to_str().unwrap(),
-        ],
-    );
+    let up = m.pull(1, &id);
     up.expect(0);
     assert_eq!(up.jsonl()[0]["action"], "upToDate");
 }
@@ -237,15 +263,13 @@ fn a_pull_fast_forwards_an_ancestor_copy() {
     let config = config_of(&m.env, 4);
     let id = m.first_run(0, &config, &[]);
     m.run(0, &["session", "push", &id]).expect(0);
-    let ws_b = m.ws[1].to_str().unwrap();
-    m.run(1, &["session", "pull", &id, "--workspace", ws_b])
-        .expect(0);
+    m.pull(1, &id).expect(0);
     // A runs on and pushes; B fast-forwards.
     let mut more = m.cmd(0, &["--resume", &id, "--task", "More", "--config"]);
     more.arg(&config);
     Run::from(more.output().unwrap()).expect(0);
     m.run(0, &["session", "push", &id]).expect(0);
-    let ff = m.run(1, &["session", "pull", &id, "--workspace", ws_b]);
+    let ff = m.pull(1, &id);
     ff.expect(0);
     assert_eq!(ff.jsonl()[0]["action"], "fastForwarded");
     assert_eq!(ff.jsonl()[0]["runs"], 2);
@@ -265,34 +289,15 @@ fn sessions_of(m: &Machines, machine: usize) -> Vec<Value> {
 #[test]
 fn a_pull_fast_forwards_task_children_that_exist_here() {
     let m = machines();
-    let agent = crate::task::delegator(&m.env, 8);
-    let config = crate::task::two_children_script(&m.env);
     // One child after the other; A dies after the first child's first call.
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("\n[tools]\nparallel = 1\n");
-    std::fs::write(&config, text).unwrap();
-    let mut crashed = m.cmd(
-        0,
-        &["run", "--task", "Check both", "--allow-shell", "--agent"],
-    );
-    crashed
-        .arg(&agent)
-        .arg("--config")
-        .arg(&config)
-        .env("KXEN_FAILPOINT", "tool.after-outcome-known");
-    assert_eq!(crashed.output().unwrap().status.code(), None);
+    let (config, parent) = m.killed_task_tree();
     let listed = sessions_of(&m, 0);
-    let parent = listed.iter().find(|s| s["parentId"].is_null()).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
     let first_child = listed.iter().find(|s| s["forkKind"] == "task").unwrap()["id"]
         .as_str()
         .unwrap()
         .to_string();
     m.run(0, &["session", "push", &parent]).expect(0);
-    let ws_b = m.ws[1].to_str().unwrap();
-    let pulled = m.run(1, &["session", "pull", &parent, "--workspace", ws_b]);
+    let pulled = m.pull(1, &parent);
     pulled.expect(0);
     assert_eq!(pulled.jsonl()[0]["action"], "imported");
     assert_eq!(sessions_of(&m, 1).len(), 2);
@@ -306,7 +311,7 @@ fn a_pull_fast_forwards_task_children_that_exist_here() {
 
     // B's parent and first child are ancestors of the remote's: both fast-forward, the second
     // child arrives.
-    let ff = m.run(1, &["session", "pull", &parent, "--workspace", ws_b]);
+    let ff = m.pull(1, &parent);
     ff.expect(0);
     assert_eq!(ff.jsonl()[0]["action"], "fastForwarded");
     let there = sessions_of(&m, 1);
@@ -331,7 +336,7 @@ fn a_pull_fast_forwards_task_children_that_exist_here() {
         .filter(|n| n.starts_with('.'))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
-    let again = m.run(1, &["session", "pull", &parent, "--workspace", ws_b]);
+    let again = m.pull(1, &parent);
     again.expect(0);
     assert_eq!(again.jsonl()[0]["action"], "upToDate");
 }
@@ -469,10 +474,9 @@ fn a_tampered_snapshot_is_refused_and_nothing_local_changes() {
     let id = m.first_run(0, &config, &[]);
     m.run(0, &["session", "push", &id]).expect(0);
     tamper(&m, &id);
-    let ws_b = m.ws[1].to_str().unwrap();
     // Into an empty state dir: refused, nothing created.
     let refs_before = git(&m.ws[1], &["for-each-ref"]);
-    let refused = m.run(1, &["session", "pull", &id, "--workspace", ws_b]);
+    let refused = m.pull(1, &id);
     refused.expect(10);
     assert!(refused.stderr.contains("damaged"), "{}", refused.stderr);
     assert!(
@@ -489,16 +493,7 @@ fn a_tampered_snapshot_is_refused_and_nothing_local_changes() {
     // Over an existing copy (A's own, an ancestor of the tampered one): refused, unchanged.
     let dir_a = m.state[0].join("sessions").join(&id);
     let kept = session_files(&dir_a);
-    let over = m.run(
-        0,
-        &[
-            "session",
-            "pull",
-            &id,
-            "--workspace",
-            m.ws[0].to_str().unwrap(),
-        ],
-    );
+    let over = m.pull(0, &id);
     over.expect(10);
     assert!(session_files(&dir_a) == kept, "A's copy changed");
 }
@@ -547,8 +542,7 @@ fn a_v1_snapshot_of_the_first_release_still_pulls() {
     );
     r.push();
 
-    let ws_b = m.ws[1].to_str().unwrap();
-    let pulled = m.run(1, &["session", "pull", &id, "--workspace", ws_b]);
+    let pulled = m.pull(1, &id);
     pulled.expect(0);
     assert_eq!(pulled.jsonl()[0]["action"], "imported");
     m.run(1, &["session", "verify", &id]).expect(0);
@@ -569,7 +563,6 @@ fn a_snapshot_in_another_layout_or_an_unknown_format_is_refused() {
     let config = config_of(&m.env, 4);
     let id = m.first_run(0, &config, &[]);
     m.run(0, &["session", "push", &id]).expect(0);
-    let ws_b = m.ws[1].to_str().unwrap();
 
     // The journal split at its first line end: the same bytes (every checksum holds), but not
     // the one layout a push writes.
@@ -586,7 +579,7 @@ fn a_snapshot_in_another_layout_or_an_unknown_format_is_refused() {
     r.put(&format!("{dir}/000000"), &content[..cut]);
     r.put(&format!("{dir}/000001"), &content[cut..]);
     r.push();
-    let refused = m.run(1, &["session", "pull", &id, "--workspace", ws_b]);
+    let refused = m.pull(1, &id);
     refused.expect(10);
     assert!(
         refused
@@ -606,7 +599,7 @@ fn a_snapshot_in_another_layout_or_an_unknown_format_is_refused() {
         &serde_json::to_vec_pretty(&header).unwrap(),
     );
     r.push();
-    let refused = m.run(1, &["session", "pull", &id, "--workspace", ws_b]);
+    let refused = m.pull(1, &id);
     refused.expect(10);
     assert!(
         refused
@@ -844,8 +837,7 @@ fn six_claimers_on_two_machines_one_runs_fifty_times() {
         );
     }
     // Every trial's run is in the remote's snapshot, in one linear history.
-    let ws_b = m.ws[1].to_str().unwrap();
-    let pulled = m.run(1, &["session", "pull", &id, "--workspace", ws_b]);
+    let pulled = m.pull(1, &id);
     assert!(pulled.code == 0, "{}", pulled.stderr);
     let shown = m.run(1, &["session", "show", &id]);
     shown.expect(0);

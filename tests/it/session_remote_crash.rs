@@ -67,31 +67,10 @@ fn copy_dir(from: &Path, to: &Path) {
 #[test]
 fn a_pull_killed_at_each_step_of_the_child_swap_leaves_the_old_or_the_new_tree() {
     let m = machines();
-    let agent = crate::task::delegator(&m.env, 8);
-    let config = crate::task::two_children_script(&m.env);
-    let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("\n[tools]\nparallel = 1\n");
-    std::fs::write(&config, text).unwrap();
     // A dies after the first child's first call; pushes; B pulls the parent and that child.
-    let mut crashed = m.cmd(
-        0,
-        &["run", "--task", "Check both", "--allow-shell", "--agent"],
-    );
-    crashed
-        .arg(&agent)
-        .arg("--config")
-        .arg(&config)
-        .env("KXEN_FAILPOINT", "tool.after-outcome-known");
-    assert_eq!(crashed.output().unwrap().status.code(), None);
-    let listed = m.run(0, &["session", "list"]).jsonl();
-    let parent = listed.iter().find(|s| s["parentId"].is_null()).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (config, parent) = m.killed_task_tree();
     m.run(0, &["session", "push", &parent]).expect(0);
-    let ws_b = m.ws[1].to_str().unwrap().to_string();
-    m.run(1, &["session", "pull", &parent, "--workspace", &ws_b])
-        .expect(0);
+    m.pull(1, &parent).expect(0);
     // A finishes the tree (the first child runs on, a second one is made) and pushes.
     let mut resumed = m.cmd(0, &["--resume", &parent, "--allow-shell", "--config"]);
     resumed.arg(&config);
@@ -126,7 +105,7 @@ fn a_pull_killed_at_each_step_of_the_child_swap_leaves_the_old_or_the_new_tree()
         copy_dir(&saved, &m.state[1]);
         git(&m.ws[1], &["update-ref", &reference, &saved_ref]);
 
-        let mut killed = m.cmd(1, &["session", "pull", &parent, "--workspace", &ws_b]);
+        let mut killed = m.pull_cmd(1, &parent);
         killed
             .env("KXEN_FAILPOINT", point)
             .env("KXEN_FAILPOINT_SKIP", skip.to_string());
@@ -154,7 +133,7 @@ fn a_pull_killed_at_each_step_of_the_child_swap_leaves_the_old_or_the_new_tree()
                 verified.stderr
             );
         }
-        let again = m.run(1, &["session", "pull", &parent, "--workspace", &ws_b]);
+        let again = m.pull(1, &parent);
         assert_eq!(again.code, 0, "{what}: re-run: {}", again.stderr);
         let action = again.jsonl()[0]["action"].as_str().unwrap().to_string();
         let expected = if after == new {
