@@ -13,7 +13,7 @@
 // Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
 #![allow(clippy::disallowed_methods)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -78,13 +78,8 @@ fn run(calls: usize, window: Option<u64>) -> Vec<(usize, bool)> {
 fn run_agent(root: &Path, url: &str, calls: usize, window: Option<u64>) {
     let repo = support::repo_with(root, &"lorem ipsum dolor sit amet\n".repeat(38));
     let agent = support::agent(root, "read", calls + 8);
-    let config = root.join("config.toml");
     let context = window.map_or(String::new(), |w| format!("context_window = {w}\n"));
-    std::fs::write(
-        &config,
-        format!("[providers.o]\nkind = \"openai\"\nbase_url = \"{url}\"\nmodel = \"m\"\n{context}[roles]\nexecution = \"o\"\n"),
-    )
-    .unwrap();
+    let config = support::openai_config(root, url, &context);
     let state = StateDir::at(root.join("state"));
     let request = NewRunRequest {
         workspace: repo,
@@ -108,25 +103,7 @@ fn serve(calls: usize, seen: Seen) -> String {
             let Ok(stream) = stream else { return };
             let mut reader = BufReader::new(stream.try_clone().unwrap());
             let mut writer = stream;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                let mut length = 0usize;
-                loop {
-                    let mut header = String::new();
-                    if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
-                        break;
-                    }
-                    if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
-                        length = v.trim().parse().unwrap_or(0);
-                    }
-                }
-                let mut body = vec![0u8; length];
-                if reader.read_exact(&mut body).is_err() {
-                    break;
-                }
+            while let Some(body) = support::read_request(&mut reader) {
                 let summary = String::from_utf8_lossy(&body).contains("\"content\":\"You compact");
                 seen.lock().unwrap().push((body.len(), summary));
                 let tokens = body.len() / 4;

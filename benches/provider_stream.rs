@@ -12,13 +12,17 @@
 //!
 //! Run: `cargo bench --bench provider_stream`.
 
-use std::io::{BufRead, BufReader, Read, Write};
+// Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{BufReader, Write};
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use kxen::provider::openai::OpenAiProvider;
+
+mod support;
 use kxen::provider::{CallEvent, ChatMessage, ModelRequest, Observer, Provider};
 
 const SERVER_VAR: &str = "KXEN_BENCH_FAKE_STREAM_SERVER";
@@ -30,20 +34,8 @@ fn main() {
         serve();
         return;
     }
-    let calls: usize = std::env::var("KXEN_BENCH_CALLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
-    let mut server = Command::new(std::env::current_exe().unwrap())
-        .env(SERVER_VAR, "1")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut port = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut port)
-        .unwrap();
-    let url = format!("http://127.0.0.1:{}/v1", port.trim());
+    let calls = support::env_num("KXEN_BENCH_CALLS", 2000);
+    let (mut server, url) = support::server_process(SERVER_VAR, "1");
     let plain = OpenAiProvider::new("p", &url, "m", None, Duration::from_secs(30));
     let streamed =
         OpenAiProvider::new("p", &url, "m", None, Duration::from_secs(30)).with_stream(true);
@@ -62,7 +54,10 @@ fn main() {
         rounds_stream.push(measure(&streamed, n, &mut first) / n as f64);
     }
     let calls = n * ROUNDS;
-    let (cpu_plain, cpu_stream) = (median(rounds_plain), median(rounds_stream));
+    let (cpu_plain, cpu_stream) = (
+        support::median(rounds_plain),
+        support::median(rounds_stream),
+    );
     let _ = server.kill();
     let _ = server.wait();
     first.sort_by(f64::total_cmp);
@@ -92,11 +87,11 @@ fn main() {
 
 /// CPU seconds of `calls` calls; each call's first-delta latency (ms) goes to `first`.
 fn measure(p: &OpenAiProvider, calls: usize, first: &mut Vec<f64>) -> f64 {
-    let before = cpu_seconds();
+    let before = support::cpu_seconds();
     for _ in 0..calls {
         one(p, first);
     }
-    cpu_seconds() - before
+    support::cpu_seconds() - before
 }
 
 fn one(p: &OpenAiProvider, first: &mut Vec<f64>) {
@@ -131,23 +126,6 @@ fn one(p: &OpenAiProvider, first: &mut Vec<f64>) {
     }
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
-}
-
-fn cpu_seconds() -> f64 {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes the struct it is given; RUSAGE_SELF is always valid.
-    #[allow(unsafe_code)]
-    let usage = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
-        usage.assume_init()
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
-}
-
 fn monotonic_ns() -> u64 {
     let mut t = libc::timespec {
         tv_sec: 0,
@@ -175,25 +153,7 @@ fn serve() {
         std::thread::spawn(move || {
             let mut reader = BufReader::new(stream.try_clone().unwrap());
             let mut w = stream;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                    return;
-                }
-                let mut length = 0usize;
-                loop {
-                    let mut h = String::new();
-                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                        break;
-                    }
-                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                        length = v.trim().parse().unwrap_or(0);
-                    }
-                }
-                let mut body = vec![0u8; length];
-                if reader.read_exact(&mut body).is_err() {
-                    return;
-                }
+            while let Some(body) = support::read_request(&mut reader) {
                 let streamed = String::from_utf8_lossy(&body).contains("\"stream\":true");
                 let piece = |i: usize| format!("word{i} ");
                 let ok = if streamed {

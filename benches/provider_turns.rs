@@ -14,10 +14,9 @@
 // Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
 #![allow(clippy::disallowed_methods)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
@@ -38,16 +37,7 @@ fn main() {
         return;
     }
     let calls = support::env_num("KXEN_BENCH_CALLS", 1000).max(2 * WINDOW);
-    let mut server = Command::new(std::env::current_exe().unwrap())
-        .env(SERVER_VAR, calls.to_string())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut port = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut port)
-        .unwrap();
-    let url = format!("http://127.0.0.1:{}/v1", port.trim());
+    let (mut server, url) = support::server_process(SERVER_VAR, &calls.to_string());
 
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let (cpu, wall) = run_agent(tmp.path(), &url, calls);
@@ -74,12 +64,7 @@ fn main() {
 fn run_agent(root: &Path, url: &str, calls: usize) -> (Vec<f64>, f64) {
     let repo = support::repo(root);
     let agent = support::agent(root, "read", calls + 8);
-    let config = root.join("config.toml");
-    std::fs::write(
-        &config,
-        format!("[providers.o]\nkind = \"openai\"\nbase_url = \"{url}\"\nmodel = \"m\"\n[roles]\nexecution = \"o\"\n"),
-    )
-    .unwrap();
+    let config = support::openai_config(root, url, "");
     let state = StateDir::at(root.join("state"));
     let request = NewRunRequest {
         workspace: repo.clone(),
@@ -92,10 +77,10 @@ fn run_agent(root: &Path, url: &str, calls: usize) -> (Vec<f64>, f64) {
     let run_id = prepared.run_id.clone();
     let cancel = AtomicBool::new(false);
     let execution = prepared.execution(&cancel);
-    let mut cpu = vec![cpu_seconds()];
+    let mut cpu = vec![support::cpu_seconds()];
     let mut sink = |event: Event| {
         if let Event::ToolFinished { .. } = event {
-            cpu.push(cpu_seconds());
+            cpu.push(support::cpu_seconds());
         }
     };
     let start = Instant::now();
@@ -110,19 +95,6 @@ fn run_agent(root: &Path, url: &str, calls: usize) -> (Vec<f64>, f64) {
     (cpu, wall)
 }
 
-/// User + sys CPU of this process so far, in seconds.
-fn cpu_seconds() -> f64 {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes the struct it is given; RUSAGE_SELF is always valid.
-    #[allow(unsafe_code)]
-    let usage = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
-        usage.assume_init()
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
-}
-
 /// The fake server: keep-alive HTTP/1.1 on 127.0.0.1:0 (port printed on stdout); request n
 /// (from 0) gets a `read` call while n < `calls`, then a final answer.
 fn serve(calls: usize) {
@@ -134,25 +106,7 @@ fn serve(calls: usize) {
         let Ok(stream) = stream else { return };
         let mut reader = BufReader::new(stream.try_clone().unwrap());
         let mut writer = stream;
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                break;
-            }
-            let mut length = 0usize;
-            loop {
-                let mut header = String::new();
-                if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
-                    break;
-                }
-                if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0u8; length];
-            if reader.read_exact(&mut body).is_err() {
-                break;
-            }
+        while support::read_request(&mut reader).is_some() {
             let reply = if n < calls {
                 format!(
                     "{{\"choices\":[{{\"message\":{{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{{\"id\":\"call_{n}\",\"type\":\"function\",\"function\":{{\"name\":\"read\",\"arguments\":\"{{\\\"path\\\":\\\"a.txt\\\"}}\"}}}}]}}}}],\"usage\":{{\"prompt_tokens\":1,\"completion_tokens\":1}}}}"

@@ -4,8 +4,9 @@
 
 #![allow(dead_code)] // each bench uses its part
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
@@ -148,4 +149,68 @@ pub fn fsync_floor(root: &Path, appends: usize, line_len: usize) -> f64 {
         kxen::fsx::append_line(&path, &line).unwrap();
     }
     start.elapsed().as_secs_f64()
+}
+
+/// The body of the next request on a keep-alive HTTP/1.1 connection (the fake model servers'
+/// read: request line, headers up to the blank line, `Content-Length` bytes); `None` once the
+/// client is gone.
+pub fn read_request(reader: &mut impl BufRead) -> Option<Vec<u8>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+        return None;
+    }
+    let mut length = 0usize;
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+            break;
+        }
+        if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(body)
+}
+
+/// User + sys CPU of this process so far (every thread), in seconds.
+pub fn cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes the struct it is given; RUSAGE_SELF is always valid.
+    #[allow(unsafe_code)]
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// `root/config.toml`: an `openai` provider `o` at `url` (model `m`, then the TOML lines
+/// `extra`) as the execution role.
+pub fn openai_config(root: &Path, url: &str, extra: &str) -> PathBuf {
+    let config = root.join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[providers.o]\nkind = \"openai\"\nbase_url = \"{url}\"\nmodel = \"m\"\n{extra}[roles]\nexecution = \"o\"\n"),
+    )
+    .unwrap();
+    config
+}
+
+/// This bench binary run again with `var=value` as a fake model server in its own process (its
+/// CPU is not the client's); the server prints its port on its first line. Returns the child
+/// and the server's `http://127.0.0.1:PORT/v1`.
+pub fn server_process(var: &str, value: &str) -> (Child, String) {
+    let mut server = Command::new(std::env::current_exe().unwrap())
+        .env(var, value)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    (server, format!("http://127.0.0.1:{}/v1", port.trim()))
 }

@@ -590,17 +590,7 @@ mod tests {
         let key_line = key_env
             .map(|k| format!("api_key_env = \"{k}\"\n"))
             .unwrap_or_default();
-        let text = format!(
-            "[providers.local]\nkind = \"openai\"\nbase_url = \"{base_url}\"\nmodel = \"test-model\"\n{key_line}timeout_ms = 20000\n[roles]\nexecution = \"local\"\n"
-        );
-        ModelConfig::parse(
-            &text,
-            std::path::Path::new("/cfg/c.toml"),
-            ConfigSource::Flag,
-        )
-        .unwrap()
-        .provider_for("execution")
-        .unwrap()
+        provider_with(base_url, &format!("{key_line}timeout_ms = 20000"))
     }
 
     fn provider_with(base_url: &str, options: &str) -> Box<dyn Provider> {
@@ -617,23 +607,27 @@ mod tests {
         .unwrap()
     }
 
+    /// An execution-role request of `messages` and `tools`, with no limit, marks or observer.
+    fn request<'a>(
+        messages: &'a [ChatMessage],
+        tools: &'a [crate::tools::ToolSchema],
+    ) -> ModelRequest<'a> {
+        ModelRequest {
+            role: "execution",
+            messages,
+            tools,
+            timeout: None,
+            attempt_mark: None,
+            call_mark: None,
+            task: None,
+            observer: None,
+            cancel: None,
+        }
+    }
+
     fn one_call(p: &dyn Provider) {
         let messages = vec![ChatMessage::user("hi")];
-        p.complete(
-            &ModelRequest {
-                role: "execution",
-                messages: &messages,
-                tools: &[],
-                timeout: None,
-                attempt_mark: None,
-                call_mark: None,
-                task: None,
-                observer: None,
-                cancel: None,
-            },
-            0,
-        )
-        .unwrap();
+        p.complete(&request(&messages, &[]), 0).unwrap();
     }
 
     #[test]
@@ -761,22 +755,7 @@ mod tests {
         let p = provider(&url, Some("KXEN_TEST_OPENAI_KEY_RT"));
         let tools = crate::tools::schemas(&["read".to_string(), "write".to_string()]);
         let mut messages = vec![ChatMessage::system("be careful"), ChatMessage::user("fix")];
-        let r = p
-            .complete(
-                &ModelRequest {
-                    role: "execution",
-                    messages: &messages,
-                    tools: &tools,
-                    timeout: None,
-                    attempt_mark: None,
-                    call_mark: None,
-                    task: None,
-                    observer: None,
-                    cancel: None,
-                },
-                0,
-            )
-            .unwrap();
+        let r = p.complete(&request(&messages, &tools), 0).unwrap();
         assert_eq!(r.text, "");
         assert_eq!(r.tool_calls.len(), 2);
         assert_eq!(r.tool_calls[0].id, "call_abc");
@@ -820,22 +799,7 @@ mod tests {
             "call_bad",
             "arguments for `write` must be a JSON object",
         ));
-        let r2 = p
-            .complete(
-                &ModelRequest {
-                    role: "execution",
-                    messages: &messages,
-                    tools: &tools,
-                    timeout: None,
-                    attempt_mark: None,
-                    call_mark: None,
-                    task: None,
-                    observer: None,
-                    cancel: None,
-                },
-                1,
-            )
-            .unwrap();
+        let r2 = p.complete(&request(&messages, &tools), 1).unwrap();
         assert_eq!(r2.text, "All done.");
         assert!(r2.tool_calls.is_empty() && r2.usage.is_none());
         let s2 = seen.recv().unwrap();
@@ -871,17 +835,7 @@ mod tests {
         let body = format!("{{\"error\":\"{}{canary} is not valid\"}}", "x".repeat(280));
         let (url, _seen) = serve(vec![(401, body)]);
         let p = provider(&url, Some("KXEN_TEST_OPENAI_KEY_CUT"));
-        let req = ModelRequest {
-            role: "execution",
-            messages: &[],
-            tools: &[],
-            timeout: None,
-            attempt_mark: None,
-            call_mark: None,
-            task: None,
-            observer: None,
-            cancel: None,
-        };
+        let req = request(&[], &[]);
         let e = p.complete(&req, 0).unwrap_err();
         assert!(e.message.contains("HTTP 401"), "{}", e.message);
         assert!(!e.message.contains("sk-canary"), "{}", e.message);
@@ -905,17 +859,7 @@ mod tests {
             (200, r#"{"choices":[]}"#.to_string()),
         ]);
         let p = provider(&url, Some("KXEN_TEST_OPENAI_KEY_ERR"));
-        let req = ModelRequest {
-            role: "execution",
-            messages: &[],
-            tools: &[],
-            timeout: None,
-            attempt_mark: None,
-            call_mark: None,
-            task: None,
-            observer: None,
-            cancel: None,
-        };
+        let req = request(&[], &[]);
         let e = p.complete(&req, 0).unwrap_err();
         assert_eq!(e.kind, ErrorKind::External);
         assert!(e.message.contains("HTTP 401"), "{}", e.message);
@@ -1013,17 +957,7 @@ mod tests {
     /// The stream of `chunks` read through the typed fast path (`typed`) or always through a
     /// `Value` ([`Chunk::from_value`]): the answer, or the failure's message.
     fn read_chunks(chunks: &[String], typed: bool) -> std::result::Result<Value, String> {
-        let request = ModelRequest {
-            role: "execution",
-            messages: &[],
-            tools: &[],
-            timeout: None,
-            attempt_mark: None,
-            call_mark: None,
-            task: None,
-            observer: None,
-            cancel: None,
-        };
+        let request = request(&[], &[]);
         let mut stream = ChatStream::default();
         for data in chunks {
             let step = if typed {
