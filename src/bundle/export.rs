@@ -315,7 +315,7 @@ fn collect(
             })?)
         };
         let report = verify::verify(&paths, &id, blobs_dir, Mode::InPlace)?;
-        let named = tree::named_children(&paths, &report.runs)?;
+        let named = tree::named_from(&report);
         let mut children = Vec::new();
         for n in named {
             let child = state.session(&n.child.session_id);

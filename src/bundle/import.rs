@@ -289,9 +289,15 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
     }
     let mut metas = Vec::with_capacity(sessions.len());
     let mut named = Vec::with_capacity(sessions.len());
-    for (sid, paths, runs) in &sessions {
+    // The children each journal names, from its verification (not read a second time).
+    for (i, (sid, paths, _)) in sessions.iter().enumerate() {
         metas.push(SessionMeta::read(paths, sid)?);
-        named.push(tree::named_children(paths, runs)?);
+        let verified = if i == 0 {
+            &report
+        } else {
+            &child_reports[i - 1]
+        };
+        named.push(tree::named_from(verified));
     }
     let members: Vec<(&str, tree::Member)> = sessions
         .iter()
@@ -387,7 +393,8 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
         .enumerate()
     {
         let previous = std::mem::replace(&mut meta.workspace, binding).root;
-        fsx::write_atomic_json(&paths.session_json(), &*meta, fsx::STATE_FILE_MODE)?;
+        // Staged: made durable by the one sync below, before anything is moved into place.
+        fsx::replace_staged_json(&paths.session_json(), &*meta, fsx::STATE_FILE_MODE)?;
         let record = ImportRecord {
             imported_at: crate::clock::now_rfc3339(),
             exported_at: &ctx.header.exported_at,
@@ -397,7 +404,7 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
             import_id: &import_id,
             tasks: if i == 0 { &new_children } else { &[] },
         };
-        fsx::write_atomic_json(
+        fsx::replace_staged_json(
             &paths.dir.join("imported.json"),
             &record,
             fsx::STATE_FILE_MODE,
@@ -776,7 +783,8 @@ impl Ctx<'_> {
             drop(stale);
             fsx::remove_staging_dir(&dir)?;
         }
-        fsx::create_dir_private(&dir)?;
+        // Not synced: nothing in it counts until the whole staged tree is synced and renamed.
+        fsx::create_staged_dir(&dir)?;
         let lease = match Lease::acquire(&dir, &id) {
             Ok(l) => l,
             Err(e) => {

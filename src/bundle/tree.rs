@@ -12,10 +12,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::journal::ChildRef;
 use crate::session::{ForkKind, SessionMeta};
-use crate::state::SessionPaths;
 
 /// The prefix of a child's files in a bundle.
 pub fn child_prefix(session_id: &str) -> String {
@@ -30,27 +29,19 @@ pub struct Named {
     pub child: ChildRef,
 }
 
-/// The `task` children named by the `started` records of the runs `runs` of the Session in
-/// `paths`, in journal order (a named child may never have been created: see
-/// `docs/state-format.md`, "Task children").
-pub fn named_children(paths: &SessionPaths, runs: &[String]) -> Result<Vec<Named>> {
-    let mut named = Vec::new();
-    for run_id in runs {
-        let journal = paths.run(run_id).journal();
-        if !journal.is_file() {
-            continue;
-        }
-        for op in crate::journal::read(&journal)?.into_ops() {
-            if let Some(child) = op.child {
-                named.push(Named {
-                    run_id: run_id.clone(),
-                    op_id: op.op_id,
-                    child,
-                });
-            }
-        }
-    }
-    Ok(named)
+/// The `task` children named by the `started` records of a verified Session's runs, in run
+/// then journal order (a named child may never have been created: see `docs/state-format.md`,
+/// "Task children"), from what its verification already read.
+pub fn named_from(report: &crate::session::verify::Verified) -> Vec<Named> {
+    report
+        .children
+        .iter()
+        .map(|(run_id, op_id, child)| Named {
+            run_id: run_id.clone(),
+            op_id: op_id.clone(),
+            child: child.clone(),
+        })
+        .collect()
 }
 
 /// One Session of a bundle, as the tree check sees it.

@@ -34,8 +34,8 @@ pub use chain::{ChainEnd, ChainFile, ChainWriter, read_chain, visit_chain, visit
 pub use lock::{FileLock, LockWait};
 pub use tree::{
     StagedFile, create_staged_dir, exchange_dirs, remove_empty_dir, remove_file,
-    remove_staging_dir, rename_dir_into_place, rename_file, rename_file_unsynced, sync_staged,
-    write_staged,
+    remove_staging_dir, rename_dir_into_place, rename_file, rename_file_unsynced,
+    replace_staged_json, sync_staged, write_staged,
 };
 
 /// File mode for state files: readable by the owner only (they hold task text and tool output).

@@ -63,6 +63,24 @@ pub fn write_staged(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         .map_err(|e| Error::io("write", path, e))
 }
 
+/// Replaces (or creates) `path` inside a staging directory with `value` as pretty JSON, without
+/// fsyncing: the staging directory is made durable as a whole by [`sync_staged`] before it is
+/// moved into place, and a crash before that discards it. Written beside it and renamed, so the
+/// file is never seen half-written by this process's own later reads.
+pub fn replace_staged_json<T: serde::Serialize>(path: &Path, value: &T, mode: u32) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value)
+        .map_err(|e| Error::failed(format!("cannot serialize {}: {e}", path.display())))?;
+    bytes.push(b'\n');
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = super::atomic::parent_dir(path).join(format!(".tmp-staged-{name}"));
+    let _ = fs::remove_file(&temp);
+    write_staged(&temp, &bytes, mode)?;
+    fs::rename(&temp, path).map_err(|e| Error::io("replace", path, e))
+}
+
 /// A new file inside a staging directory written in pieces (an import streams a file's content
 /// from the bundle into it), in large writes and without fsyncing; see
 /// [`create_staged_dir`] and [`sync_staged`]. Refuses to overwrite a file.

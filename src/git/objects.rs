@@ -3,8 +3,9 @@
 //!
 //! Objects are written in-process by gix into the repository's object database (content
 //! addressed: an object already present is not written again, so an unchanged blob costs a hash).
-//! Nothing here touches the working tree, the index or HEAD. Refs are moved by `git update-ref`
-//! with the expected old value, so two processes of one clone cannot lose each other's update.
+//! Nothing here touches the working tree, the index or HEAD. Refs are moved by gix ref
+//! transactions (git's lock-file protocol) with the expected old value, so two processes of one
+//! clone (ours or git's) cannot lose each other's update.
 
 use std::path::{Path, PathBuf};
 
@@ -202,23 +203,69 @@ impl ObjectStore {
     /// Moves ref `name` to `new` if it is still at `expected` (`None`: must not exist);
     /// exit 5 when another process moved it first.
     pub fn update_ref(&self, name: &str, new: &str, expected: Option<&str>) -> Result<()> {
-        let old = expected.unwrap_or(ZERO_OID);
-        self.update_ref_raw(&["update-ref", name, new, old], name)
+        use gix::refs::transaction::{Change, LogChange, PreviousValue, RefLog};
+        let expected = match expected {
+            Some(old) => {
+                PreviousValue::MustExistAndMatch(gix::refs::Target::Object(Self::oid(old)?))
+            }
+            None => PreviousValue::MustNotExist,
+        };
+        self.edit_ref(
+            name,
+            Change::Update {
+                log: LogChange {
+                    mode: RefLog::AndReference,
+                    force_create_reflog: false,
+                    message: "kxen-agent".into(),
+                },
+                expected,
+                new: gix::refs::Target::Object(Self::oid(new)?),
+            },
+        )
     }
 
     /// Deletes ref `name` if it is still at `expected`.
     pub fn delete_ref(&self, name: &str, expected: &str) -> Result<()> {
-        self.update_ref_raw(&["update-ref", "-d", name, expected], name)
+        use gix::refs::transaction::{Change, PreviousValue, RefLog};
+        self.edit_ref(
+            name,
+            Change::Delete {
+                expected: PreviousValue::MustExistAndMatch(gix::refs::Target::Object(Self::oid(
+                    expected,
+                )?)),
+                log: RefLog::AndReference,
+            },
+        )
     }
 
-    fn update_ref_raw(&self, args: &[&str], name: &str) -> Result<()> {
-        super::cli::run(&self.dir, args).map(|_| ()).map_err(|e| {
-            Error::conflict(format!(
-                "{name} in {} was changed by another process: {}",
-                self.dir.display(),
-                e.message
-            ))
-            .with_hint("retry the command")
-        })
+    /// One ref transaction in-process (git's lock-file protocol and its lock timeouts, the
+    /// expected old value checked under the lock): no git process, no config read per update.
+    fn edit_ref(&self, name: &str, change: gix::refs::transaction::Change) -> Result<()> {
+        let full: gix::refs::FullName = name
+            .try_into()
+            .map_err(|e| Error::invalid(format!("{name} is not a valid ref name: {e}")))?;
+        let sig = gix::actor::Signature {
+            name: "kxen-agent".into(),
+            email: "kxen-agent@localhost".into(),
+            time: gix::date::Time::now_utc(),
+        };
+        let mut time = gix::date::parse::TimeBuf::default();
+        self.repo
+            .edit_references_as(
+                [gix::refs::transaction::RefEdit {
+                    change,
+                    name: full,
+                    deref: false,
+                }],
+                Some(sig.to_ref(&mut time)),
+            )
+            .map(|_| ())
+            .map_err(|e| {
+                Error::conflict(format!(
+                    "{name} in {} was changed by another process: {e}",
+                    self.dir.display()
+                ))
+                .with_hint("retry the command")
+            })
     }
 }

@@ -161,7 +161,14 @@ fn overrides(dir: &Path) -> Result<Vec<String>> {
         .map(|(_, k, v)| (k.to_ascii_lowercase(), v.clone()))
         .collect();
     let mut last: Vec<(String, String)> = Vec::new();
-    for (_, key, value) in scoped_config(dir, &out)? {
+    // With nothing to neutralize the second read would be the first one again (same command
+    // line): check the first.
+    let after = if out.is_empty() {
+        config.clone()
+    } else {
+        scoped_config(dir, &out)?
+    };
+    for (_, key, value) in after {
         match last.iter_mut().find(|(k, _)| *k == key) {
             Some(entry) => entry.1 = value,
             None => last.push((key, value)),

@@ -56,6 +56,11 @@ pub struct Verified {
     /// Files that end in a torn last line (a crash mid-append; ignored, repaired by the next
     /// writer). Always empty with `strict`.
     pub torn_tails: Vec<String>,
+    /// The `task` children the journals name, as `(run, operation, child)` in run order, then
+    /// journal order: what an import checks a tree's links with, without reading the journals
+    /// again.
+    #[serde(skip)]
+    pub children: Vec<(String, String, crate::journal::ChildRef)>,
     /// Length of the complete prefix of each chained file (everything but a torn tail): what an
     /// export copies.
     #[serde(skip)]
@@ -283,6 +288,12 @@ fn verify_checked(
             blob_check.as_mut().map(|c| c as &mut BlobCheck),
         )?;
         out.operations += table.ops().len();
+        for op in table.ops() {
+            if let Some(child) = &op.child {
+                out.children
+                    .push((run_id.clone(), op.op_id.clone(), child.clone()));
+            }
+        }
         read_runs.push((run_json, run, table));
     }
 
