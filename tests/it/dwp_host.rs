@@ -148,6 +148,14 @@ fn samples(plan: &Path, unit: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The values of the plan's `tokens` samples, in journal order.
+fn token_values(plan: &Path) -> Vec<u64> {
+    samples(plan, "tokens")
+        .iter()
+        .map(|s| s["value"].as_u64().unwrap())
+        .collect()
+}
+
 fn limit_lines(plan: &Path) -> Vec<String> {
     events(plan)
         .into_iter()
@@ -481,10 +489,7 @@ fn a_token_limit_stops_the_run_at_the_right_call_and_recover_lets_it_finish() {
     );
 
     // Samples: cumulative tokens 100..400, USD alongside, each citing its artifact; one LIMIT.
-    let tokens: Vec<u64> = samples(&plan, "tokens")
-        .iter()
-        .map(|s| s["value"].as_u64().unwrap())
-        .collect();
+    let tokens = token_values(&plan);
     assert_eq!(tokens, [100, 200, 300, 400]);
     for s in samples(&plan, "tokens")
         .iter()
@@ -576,10 +581,7 @@ fn a_token_limit_stops_the_run_at_the_right_call_and_recover_lets_it_finish() {
     let done = kx(&env, &resume_args);
     done.expect(0);
     assert_eq!(model_calls(&env, &session), 7);
-    let tokens: Vec<u64> = samples(&plan, "tokens")
-        .iter()
-        .map(|s| s["value"].as_u64().unwrap())
-        .collect();
+    let tokens = token_values(&plan);
     assert_eq!(tokens, [100, 200, 300, 400, 500, 600, 700]);
     assert_eq!(
         limit_lines(&plan).len(),
@@ -658,10 +660,7 @@ fn a_kill_around_the_meter_neither_duplicates_nor_loses_usage() {
             let session = session_of(&crashed);
             let resumed = plan_resume(&env, &session, &cfg, &plan, &[]);
             resumed.expect(0);
-            let tokens: Vec<u64> = samples(&plan, "tokens")
-                .iter()
-                .map(|s| s["value"].as_u64().unwrap())
-                .collect();
+            let tokens = token_values(&plan);
             assert_eq!(
                 tokens.last(),
                 Some(&200),
@@ -894,10 +893,7 @@ fn a_granted_task_child_is_a_recorded_delegation_and_its_usage_is_metered() {
         .collect();
     assert_eq!(finished[0]["isError"], false, "{finished:?}");
     assert_one_completed_delegation(&plan, "clean run");
-    let tokens: Vec<u64> = samples(&plan, "tokens")
-        .iter()
-        .map(|s| s["value"].as_u64().unwrap())
-        .collect();
+    let tokens = token_values(&plan);
     // The child's samples include the parent's first reply (durable before the child ran).
     assert_eq!(tokens, [12, 24, 49, 74]);
     for s in samples(&plan, "tokens") {
@@ -938,10 +934,7 @@ fn a_kill_around_a_delegation_records_exactly_one_end() {
             let resumed = resume_delegating(&env, &session, &plan, &cfg);
             resumed.expect(0);
             assert_one_completed_delegation(&plan, &what);
-            let tokens: Vec<u64> = samples(&plan, "tokens")
-                .iter()
-                .map(|s| s["value"].as_u64().unwrap())
-                .collect();
+            let tokens = token_values(&plan);
             assert_eq!(tokens.last(), Some(&74), "{what}: {tokens:?}");
             assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{what}: {tokens:?}");
             assert_journal_valid(&env, &plan);
@@ -999,10 +992,7 @@ fn a_plan_limit_stops_a_child_and_its_parent_until_recovered() {
     let done = resume_delegating(&env, &session, &plan, &cfg);
     done.expect(0);
     assert_one_completed_delegation(&plan, "after recover");
-    let tokens: Vec<u64> = samples(&plan, "tokens")
-        .iter()
-        .map(|s| s["value"].as_u64().unwrap())
-        .collect();
+    let tokens = token_values(&plan);
     assert_eq!(tokens, [12, 24, 49, 74]);
     assert_journal_valid(&env, &plan);
 }
@@ -1035,20 +1025,14 @@ fn a_power_cut_around_the_meter_never_leaves_a_sample_above_the_records() {
             assert_ne!(crashed.code, 0, "{what}: not reached");
             let session = session_of(&crashed);
             let durable = durable_tokens(&env, &session);
-            let before: Vec<u64> = samples(&plan, "tokens")
-                .iter()
-                .map(|s| s["value"].as_u64().unwrap())
-                .collect();
+            let before = token_values(&plan);
             assert!(
                 before.last().is_none_or(|v| *v <= durable),
                 "{what}: sample {before:?} above the durable records ({durable})"
             );
             let resumed = plan_resume(&env, &session, &cfg, &plan, &[]);
             resumed.expect(0);
-            let tokens: Vec<u64> = samples(&plan, "tokens")
-                .iter()
-                .map(|s| s["value"].as_u64().unwrap())
-                .collect();
+            let tokens = token_values(&plan);
             assert_eq!(tokens.last(), Some(&200), "{what}: {tokens:?}");
             assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{what}: {tokens:?}");
             assert_journal_valid(&env, &plan);
