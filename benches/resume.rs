@@ -37,6 +37,8 @@ mod support;
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--child") {
+        // As `kxen-agent` does first thing (the secrets every redaction uses are read once).
+        kxen::own_env::init().expect("environment snapshot");
         let (what, root) = (&args[i + 1], PathBuf::from(&args[i + 2]));
         let secs = match what.as_str() {
             "show" => child_show(&root),
