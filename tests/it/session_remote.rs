@@ -113,6 +113,16 @@ impl Machines {
         (config, parent)
     }
 
+    /// The dot-named entries (staging and swap leftovers) in machine `m`'s `sessions/`.
+    pub fn leftovers(&self, m: usize) -> Vec<String> {
+        std::fs::read_dir(self.state[m].join("sessions"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect()
+    }
+
     /// A first run on machine `m` with `config`; returns the Session id.
     pub fn first_run(&self, m: usize, config: &Path, extra: &[&str]) -> String {
         let mut cmd = self.cmd(m, &["run", "--task", "Read the README", "--agent"]);
@@ -329,12 +339,7 @@ fn a_pull_fast_forwards_task_children_that_exist_here() {
     let child_dir = m.state[1].join("sessions").join(&first_child);
     assert!(child_dir.join("session.json").is_file());
     // Nothing left over in B's state dir, and a second pull has nothing to do.
-    let leftovers: Vec<String> = std::fs::read_dir(m.state[1].join("sessions"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with('.'))
-        .collect();
+    let leftovers = m.leftovers(1);
     assert!(leftovers.is_empty(), "{leftovers:?}");
     let again = m.pull(1, &parent);
     again.expect(0);

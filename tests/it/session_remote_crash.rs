@@ -151,12 +151,7 @@ fn a_pull_killed_at_each_step_of_the_child_swap_leaves_the_old_or_the_new_tree()
         for sid in sessions(&m, 1) {
             m.run(1, &["session", "verify", &sid]).expect(0);
         }
-        let leftovers: Vec<String> = std::fs::read_dir(m.state[1].join("sessions"))
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with('.'))
-            .collect();
+        let leftovers = m.leftovers(1);
         assert!(leftovers.is_empty(), "{what}: left over: {leftovers:?}");
     }
 }
