@@ -23,6 +23,10 @@
 //! Release (`cargo bench --all-features --bench remote`, `KXEN_BENCH_REPS=3`, load ~1): push
 //! 0.210 s vs 0.187 s (1.12x), pull 0.084 s vs 0.042 s (2.00x: misses 1.5x), second push 5,538
 //! bytes, 4 connections.
+//! After the pull changes of issue 19's last slice (gix ref edits, one config read, no second
+//! journal read, fewer fsyncs), release, `KXEN_BENCH_REPS=9`, load ~0.9: push 0.206 s vs 0.188 s
+//! (1.10x), pull 0.066 s vs 0.040 s (1.65x: still misses 1.5x), second push 5,555 bytes, 4
+//! connections.
 
 // Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
 #![allow(clippy::disallowed_methods)]
