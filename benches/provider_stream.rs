@@ -109,15 +109,8 @@ fn one(p: &OpenAiProvider, first: &mut Vec<f64>) {
     };
     let messages = [ChatMessage::user("go")];
     let request = ModelRequest {
-        role: "execution",
-        messages: &messages,
-        tools: &[],
-        timeout: None,
-        attempt_mark: None,
-        call_mark: None,
-        task: None,
         observer: Some(Observer(&observe)),
-        cancel: None,
+        ..ModelRequest::plain("execution", &messages, &[])
     };
     let r = p.complete(&request, 0).unwrap();
     assert!(r.text.len() > DELTAS);

@@ -524,17 +524,7 @@ mod tests {
         messages: &'a [ChatMessage],
         tools: &'a [crate::tools::ToolSchema],
     ) -> ModelRequest<'a> {
-        ModelRequest {
-            role: "execution",
-            messages,
-            tools,
-            timeout: None,
-            attempt_mark: None,
-            call_mark: None,
-            task: None,
-            observer: None,
-            cancel: None,
-        }
+        ModelRequest::plain("execution", messages, tools)
     }
 
     const KEY: &str = "sk-ant-canary-unit-0a1b2c3d4e";

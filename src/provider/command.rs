@@ -187,17 +187,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
         );
         let messages = vec![ChatMessage::user("fix it")];
         let tools = crate::tools::schemas(&["read".to_string()]);
-        let req = ModelRequest {
-            role: "execution",
-            messages: &messages,
-            tools: &tools,
-            timeout: None,
-            attempt_mark: None,
-            call_mark: None,
-            task: None,
-            observer: None,
-            cancel: None,
-        };
+        let req = ModelRequest::plain("execution", &messages, &tools);
         let r = p.complete(&req, 0).unwrap();
         assert_eq!(r.text, "thinking");
         assert_eq!(r.tool_calls[0].arguments, json!({"path": "a"}));
@@ -216,17 +206,7 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
 
     #[test]
     fn failures_are_external_errors() {
-        let req = ModelRequest {
-            role: "execution",
-            messages: &[],
-            tools: &[],
-            timeout: None,
-            attempt_mark: None,
-            call_mark: None,
-            task: None,
-            observer: None,
-            cancel: None,
-        };
+        let req = ModelRequest::plain("execution", &[], &[]);
         let (_t, p) = setup("echo 'rate limited' >&2; exit 3", "");
         let e = p.complete(&req, 0).unwrap_err();
         assert!(
@@ -263,15 +243,8 @@ printf '%s\n' '{"text":"thinking","toolCalls":[{"id":"c1","name":"read","argumen
         let (_t, p) = setup("echo '{\"text\":\"hi\"}'", "");
         let big = vec![ChatMessage::user("x".repeat(1 << 20))];
         let req = ModelRequest {
-            role: "planning",
-            messages: &big,
-            tools: &[],
             timeout: Some(Duration::from_secs(60)),
-            attempt_mark: None,
-            call_mark: None,
-            task: None,
-            observer: None,
-            cancel: None,
+            ..ModelRequest::plain("planning", &big, &[])
         };
         assert_eq!(p.complete(&req, 0).unwrap().text, "hi");
     }

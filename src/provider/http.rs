@@ -516,15 +516,10 @@ mod tests {
         let observe = |e: CallEvent| events.lock().unwrap().push(e);
         let messages = [ChatMessage::user("hi")];
         let request = ModelRequest {
-            role: "execution",
-            messages: &messages,
-            tools: &[],
             timeout,
-            attempt_mark: None,
-            call_mark: None,
-            task: None,
             observer: Some(Observer(&observe)),
             cancel: Some(cancel),
+            ..ModelRequest::plain("execution", &messages, &[])
         };
         let answer = p.complete(&request, 0);
         (answer, events.into_inner().unwrap())
@@ -799,15 +794,8 @@ mod stream_tests {
         let observe = |e: CallEvent| events.lock().unwrap().push(e);
         let messages = [ChatMessage::user("hi")];
         let request = ModelRequest {
-            role: "execution",
-            messages: &messages,
-            tools: &[],
-            timeout: None,
-            attempt_mark: None,
-            call_mark: None,
-            task: None,
             observer: Some(Observer(&observe)),
-            cancel: None,
+            ..ModelRequest::plain("execution", &messages, &[])
         };
         let answer = p.complete(&request, 0);
         (answer, events.into_inner().unwrap())

@@ -188,6 +188,29 @@ pub struct ModelRequest<'a> {
     pub cancel: Option<&'a AtomicBool>,
 }
 
+impl<'a> ModelRequest<'a> {
+    /// A call of `role` with `messages` and `tools` and nothing else: no limit of its own, no
+    /// marks, no task, nobody listening, no cancel (the Builder, tests); set the fields a
+    /// call needs on the result.
+    pub fn plain(
+        role: &'a str,
+        messages: &'a [ChatMessage],
+        tools: &'a [ToolSchema],
+    ) -> ModelRequest<'a> {
+        ModelRequest {
+            role,
+            messages,
+            tools,
+            timeout: None,
+            attempt_mark: None,
+            call_mark: None,
+            task: None,
+            observer: None,
+            cancel: None,
+        }
+    }
+}
+
 impl ModelRequest<'_> {
     /// Reports `event` to the observer, if any.
     pub fn report(&self, event: CallEvent) {

@@ -612,17 +612,7 @@ mod tests {
         messages: &'a [ChatMessage],
         tools: &'a [crate::tools::ToolSchema],
     ) -> ModelRequest<'a> {
-        ModelRequest {
-            role: "execution",
-            messages,
-            tools,
-            timeout: None,
-            attempt_mark: None,
-            call_mark: None,
-            task: None,
-            observer: None,
-            cancel: None,
-        }
+        ModelRequest::plain("execution", messages, tools)
     }
 
     fn one_call(p: &dyn Provider) {
@@ -889,15 +879,8 @@ mod tests {
             .port();
         let p = provider(&format!("http://127.0.0.1:{port}/v1"), None);
         let req = ModelRequest {
-            role: "execution",
-            messages: &[],
-            tools: &[],
             timeout: Some(Duration::from_secs(5)),
-            attempt_mark: None,
-            call_mark: None,
-            task: None,
-            observer: None,
-            cancel: None,
+            ..ModelRequest::plain("execution", &[], &[])
         };
         assert_eq!(p.complete(&req, 0).unwrap_err().kind, ErrorKind::External);
         let p = provider(

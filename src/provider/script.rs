@@ -188,17 +188,7 @@ mod tests {
     use serde_json::json;
 
     fn request() -> ModelRequest<'static> {
-        ModelRequest {
-            role: "execution",
-            messages: &[],
-            tools: &[],
-            timeout: None,
-            attempt_mark: None,
-            call_mark: None,
-            task: None,
-            observer: None,
-            cancel: None,
-        }
+        ModelRequest::plain("execution", &[], &[])
     }
 
     #[test]

@@ -36,15 +36,8 @@ pub fn build_definition(
         ChatMessage::user(task.to_string()),
     ];
     let request = ModelRequest {
-        role: PLANNING_ROLE,
-        messages: &messages,
-        tools: &[],
         timeout: Some(BUILDER_TIMEOUT),
-        attempt_mark: None,
-        call_mark: None,
-        task: None,
-        observer: None,
-        cancel: None,
+        ..ModelRequest::plain(PLANNING_ROLE, &messages, &[])
     };
     let response = provider.complete(&request, 0).map_err(|e| {
         let kind = if e.kind == ErrorKind::InvalidInput {
