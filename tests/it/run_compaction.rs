@@ -62,7 +62,13 @@ fn script(env: &TestEnv, context: &str) -> PathBuf {
         lines.push(json!({"compaction": true, "text": format!("Summary {k}: the files shown so far were read, each says lorem ipsum."),
                           "usage": {"inputTokens": 900, "outputTokens": 20}}));
     }
-    let dir = env.path().join("model");
+    script_with_context(env.path(), &lines, context)
+}
+
+/// `root/model/turns.jsonl` holding `lines` and a script config reading it, with `context`
+/// lines added to the provider's table (a window, say). Returns the config.
+fn script_with_context(root: &Path, lines: &[Value], context: &str) -> PathBuf {
+    let dir = root.join("model");
     std::fs::create_dir_all(&dir).unwrap();
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     std::fs::write(dir.join("turns.jsonl"), text).unwrap();
@@ -715,16 +721,7 @@ fn a_compacted_session_travels_through_a_git_remote() {
     for k in 0..40 {
         lines.push(json!({"compaction": true, "text": format!("Summary {k}: read the README.")}));
     }
-    let dir = m.env.path().join("model");
-    std::fs::create_dir_all(&dir).unwrap();
-    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    std::fs::write(dir.join("turns.jsonl"), text).unwrap();
-    let config = dir.join("config.toml");
-    std::fs::write(
-        &config,
-        "[providers.script]\nkind = \"script\"\npath = \"turns.jsonl\"\ncontext_window = 1000\n\n[roles]\nexecution = \"script\"\n",
-    )
-    .unwrap();
+    let config = script_with_context(m.env.path(), &lines, "context_window = 1000");
     let mut first = m.cmd(0, &["run", "--task", "Read it", "--agent"]);
     first.arg(&agent).arg("--config").arg(&config);
     let out = crate::env::Run::from(first.output().unwrap());
@@ -870,16 +867,7 @@ fn a_later_run_compacts_the_earlier_runs_history_but_never_its_own_task() {
         lines
             .push(json!({"compaction": true, "text": format!("Summary {k}: earlier files read.")}));
     }
-    let dir = env.path().join("model");
-    std::fs::create_dir_all(&dir).unwrap();
-    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    std::fs::write(dir.join("turns.jsonl"), text).unwrap();
-    let config = dir.join("config.toml");
-    std::fs::write(
-        &config,
-        format!("[providers.script]\nkind = \"script\"\npath = \"turns.jsonl\"\n{SMALL_WINDOW}\n\n[roles]\nexecution = \"script\"\n"),
-    )
-    .unwrap();
+    let config = script_with_context(env.path(), &lines, SMALL_WINDOW);
 
     let first = run_new(
         &env,
