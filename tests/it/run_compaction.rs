@@ -853,21 +853,7 @@ const READS_PER_RUN: usize = 8;
 #[test]
 fn a_later_run_compacts_the_earlier_runs_history_but_never_its_own_task() {
     let env = TestEnv::new();
-    let repo = repo(&env, 2 * READS_PER_RUN);
-    let mut lines = Vec::new();
-    for (run, answer) in [(0, "Read the first half."), (1, "Read the second half.")] {
-        for k in 0..READS_PER_RUN {
-            let n = run * READS_PER_RUN + k;
-            lines.push(json!({"text": format!("Reading f{n:03}."), "toolCalls": [
-                {"id": format!("call_{n}"), "name": "read", "arguments": {"path": format!("f{n:03}.txt")}}]}));
-        }
-        lines.push(json!({"text": answer}));
-    }
-    for k in 0..10 {
-        lines
-            .push(json!({"compaction": true, "text": format!("Summary {k}: earlier files read.")}));
-    }
-    let config = script_with_context(env.path(), &lines, SMALL_WINDOW);
+    let (repo, config) = two_run_script(&env);
 
     let first = run_new(
         &env,
@@ -950,4 +936,86 @@ fn a_later_run_compacts_the_earlier_runs_history_but_never_its_own_task() {
     )
     .expect(0);
     assert_eq!(messages_in(&other, &session), messages);
+}
+
+/// The multi-run test's repository and script: two runs of [`READS_PER_RUN`] reads each, then
+/// summaries, with the small window.
+fn two_run_script(env: &TestEnv) -> (PathBuf, PathBuf) {
+    let repo = repo(env, 2 * READS_PER_RUN);
+    let mut lines = Vec::new();
+    for (run, answer) in [(0, "Read the first half."), (1, "Read the second half.")] {
+        for k in 0..READS_PER_RUN {
+            let n = run * READS_PER_RUN + k;
+            lines.push(json!({"text": format!("Reading f{n:03}."), "toolCalls": [
+                {"id": format!("call_{n}"), "name": "read", "arguments": {"path": format!("f{n:03}.txt")}}]}));
+        }
+        lines.push(json!({"text": answer}));
+    }
+    for k in 0..10 {
+        lines
+            .push(json!({"compaction": true, "text": format!("Summary {k}: earlier files read.")}));
+    }
+    (repo, script_with_context(env.path(), &lines, SMALL_WINDOW))
+}
+
+/// A crash while a later run compacts the earlier runs (before or after the record is
+/// durable) leaves no record or a complete one; the resumed run ends as the uninterrupted one.
+#[test]
+fn a_crash_while_compacting_earlier_runs_resumes_to_the_same_log() {
+    let second_run = |env: &TestEnv, config: &Path, session: &str, failpoint: Option<&str>| {
+        let mut cmd = env.cmd("kxen-agent");
+        cmd.args([
+            "--resume",
+            session,
+            "--task",
+            "Read the second half",
+            "--config",
+        ])
+        .arg(config);
+        if let Some(point) = failpoint {
+            cmd.env("KXEN_FAILPOINT", point);
+        }
+        cmd.output().unwrap()
+    };
+    let first_run = |env: &TestEnv| {
+        let (repo, config) = two_run_script(env);
+        run_new(
+            env,
+            &repo,
+            "Read the first half",
+            &reader(env),
+            &config,
+            &[],
+        )
+        .expect(0);
+        (config, only_session(env))
+    };
+    let reference = {
+        let env = TestEnv::new();
+        let (config, session) = first_run(&env);
+        assert!(second_run(&env, &config, &session, None).status.success());
+        messages_in(&env.state_dir(), &session)
+    };
+    for point in ["compaction.after-summary", "compaction.after-record"] {
+        let env = TestEnv::new();
+        let (config, session) = first_run(&env);
+        let killed = second_run(&env, &config, &session, Some(point));
+        assert_eq!(
+            killed.status.code(),
+            None,
+            "{point}: the failpoint was not reached"
+        );
+        let records = count(&messages_in(&env.state_dir(), &session), "compaction");
+        let expected = usize::from(point == "compaction.after-record");
+        assert_eq!(records, expected, "{point}: no record, or a complete one");
+        let resumed = env.run(
+            "kxen-agent",
+            &["--resume", &session, "--config", config.to_str().unwrap()],
+        );
+        resumed.expect(0);
+        let after = messages_in(&env.state_dir(), &session);
+        assert_eq!(decisions(&after), decisions(&reference), "{point}");
+        let verify = env.run("kxen-agent", &["session", "verify", &session]);
+        assert_eq!(verify.code, 0, "{point}: {}", verify.stderr);
+    }
 }
