@@ -103,7 +103,9 @@ fn one(p: &OpenAiProvider, first: &mut Vec<f64>) {
             && seen.get().is_none()
         {
             let now = monotonic_ns();
-            let sent: u64 = t.trim().trim_start_matches("t=").parse().unwrap();
+            // The first delta may hold more than the first piece (what one read brought).
+            let stamp = t.split_whitespace().next().unwrap_or_default();
+            let sent: u64 = stamp.trim_start_matches("t=").parse().unwrap();
             let _ = seen.set((now - sent) as f64 / 1e6);
         }
     };

@@ -201,13 +201,21 @@ pub fn openai_config(root: &Path, url: &str, extra: &str) -> PathBuf {
 
 /// This bench binary run again with `var=value` as a fake model server in its own process (its
 /// CPU is not the client's); the server prints its port on its first line. Returns the child
-/// and the server's `http://127.0.0.1:PORT/v1`.
+/// and the server's `http://127.0.0.1:PORT/v1`. The server dies with the bench (a bench that
+/// panics does not leave it holding the terminal's pipe open).
 pub fn server_process(var: &str, value: &str) -> (Child, String) {
-    let mut server = Command::new(std::env::current_exe().unwrap())
-        .env(var, value)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.env(var, value).stdout(Stdio::piped());
+    // SAFETY: prctl is async-signal-safe and touches only the child's own attributes.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut server = command.spawn().unwrap();
     let mut port = String::new();
     BufReader::new(server.stdout.take().unwrap())
         .read_line(&mut port)

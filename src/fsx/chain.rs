@@ -214,7 +214,7 @@ pub fn visit_chain_bytes<T: DeserializeOwned>(
 }
 
 fn memchr(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|&b| b == b'\n')
+    memchr::memchr(b'\n', bytes)
 }
 
 /// The chain check over lines fed in file order (shared by the streaming and the in-memory

@@ -321,8 +321,8 @@ impl Provider for AnthropicProvider {
                 .endpoint
                 .post(request, &headers, body.as_bytes(), true, |response| {
                     let mut stream = MessagesStream::default();
-                    super::http::read_events(what, response, request, deadline, |event| {
-                        stream.on_event(what, event, request)
+                    super::http::read_events(what, response, request, deadline, |event, live| {
+                        stream.on_event(what, event, live)
                     })?;
                     parse_response(&stream.into_body(), responses_so_far)
                         .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
@@ -365,12 +365,13 @@ struct MessagesStream {
 }
 
 impl MessagesStream {
-    /// Takes one event; true once the answer is complete (`message_stop`).
+    /// Takes one event, its text appended to `live` too; true once the answer is complete
+    /// (`message_stop`).
     fn on_event(
         &mut self,
         what: &str,
         event: &super::sse::SseEvent,
-        request: &ModelRequest,
+        live: &mut String,
     ) -> std::result::Result<bool, Failure> {
         let data: Value = serde_json::from_str(&event.data)
             .map_err(|e| super::http::malformed(what, e, &event.data))?;
@@ -411,7 +412,7 @@ impl MessagesStream {
                 if let Some(text) = block.get("text").and_then(Value::as_str)
                     && !text.is_empty()
                 {
-                    request.report(super::CallEvent::TextDelta(text.to_string()));
+                    live.push_str(text);
                 }
             }
             "content_block_delta" => {
@@ -433,9 +434,7 @@ impl MessagesStream {
                             Some(Value::String(whole)) => whole.push_str(text),
                             _ => block["text"] = Value::String(text.to_string()),
                         }
-                        if !text.is_empty() {
-                            request.report(super::CallEvent::TextDelta(text.to_string()));
-                        }
+                        live.push_str(text);
                     }
                     Some("input_json_delta") => self.inputs[i].push_str(
                         delta

@@ -250,12 +250,19 @@ const MAX_EVENT: usize = 4 * 1024 * 1024;
 /// is a transient failure (the whole call is sent again; nothing of it was kept); a silence
 /// longer than the provider's `timeout_ms` is not. `deadline` (the call's time limit) and a
 /// cancel are checked between reads.
+///
+/// `on_event` appends the answer text an event carries to the `String` it is given; that text
+/// is reported as one [`CallEvent::TextDelta`] per read of the socket, not one per event. The
+/// events of one read arrived together, so nobody could have seen them apart; reported one by
+/// one, a burst of small deltas cost an allocation, a channel send (a thread wake-up) and an
+/// event line each (benches/provider_stream.rs, provider_turns.rs), while a server that streams
+/// at the model's pace still gets one delta per event, as soon as it arrives.
 pub fn read_events(
     what: &str,
     response: ureq::http::Response<ureq::Body>,
     request: &ModelRequest,
     deadline: Option<Instant>,
-    mut on_event: impl FnMut(&super::sse::SseEvent) -> std::result::Result<bool, Failure>,
+    mut on_event: impl FnMut(&super::sse::SseEvent, &mut String) -> std::result::Result<bool, Failure>,
 ) -> std::result::Result<(), Failure> {
     use std::io::Read;
     let mut reader = response
@@ -266,6 +273,7 @@ pub fn read_events(
     let mut parser = super::sse::SseParser::new(MAX_EVENT);
     let mut events = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
+    let mut live = String::new();
     loop {
         let n = match reader.read(&mut buf) {
             Ok(n) => n,
@@ -283,12 +291,19 @@ pub fn read_events(
                 MAX_EVENT >> 20
             )))
         })?;
+        let mut done = false;
         for event in events.drain(..) {
-            if on_event(&event)? {
-                drain(reader);
-                return Ok(());
+            if !done {
+                done = on_event(&event, &mut live)?;
             }
             parser.recycle(event);
+        }
+        if !live.is_empty() {
+            request.report(CallEvent::TextDelta(std::mem::take(&mut live)));
+        }
+        if done {
+            drain(reader);
+            return Ok(());
         }
         if request.canceled() {
             return Err(Failure::Fatal(Error::external(format!(
@@ -882,6 +897,47 @@ mod stream_tests {
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
+    /// Text is reported as it arrives: a piece that comes on its own is its own delta, at once;
+    /// the events of one write are one delta (the docs of [`read_events`]).
+    #[test]
+    fn text_that_arrives_apart_streams_live_and_text_that_arrives_together_is_one_delta() {
+        type Make = fn(&str) -> Box<dyn Provider>;
+        let makers: [(Vec<String>, Make); 2] = [
+            (openai_events(), |url| {
+                Box::new(openai(url, Duration::from_secs(10)))
+            }),
+            (anthropic_events(), |url| Box::new(anthropic(url))),
+        ];
+        for (events, make) in makers {
+            // Everything up to the first text, a long silence, then the rest.
+            let first_text = events.iter().position(|e| e.contains("Hel")).unwrap();
+            let pieces: Vec<(Duration, String)> = events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    let pause = if i == first_text + 1 {
+                        Duration::from_millis(300)
+                    } else {
+                        Duration::ZERO
+                    };
+                    (pause, e.clone())
+                })
+                .collect();
+            let together = vec![(Duration::ZERO, events.concat())];
+            for (pieces, expected) in [(pieces, vec!["Hel", "lo."]), (together, vec!["Hello."])] {
+                let (url, _) = serve(move |_, _| Reply::Chunks {
+                    status: 200,
+                    content_type: "text/event-stream",
+                    pieces: pieces.clone(),
+                    end: true,
+                });
+                let (answer, seen) = call(make(&url).as_ref());
+                check_answer(&answer.unwrap());
+                assert_eq!(deltas(&seen), expected);
+            }
+        }
+    }
+
     #[test]
     fn openai_stream_gives_the_answer_deltas_and_usage() {
         let (url, seen) = serve(|_, _| sse(&openai_events(), Duration::ZERO, true));
@@ -898,7 +954,7 @@ mod stream_tests {
                 cache_write_tokens: 0
             })
         );
-        assert_eq!(deltas(&events), ["Hel", "lo."]);
+        assert_eq!(deltas(&events).concat(), "Hello.");
         let body = seen.recv().unwrap().json();
         assert_eq!(body["stream"], true);
         assert_eq!(body["stream_options"], json!({"include_usage": true}));
@@ -919,7 +975,7 @@ mod stream_tests {
                 cache_write_tokens: 20
             })
         );
-        assert_eq!(deltas(&events), ["Hel", "lo."]);
+        assert_eq!(deltas(&events).concat(), "Hello.");
         assert_eq!(seen.recv().unwrap().json()["stream"], true);
     }
 
@@ -944,8 +1000,8 @@ mod stream_tests {
             ),
             _ => unreachable!(),
         }
-        assert_eq!(deltas(&events[..retry]), ["Hel", "lo."]);
-        assert_eq!(deltas(&events[retry..]), ["Hel", "lo."]);
+        assert_eq!(deltas(&events[..retry]).concat(), "Hello.");
+        assert_eq!(deltas(&events[retry..]).concat(), "Hello.");
         assert_eq!(seen.try_iter().count(), 2);
 
         // Anthropic: an overloaded error event mid-stream is retried too.

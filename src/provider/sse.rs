@@ -58,16 +58,28 @@ impl SseParser {
                 continue;
             }
             self.after_cr = false;
-            // The line's bytes up to its end (or the chunk's) are copied in one piece.
-            let end = rest.iter().position(|&b| b == b'\n' || b == b'\r');
+            let end = memchr::memchr2(b'\n', b'\r', rest);
             let text = &rest[..end.unwrap_or(rest.len())];
             if self.line.len() + text.len() > self.limit {
                 return Err(TooLong);
             }
-            self.line.extend_from_slice(text);
-            let Some(end) = end else { break };
+            let Some(end) = end else {
+                // The line goes on in the next chunk.
+                self.line.extend_from_slice(text);
+                break;
+            };
             self.after_cr = rest[end] == b'\r';
-            self.end_line(out);
+            if self.line.is_empty() {
+                // The whole line is in this chunk: read in place, not copied first.
+                self.end_line(text, out);
+            } else {
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(text);
+                self.end_line(&line, out);
+                // Its buffer is kept for the next line cut across chunks.
+                line.clear();
+                self.line = line;
+            }
             rest = &rest[end + 1..];
         }
         if self.data.len() > self.limit {
@@ -82,10 +94,8 @@ impl SseParser {
         self.spare = Some(event);
     }
 
-    fn end_line(&mut self, out: &mut Vec<SseEvent>) {
-        // The line is read in place and cleared, keeping its buffer: a fresh one per line grew
-        // from nothing every time (most of the parser's cost on a stream of small deltas).
-        let line = self.line.as_slice();
+    /// Reads one complete `line` (its end taken off).
+    fn end_line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) {
         if line.is_empty() {
             // A blank line dispatches the event (one without data is dropped, as the spec says).
             if self.has_data {
@@ -103,7 +113,7 @@ impl SseParser {
             return;
         }
         if line[0] != b':' {
-            let (field, value) = match line.iter().position(|&b| b == b':') {
+            let (field, value) = match memchr::memchr(b':', line) {
                 Some(at) => {
                     let v = &line[at + 1..];
                     (&line[..at], v.strip_prefix(b" ").unwrap_or(v))
@@ -128,7 +138,6 @@ impl SseParser {
                 _ => {}
             }
         }
-        self.line.clear();
     }
 }
 

@@ -74,7 +74,7 @@ pub fn check(index: usize, count: usize, bytes: &[u8]) -> Option<String> {
 
 /// The offset of the first `\n` in `bytes`.
 fn memchr(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|&b| b == b'\n')
+    memchr::memchr(b'\n', bytes)
 }
 
 #[cfg(test)]
