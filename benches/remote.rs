@@ -27,6 +27,10 @@
 //! journal read, fewer fsyncs), release, `KXEN_BENCH_REPS=9`, load ~0.9: push 0.206 s vs 0.188 s
 //! (1.10x), pull 0.066 s vs 0.040 s (1.65x: still misses 1.5x), second push 5,555 bytes, 4
 //! connections.
+//! Session 8 (per-file fsync of a small staged tree instead of a `syncfs`, the snapshot reader
+//! handing the import 64 KiB at a time instead of 1 MiB), release, `KXEN_BENCH_REPS=9`: push
+//! 0.304 s vs 0.280 s (1.09x), pull 0.093 s vs 0.060 s (1.56x: misses 1.5x by ~3 ms), second
+//! push 5,562 bytes, 4 connections.
 
 // Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
 #![allow(clippy::disallowed_methods)]
