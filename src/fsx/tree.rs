@@ -163,7 +163,9 @@ pub fn sync_staged(dir: &Path) -> Result<()> {
         let file = fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
         file.sync_all().map_err(|e| Error::io("sync", path, e))?;
     }
-    Ok(())
+    // The staging directory's own name, as the `syncfs` made it durable too: a fast-forward's
+    // swap record (`bundle::swap`) names it before the swap that moves it.
+    super::fsync_dir(super::atomic::parent_dir(dir))
 }
 
 /// One `syncfs` of the filesystem holding `dir`.

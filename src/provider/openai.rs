@@ -6,9 +6,8 @@
 //! carry the HTTP status and a short body excerpt, never headers; the excerpt is redacted before
 //! it is cut, see [`crate::redact`]).
 
-use std::time::Duration;
-
 use std::borrow::Cow;
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
