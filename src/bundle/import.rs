@@ -154,6 +154,18 @@ pub fn import_stream<R: Read>(
     input: R,
     existing: Existing,
 ) -> Result<Outcome> {
+    import_with(state, req, existing, |ctx| read_from(ctx, input))
+}
+
+/// The import around `read`, which hands every entry to the context (the checks as each
+/// arrives, the staging): then the manifest, verification and moving into place; on any
+/// failure the staging directory is removed again.
+pub(super) fn import_with(
+    state: &StateDir,
+    req: &ImportRequest,
+    existing: Existing,
+    read: impl FnOnce(&mut Ctx) -> Result<()>,
+) -> Result<Outcome> {
     let mut ctx = Ctx {
         state,
         req,
@@ -168,7 +180,7 @@ pub fn import_stream<R: Read>(
         early: verify::Prefetch::start(Mode::Strict),
         existing,
     };
-    let result = read_and_install(&mut ctx, input);
+    let result = read(&mut ctx).and_then(|()| install_staged(&mut ctx));
     let installed = matches!(
         result,
         Ok(Outcome::Imported(_)) | Ok(Outcome::FastForwarded(_))
@@ -184,7 +196,8 @@ pub fn import_stream<R: Read>(
     result
 }
 
-fn read_and_install<R: Read>(ctx: &mut Ctx, input: R) -> Result<Outcome> {
+/// Reads the bundle text `input` into `ctx`.
+fn read_from<R: Read>(ctx: &mut Ctx, input: R) -> Result<()> {
     let mut reader = Reader::new(input);
     if let Err(e) = read_bundle(ctx, &mut reader) {
         return Err(match e {
@@ -198,6 +211,11 @@ fn read_and_install<R: Read>(ctx: &mut Ctx, input: R) -> Result<Outcome> {
             ReadError::Sink(e) => e,
         });
     }
+    Ok(())
+}
+
+/// Everything after the last entry.
+fn install_staged(ctx: &mut Ctx) -> Result<Outcome> {
     let Some(staging) = ctx.staging.take() else {
         return Err(invalid(ctx.req, "the bundle holds no files".into()));
     };
@@ -628,10 +646,10 @@ impl Relations {
 }
 
 #[derive(Debug, Default)]
-struct Header {
-    session_id: String,
-    exported_at: String,
-    exported_by: String,
+pub(super) struct Header {
+    pub(super) session_id: String,
+    pub(super) exported_at: String,
+    pub(super) exported_by: String,
 }
 
 /// The staging directory, its lease, and the directories this import created.
@@ -659,10 +677,10 @@ impl Staging {
     }
 }
 
-struct Ctx<'a> {
+pub(super) struct Ctx<'a> {
     state: &'a StateDir,
     req: &'a ImportRequest,
-    header: Header,
+    pub(super) header: Header,
     staging: Option<Staging>,
     paths_seen: HashSet<String>,
     /// The task children in the bundle, in the order their files appear.
@@ -670,7 +688,7 @@ struct Ctx<'a> {
     files: Vec<FileSum>,
     blobs: Vec<BlobSum>,
     blob_names: HashSet<String>,
-    manifest: Option<Manifest>,
+    pub(super) manifest: Option<Manifest>,
     /// Chained files already staged, being read ahead of the final verification.
     early: verify::Prefetch,
     existing: Existing,
@@ -849,7 +867,7 @@ impl Ctx<'_> {
     /// a path a Session holds (ids validated before a path is built), no path twice; a task
     /// child's files after the exported Session's, together, its `session.json` first, its id
     /// not the exported Session's.
-    fn check_path(&mut self, name: &str) -> Result<Target> {
+    pub(super) fn check_path(&mut self, name: &str) -> Result<Target> {
         let first = self.files.is_empty();
         if first != (name == "session.json") {
             return Err(invalid(
@@ -903,7 +921,7 @@ impl Ctx<'_> {
     /// into a pending file in the staging directory when the content comes before the path
     /// (moved into place once the entry is complete); into memory only before staging exists
     /// (the first file, session.json), and then at most [`MAX_HELD_BYTES`].
-    fn content_sink(&self, target: Option<&Target>) -> Result<Sink> {
+    pub(super) fn content_sink(&self, target: Option<&Target>) -> Result<Sink> {
         match (target, &self.staging) {
             (Some((member, rel)), Some(staging)) => {
                 let path = staging.file(member.as_deref(), rel);
@@ -925,7 +943,7 @@ impl Ctx<'_> {
 
     /// A complete file entry: size and SHA-256 against the content, then (session.json) the
     /// Session id, PATH and staging, then the content into place if it was held in memory.
-    fn accept_file(
+    pub(super) fn accept_file(
         &mut self,
         name: String,
         (member, rel): Target,
@@ -983,7 +1001,7 @@ impl Ctx<'_> {
     }
 
     /// Checks a blob's name as soon as it is read: 64 lowercase hex digits, not seen before.
-    fn check_blob_name(&mut self, name: &str) -> Result<()> {
+    pub(super) fn check_blob_name(&mut self, name: &str) -> Result<()> {
         if name.len() != 64
             || !name
                 .bytes()
@@ -1003,7 +1021,7 @@ impl Ctx<'_> {
     /// Where a blob's decoded bytes go: its staging file once its name is known and staging
     /// exists, a pending file in the staging directory when the bytes come before the name,
     /// else (no staging: a blob before any file, refused once complete) bounded memory.
-    fn blob_sink(&self, name: Option<&str>) -> Result<Sink> {
+    pub(super) fn blob_sink(&self, name: Option<&str>) -> Result<Sink> {
         match (name, &self.staging) {
             (Some(name), Some(staging)) => {
                 fsx::create_staged_dir(&staging.blobs)?;
@@ -1018,7 +1036,7 @@ impl Ctx<'_> {
     }
 
     /// A complete blob entry: its bytes hash to its name and have its size.
-    fn accept_blob(&mut self, name: String, content: Sunk, bytes: u64) -> Result<()> {
+    pub(super) fn accept_blob(&mut self, name: String, content: Sunk, bytes: u64) -> Result<()> {
         if content.len != bytes || content.sha256_hex != name {
             return Err(invalid(
                 self.req,
@@ -1059,7 +1077,7 @@ pub const MAX_HELD_BYTES: u64 = 16 << 20;
 const PENDING_FILE: &str = ".pending-entry";
 
 /// Decoded content on its way to a staging file (or memory), hashed as it passes.
-struct Sink {
+pub(super) struct Sink {
     hasher: hash::Sha256Stream,
     len: u64,
     file: Option<fsx::StagedFile>,
@@ -1073,7 +1091,7 @@ struct Sink {
 }
 
 /// A [`Sink`] after its last byte.
-struct Sunk {
+pub(super) struct Sunk {
     sha256_hex: String,
     len: u64,
     /// The content, if it was held in memory rather than written.
@@ -1113,12 +1131,27 @@ impl Sink {
         }
     }
 
-    fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.hasher.update(bytes);
-        self.len += bytes.len() as u64;
+    pub(super) fn write(&mut self, bytes: &[u8]) -> Result<()> {
         if let Some(feed) = &self.feed {
             feed.send(bytes);
         }
+        self.store(bytes)
+    }
+
+    /// [`Sink::write`] of a piece the caller is done with: the chain check takes it as it is,
+    /// without a copy.
+    pub(super) fn write_owned(&mut self, bytes: Vec<u8>) -> Result<()> {
+        self.store(&bytes)?;
+        if let Some(feed) = &self.feed {
+            feed.send_owned(bytes);
+        }
+        Ok(())
+    }
+
+    /// Hashes, counts and writes (or holds) `bytes`.
+    fn store(&mut self, bytes: &[u8]) -> Result<()> {
+        self.hasher.update(bytes);
+        self.len += bytes.len() as u64;
         match &mut self.file {
             Some(f) => f.write(bytes),
             None if self.len > MAX_HELD_BYTES => {
@@ -1137,7 +1170,7 @@ impl Sink {
         }
     }
 
-    fn finish(self) -> Result<Sunk> {
+    pub(super) fn finish(self) -> Result<Sunk> {
         let held = match self.file {
             Some(f) => {
                 f.finish()?;

@@ -14,6 +14,7 @@
 //!   place only when all of it holds.
 
 mod ancestry;
+mod entries;
 mod export;
 mod import;
 mod json;
@@ -21,9 +22,9 @@ mod reader;
 mod swap;
 mod tree;
 
+pub use entries::{Entries, EntryHeader, OpenFile, import_entries};
 pub use export::{Exported, Selection, export, select};
 pub use import::{Existing, ImportRequest, Imported, Outcome, import, import_stream};
-pub(crate) use json::write_string_body;
 pub use swap::finish as finish_swaps;
 
 use serde::{Deserialize, Serialize};

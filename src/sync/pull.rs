@@ -130,12 +130,9 @@ fn record_local(
     objects.update_ref(reference, commit, before)
 }
 
-/// How much of the bundle text the snapshot reader hands to the import at a time.
-const PIPE_CHUNK: usize = 64 * 1024;
-
-/// Streams the snapshot as a bundle into `bundle::import_stream` (a second thread writes the
-/// bundle into a pipe while the import reads it, so it is never held whole). Any refusal of the
-/// bundle's content is the snapshot's damage: exit 10.
+/// Imports the snapshot with `bundle::import_entries`: its blobs are read and handed to the
+/// import one segment at a time, so it is never held whole. Any refusal of its content is the
+/// snapshot's damage: exit 10.
 fn import_snapshot(
     state: &StateDir,
     objects: &ObjectStore,
@@ -144,41 +141,15 @@ fn import_snapshot(
     label: &str,
     workspace: &Path,
 ) -> Result<Outcome> {
-    let (reader, mut writer) =
-        std::io::pipe().map_err(|e| Error::io("create a pipe", Path::new(label), e))?;
-    let repo_dir = objects.dir().to_path_buf();
-    let (commit_, id_, label_) = (
-        commit.to_string(),
-        session_id.to_string(),
-        label.to_string(),
-    );
-    let producer = std::thread::spawn(move || -> Result<()> {
-        let objects = ObjectStore::open(&repo_dir)?;
-        // A pipe's worth (64 KiB) at a time: with a 1 MiB buffer the import waited for the
-        // first MiB of the snapshot before it could start, and the two threads took turns
-        // instead of overlapping (8-10 ms of a 100 ms pull, benches/remote.rs).
-        let mut out = std::io::BufWriter::with_capacity(PIPE_CHUNK, &mut writer);
-        snapshot::stream_bundle(&objects, &commit_, &id_, &label_, &mut out)?;
-        use std::io::Write;
-        out.flush()
-            .map_err(|e| Error::io("write", Path::new(&label_), e))
-    });
+    let opened = snapshot::open(objects, commit, session_id, label)?;
     let request = ImportRequest {
         bundle: PathBuf::from(label),
         workspace: workspace.to_path_buf(),
     };
-    let imported = bundle::import_stream(state, &request, reader, Existing::FastForward);
-    let produced = producer
-        .join()
-        .unwrap_or_else(|_| Err(Error::failed("the snapshot reader panicked")));
-    // The producer's own refusal (a tree that is not a snapshot) explains a truncated stream
-    // better than the import's; an import that stopped reading makes the producer fail to
-    // write, which says nothing.
-    match (&imported, produced) {
-        (Err(_), Err(e)) if e.kind == ErrorKind::Corrupt => return Err(e),
-        (Ok(_), Err(e)) => return Err(e),
-        _ => {}
-    }
+    let header = opened.entry_header();
+    let imported = bundle::import_entries(state, &request, Existing::FastForward, header, |into| {
+        opened.read_into(objects, label, into)
+    });
     imported.map_err(|e| match e.kind {
         ErrorKind::InvalidInput => {
             let mut err = Error::wrap(

@@ -14,19 +14,18 @@
 //! file as one blob. A reader takes both, a tree in either layout must be exactly that layout,
 //! and a format it does not know is refused (exit 10) naming it.
 //!
-//! Reading a snapshot back ([`stream_bundle`]) produces the bundle a `session export` of the
-//! same Session would have produced, with the manifest's checksums, and `session pull` imports
-//! that with `bundle::import_stream`: every check of `session import` applies, and an edited
-//! object fails its checksum there. The tree must hold exactly the manifest's entries.
+//! Reading a snapshot back ([`open`], [`Opened::read_into`]) hands `bundle::import_entries` the
+//! entries a `session export` of the same Session would have written, with the manifest's
+//! checksums, without the bundle's text in between: every check of `session import` applies,
+//! and an edited object fails its checksum there. The tree must hold exactly the manifest's
+//! entries.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 
-use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use super::segments;
-use crate::bundle::{self, BlobSum, FileSum, Manifest, Selection};
+use crate::bundle::{BlobSum, Entries, EntryHeader, FileSum, Manifest, Selection};
 use crate::error::{Error, Result};
 use crate::git::{ObjectStore, TreeEntry};
 
@@ -334,16 +333,17 @@ pub fn damaged(label: &str, why: impl std::fmt::Display) -> Error {
     )
 }
 
-/// Writes the snapshot `commit` of Session `session_id` to `out` in bundle format (what
-/// `session export` writes), with the checksums of its manifest. Refuses (exit 10) a tree that
-/// does not hold exactly the manifest's entries, or another Session's snapshot.
-pub fn stream_bundle(
-    store: &ObjectStore,
-    commit: &str,
-    session_id: &str,
-    label: &str,
-    out: &mut dyn Write,
-) -> Result<()> {
+/// A snapshot whose tree holds exactly its manifest's entries, ready to be read.
+pub struct Opened {
+    header: Header,
+    files: BTreeMap<String, Stored>,
+    blobs: BTreeMap<String, String>,
+}
+
+/// Opens the snapshot `commit` of Session `session_id`: refuses (exit 10) a format this version
+/// does not read, another Session's snapshot, and a tree that does not hold exactly the
+/// manifest's entries.
+pub fn open(store: &ObjectStore, commit: &str, session_id: &str, label: &str) -> Result<Opened> {
     let info = store.commit(commit)?;
     let mut top: BTreeMap<String, TreeEntry> = BTreeMap::new();
     for e in store.tree(&info.tree)? {
@@ -443,83 +443,51 @@ pub fn stream_bundle(
             "its blobs are not exactly the ones its manifest lists",
         ));
     }
-    let sink = std::path::Path::new(label);
-    let w = |out: &mut dyn Write, s: &str| {
-        out.write_all(s.as_bytes())
-            .map_err(|e| Error::io("write", sink, e))
-    };
-    let head = serde_json::json!({
-        "format": bundle::FORMAT,
-        "sessionId": session_id,
-        "exportedAt": header.exported_at,
-        "exportedBy": header.exported_by,
+    Ok(Opened {
+        header,
+        files,
+        blobs,
     })
-    .to_string();
-    w(out, &head[..head.len() - 1])?;
-    w(out, ",\n\"files\":[")?;
-    for (i, f) in manifest.files.iter().enumerate() {
-        w(out, if i == 0 { "\n" } else { ",\n" })?;
-        w(
-            out,
-            &format!("{{\"path\":{},\"content\":\"", json_str(&f.path)),
-        )?;
-        let parts: &[String] = match &files[&f.path] {
-            Stored::Whole(oid) => std::slice::from_ref(oid),
-            Stored::Segments(ids) => ids,
-        };
-        let segmented_file = matches!(files[&f.path], Stored::Segments(_));
-        for (k, oid) in parts.iter().enumerate() {
-            let content = store.blob(oid)?;
-            if segmented_file && let Some(why) = segments::check(k, parts.len(), &content) {
-                return Err(damaged(label, format!("{}: {why}", f.path)));
-            }
-            // Not UTF-8 means edited: the import would refuse it, but the escaper needs text.
-            // Segments end at line ends, so each of an intact file is UTF-8 on its own.
-            if std::str::from_utf8(&content).is_err() {
-                return Err(damaged(label, format!("{} is not UTF-8 text", f.path)));
-            }
-            crate::bundle::write_string_body(
-                out,
-                &mut content.as_slice(),
-                content.len() as u64,
-                sink,
-                sink,
-            )?;
-        }
-        w(
-            out,
-            &format!(
-                "\",\"bytes\":{},\"sha256\":{}}}",
-                f.bytes,
-                json_str(&f.sha256)
-            ),
-        )?;
-    }
-    w(out, "],\n\"blobs\":[")?;
-    for (i, b) in manifest.blobs.iter().enumerate() {
-        let content = store.blob(&blobs[&b.sha256])?;
-        w(out, if i == 0 { "\n" } else { ",\n" })?;
-        w(
-            out,
-            &format!(
-                "{{\"sha256\":{},\"bytes\":{},\"contentBase64\":\"",
-                json_str(&b.sha256),
-                b.bytes
-            ),
-        )?;
-        w(
-            out,
-            &base64::engine::general_purpose::STANDARD.encode(&content),
-        )?;
-        w(out, "\"}")?;
-    }
-    let manifest = serde_json::to_string(manifest)
-        .map_err(|e| Error::failed(format!("cannot serialize the manifest: {e}")))?;
-    w(out, "],\n\"manifest\":")?;
-    w(out, &manifest)?;
-    w(out, "}\n")
 }
 
-fn json_str(s: &str) -> String {
-    serde_json::Value::String(s.to_string()).to_string()
+impl Opened {
+    /// Where and when the snapshot was taken.
+    pub fn entry_header(&self) -> EntryHeader {
+        EntryHeader {
+            session_id: self.header.session_id.clone(),
+            exported_at: self.header.exported_at.clone(),
+            exported_by: self.header.exported_by.clone(),
+        }
+    }
+
+    /// Hands every file (segment by segment, as its blobs are read) and blob to `into`, in
+    /// manifest order, then the manifest: what `session export` of the same Session would have
+    /// written, with the manifest's checksums, for the import to check.
+    pub fn read_into(self, store: &ObjectStore, label: &str, into: &mut Entries) -> Result<()> {
+        for f in &self.header.manifest.files {
+            let (parts, segmented) = match &self.files[&f.path] {
+                Stored::Whole(oid) => (std::slice::from_ref(oid), false),
+                Stored::Segments(ids) => (ids.as_slice(), true),
+            };
+            let mut file = into.open_file(&f.path)?;
+            for (k, oid) in parts.iter().enumerate() {
+                let content = store.blob(oid)?;
+                if segmented && let Some(why) = segments::check(k, parts.len(), &content) {
+                    return Err(damaged(label, format!("{}: {why}", f.path)));
+                }
+                // A bundle holds text: a file that is not UTF-8 was edited. Segments end at line
+                // ends, so each of an intact file is UTF-8 on its own.
+                if std::str::from_utf8(&content).is_err() {
+                    return Err(damaged(label, format!("{} is not UTF-8 text", f.path)));
+                }
+                file.write(content)?;
+            }
+            into.close_file(file, f)?;
+        }
+        for b in &self.header.manifest.blobs {
+            into.blob(&b.sha256, b.bytes, store.blob(&self.blobs[&b.sha256])?)?;
+        }
+        into.manifest(self.header.manifest);
+        Ok(())
+    }
 }

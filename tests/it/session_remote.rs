@@ -615,6 +615,87 @@ fn a_snapshot_in_another_layout_or_an_unknown_format_is_refused() {
     );
 }
 
+/// Rewrites the snapshot's manifest after `edit` changed its file list, with every size and
+/// checksum recomputed: a snapshot only its content can refuse.
+fn rewrite_manifest(r: &Rewriter, edit: impl FnOnce(&mut Vec<Value>)) {
+    let mut header: Value = serde_json::from_slice(&r.read("kxen-snapshot.json")).unwrap();
+    let mut files: Vec<Value> = header["manifest"]["files"].as_array().unwrap().clone();
+    edit(&mut files);
+    let compact = serde_json::to_string(&files).unwrap();
+    header["manifest"]["filesSha256"] = json!(kxen::hash::sha256_prefixed(compact.as_bytes()));
+    header["manifest"]["files"] = json!(files);
+    r.put(
+        "kxen-snapshot.json",
+        &serde_json::to_vec_pretty(&header).unwrap(),
+    );
+}
+
+#[test]
+fn a_consistent_snapshot_with_a_foreign_file_or_binary_text_is_refused() {
+    let m = machines();
+    let config = config_of(&m.env, 4);
+    let id = m.first_run(0, &config, &[]);
+    m.run(0, &["session", "push", &id]).expect(0);
+
+    // A file no Session holds, listed in the manifest with its true size and checksum.
+    let r = Rewriter::new(&m, &id);
+    let planted = b"#!/bin/sh\necho planted\n";
+    r.put("hooks.sh", planted);
+    rewrite_manifest(&r, |files| {
+        files.push(json!({
+            "path": "hooks.sh",
+            "bytes": planted.len(),
+            "sha256": kxen::hash::sha256_prefixed(planted),
+        }))
+    });
+    r.push();
+    let refused = m.pull(1, &id);
+    refused.expect(10);
+    assert!(
+        refused
+            .stderr
+            .contains("\"hooks.sh\" is not one a Session holds"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!m.state[1].join("sessions").join(&id).exists());
+    let left: Vec<String> = snapshot(&m.state[1].join("sessions"))
+        .into_keys()
+        .filter(|k| !k.is_empty())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+
+    // The journal with a byte that is not UTF-8, its manifest entry recomputed.
+    let r = Rewriter::new(&m, &id);
+    r.remove("hooks.sh");
+    let (file, parts) = segmented(&r.paths())
+        .into_iter()
+        .find(|(f, _)| f.ends_with("journal.jsonl"))
+        .unwrap();
+    let mut content = r.read(&parts[0]);
+    let at = content.windows(5).position(|w| w == b"hello").unwrap();
+    content[at] = 0xff;
+    r.put(&parts[0], &content);
+    let whole: Vec<u8> = parts.iter().flat_map(|p| r.read(p)).collect();
+    rewrite_manifest(&r, |files| {
+        files.retain(|f| f["path"] != "hooks.sh");
+        let entry = files
+            .iter_mut()
+            .find(|f| f["path"] == file.as_str())
+            .unwrap();
+        entry["sha256"] = json!(kxen::hash::sha256_prefixed(&whole));
+    });
+    r.push();
+    let refused = m.pull(1, &id);
+    refused.expect(10);
+    assert!(
+        refused.stderr.contains("is not UTF-8 text"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!m.state[1].join("sessions").join(&id).exists());
+}
+
 /// Bytes each push sends to the remote (`remote.origin.receivepack` in the test HOME's global
 /// config points at a wrapper that copies its input, one file per connection).
 fn record_pushes(m: &Machines) -> PathBuf {

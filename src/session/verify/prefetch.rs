@@ -36,7 +36,12 @@ pub struct Feed(mpsc::SyncSender<Vec<u8>>);
 impl Feed {
     pub fn send(&self, bytes: &[u8]) {
         // A worker that stopped (it panicked) is reported when the prefetch is finished.
-        let _ = self.0.send(bytes.to_vec());
+        self.send_owned(bytes.to_vec());
+    }
+
+    /// [`Feed::send`] of bytes the sender is done with.
+    pub fn send_owned(&self, bytes: Vec<u8>) {
+        let _ = self.0.send(bytes);
     }
 }
 
