@@ -11,14 +11,24 @@ use super::{
 use crate::error::Result;
 use crate::fsx::ChainEnd;
 
-/// Checks chained files on a background thread ahead of [`verify_with`]: import hands it each
+/// Checks chained files on background threads ahead of [`verify_with`]: import hands it each
 /// `messages.jsonl` and `journal.jsonl` as it stages it — its bytes as they are decoded
 /// ([`Prefetch::stream`]), or the complete file ([`Prefetch::file`]) — so hashing and parsing
 /// the chains overlaps with reading the rest of the bundle, and no file is read back. The bytes
 /// must be exactly the file's. Dropping it abandons the work.
+///
+/// The message log and the journals have a worker each: a pull of a long Session spent its last
+/// quarter waiting for one worker to parse the journal after the message log, while the import
+/// had nothing left to read (benches/remote.rs).
 pub struct Prefetch {
-    jobs: Option<mpsc::Sender<Job>>,
-    worker: Option<std::thread::JoinHandle<HashMap<PathBuf, Early>>>,
+    /// `[message logs, journals]`; one of them alone when only one thread could be started.
+    workers: Vec<Worker>,
+}
+
+/// One worker thread and its queue.
+struct Worker {
+    jobs: mpsc::Sender<Job>,
+    thread: std::thread::JoinHandle<HashMap<PathBuf, Early>>,
 }
 
 /// One file for the worker: its path, whether it is a journal, and where its bytes come from.
@@ -93,16 +103,77 @@ impl Prefetch {
     /// A prefetch that reads nothing ahead.
     pub fn none() -> Prefetch {
         Prefetch {
-            jobs: None,
-            worker: None,
+            workers: Vec::new(),
         }
     }
 
-    /// A prefetch with one worker thread, checking files with `mode`, one after the other (or
-    /// [`Prefetch::none`] if no thread can be started).
+    /// A prefetch with two worker threads, one for the message log and one for the journals,
+    /// checking files with `mode` (one thread for both if only one can be started, and
+    /// [`Prefetch::none`] if none can).
     pub fn start(mode: Mode) -> Prefetch {
+        let workers = (0..2).map_while(|_| Worker::start(mode)).collect();
+        Prefetch { workers }
+    }
+
+    /// The queue of a message log's (`journal` false) or a journal's worker.
+    fn jobs(&self, journal: bool) -> Option<&mpsc::Sender<Job>> {
+        let n = self.workers.len();
+        (n > 0).then(|| &self.workers[usize::from(journal) % n].jobs)
+    }
+
+    /// Queues the complete file at `path` (`journal`: a run journal, else the message log).
+    pub fn file(&self, path: &Path, journal: bool) {
+        if let Some(jobs) = self.jobs(journal) {
+            let _ = jobs.send(Job {
+                path: path.to_path_buf(),
+                journal,
+                bytes: None,
+            });
+        }
+    }
+
+    /// Queues the file being written at `path`; its bytes go through the returned feed, which
+    /// must be dropped (ending the file) before the next one is queued. A few chunks are
+    /// buffered; beyond that, sending waits for the worker.
+    pub fn stream(&self, path: &Path, journal: bool) -> Option<Feed> {
+        let jobs = self.jobs(journal)?;
+        let (tx, rx) = mpsc::sync_channel(8);
+        jobs.send(Job {
+            path: path.to_path_buf(),
+            journal,
+            bytes: Some(rx),
+        })
+        .ok()?;
+        Some(Feed(tx))
+    }
+
+    /// Waits for the queued files.
+    pub(super) fn finish(self) -> HashMap<PathBuf, Early> {
+        let threads: Vec<_> = self
+            .workers
+            .into_iter()
+            .map(|w| {
+                drop(w.jobs);
+                w.thread
+            })
+            .collect();
+        let mut done = HashMap::new();
+        for thread in threads {
+            let read = thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            done.extend(read);
+        }
+        done
+    }
+}
+
+impl Worker {
+    /// A thread checking the files queued to it with `mode`, one after the other; `None` if no
+    /// thread can be started.
+    fn start(mode: Mode) -> Option<Worker> {
         let (tx, rx) = mpsc::channel::<Job>();
-        let worker = std::thread::Builder::new().spawn(move || {
+        let thread = std::thread::Builder::new().spawn(move || {
             let mut done = HashMap::new();
             for job in rx {
                 let early = match (job.bytes, job.journal) {
@@ -125,50 +196,6 @@ impl Prefetch {
             }
             done
         });
-        match worker {
-            Ok(worker) => Prefetch {
-                jobs: Some(tx),
-                worker: Some(worker),
-            },
-            // No thread to spare: everything is read by `verify_with` itself.
-            Err(_) => Prefetch::none(),
-        }
-    }
-
-    /// Queues the complete file at `path` (`journal`: a run journal, else the message log).
-    pub fn file(&self, path: &Path, journal: bool) {
-        if let Some(jobs) = &self.jobs {
-            let _ = jobs.send(Job {
-                path: path.to_path_buf(),
-                journal,
-                bytes: None,
-            });
-        }
-    }
-
-    /// Queues the file being written at `path`; its bytes go through the returned feed, which
-    /// must be dropped (ending the file) before the next one is queued. A few chunks are
-    /// buffered; beyond that, sending waits for the worker.
-    pub fn stream(&self, path: &Path, journal: bool) -> Option<Feed> {
-        let jobs = self.jobs.as_ref()?;
-        let (tx, rx) = mpsc::sync_channel(8);
-        jobs.send(Job {
-            path: path.to_path_buf(),
-            journal,
-            bytes: Some(rx),
-        })
-        .ok()?;
-        Some(Feed(tx))
-    }
-
-    /// Waits for the queued files.
-    pub(super) fn finish(mut self) -> HashMap<PathBuf, Early> {
-        drop(self.jobs.take());
-        match self.worker.take() {
-            Some(worker) => worker
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            None => HashMap::new(),
-        }
+        thread.ok().map(|thread| Worker { jobs: tx, thread })
     }
 }
