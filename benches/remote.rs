@@ -251,6 +251,7 @@ fn main() {
     let last_remote = root.join(format!("push-{}.git", reps - 1));
     let mut pull_best = f64::MAX;
     let mut fetch_best = f64::MAX;
+    let mut fetch_pack_best = f64::MAX;
     for rep in 0..reps {
         let b = clone(&format!("b-{rep}"), &last_remote);
         let state_b = root.join(format!("state-b-{rep}"));
@@ -274,12 +275,33 @@ fn main() {
             ],
         );
         fetch_best = fetch_best.min(start.elapsed().as_secs_f64());
+        // The same fetch keeping the pack, as the pull's own fetch does: what the import adds.
+        let d = clone(&format!("d-{rep}"), &last_remote);
+        let start = Instant::now();
+        git(
+            &d,
+            &[
+                "-c",
+                "fetch.unpackLimit=1",
+                "fetch",
+                "-q",
+                &upload_wrapper,
+                "origin",
+                &format!("{session_ref}:refs/x"),
+            ],
+        );
+        fetch_pack_best = fetch_pack_best.min(start.elapsed().as_secs_f64());
     }
     println!(
         "  pull:  session pull {:.3} s vs git fetch of the same commit {:.3} s: {:.2}x (target <= 1.50x)",
         pull_best,
         fetch_best,
         pull_best / fetch_best
+    );
+    println!(
+        "         vs git -c fetch.unpackLimit=1 fetch (the pull's own fetch, keeping the pack) {:.3} s: {:.2}x",
+        fetch_pack_best,
+        pull_best / fetch_pack_best
     );
 
     // 10 more calls through --resume --remote; count the connections and the bytes of each push.
