@@ -8,7 +8,8 @@
 //! checks: the format version and the Session id, then, per entry as it arrives, path safety
 //! (every id validated before a path is built), size and SHA-256; then the manifest and its
 //! section hashes; then the staged Session is verified end to end (chains, cross-references,
-//! lock, blobs; each chained file is read ahead on a second thread as soon as it is staged).
+//! lock, blobs; each chained file is read ahead on a worker thread as soon as it is staged,
+//! one for the message log and one for the journals).
 //! Only once the whole bundle has passed (exit 4 or 10 otherwise) come the checks against the
 //! target: no Session with this id exists, and PATH has the bundle's workspace identity and
 //! branch (exit 5). Then blobs are moved into `blobs/` and the Session renamed into place. A
