@@ -14,18 +14,26 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// `sha256:` + lowercase hex, the form DCPAgent hashes take.
 pub fn sha256_prefixed(bytes: &[u8]) -> String {
-    format!("sha256:{}", sha256_hex(bytes))
+    // One allocation: every journal and message line's chain check makes one of these.
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    push_hex(&mut out, &sha256(bytes));
+    out
 }
 
 /// Lowercase hex of any byte string.
 pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    out
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
         out.push(DIGITS[(b >> 4) as usize] as char);
         out.push(DIGITS[(b & 15) as usize] as char);
     }
-    out
 }
 
 /// An incremental SHA-256, for hashing files and streams without holding them in memory.

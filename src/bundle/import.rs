@@ -437,7 +437,7 @@ fn install(ctx: &mut Ctx, staging: &Staging) -> Result<Outcome> {
     // nothing runs a child that is in place before the rest of its tree is.
     let mut child_leases = Vec::with_capacity(ctx.children.len());
     for (sid, paths, _) in &sessions[1..] {
-        child_leases.push(Lease::acquire(&paths.dir, sid)?);
+        child_leases.push(Lease::acquire_staged(&paths.dir, sid)?);
     }
     failpoint::hit("import.after-staging");
 
@@ -804,7 +804,7 @@ impl Ctx<'_> {
         }
         // Not synced: nothing in it counts until the whole staged tree is synced and renamed.
         fsx::create_staged_dir(&dir)?;
-        let lease = match Lease::acquire(&dir, &id) {
+        let lease = match Lease::acquire_staged(&dir, &id) {
             Ok(l) => l,
             Err(e) => {
                 let _ = fsx::remove_staging_dir(&dir);

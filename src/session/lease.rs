@@ -31,6 +31,25 @@ impl Lease {
     /// Takes the lease of the Session in `dir` without waiting. If another process holds it, the
     /// error (exit 5) names its pid, host and start time.
     pub fn acquire(dir: &Path, session_id: &str) -> Result<Lease> {
+        Lease::acquire_writing(dir, session_id, |path, record| {
+            fsx::write_atomic_json(path, record, fsx::STATE_FILE_MODE)
+        })
+    }
+
+    /// [`Lease::acquire`] of a directory being staged (an import's): `lease.json` is replaced
+    /// without an fsync, as every file there is until the one sync of the staged tree before it
+    /// is moved into place. Other processes see it at once either way; the lock is the same.
+    pub fn acquire_staged(dir: &Path, session_id: &str) -> Result<Lease> {
+        Lease::acquire_writing(dir, session_id, |path, record| {
+            fsx::replace_staged_json(path, record, fsx::STATE_FILE_MODE)
+        })
+    }
+
+    fn acquire_writing(
+        dir: &Path,
+        session_id: &str,
+        write: impl FnOnce(&Path, &LeaseRecord) -> Result<()>,
+    ) -> Result<Lease> {
         let lock_path = dir.join("lease.lock");
         let record_path = dir.join("lease.json");
         match try_lock(&lock_path, &record_path)? {
@@ -40,7 +59,7 @@ impl Lease {
                     host: hostname(),
                     since: crate::clock::now_rfc3339(),
                 };
-                fsx::write_atomic_json(&record_path, &record, fsx::STATE_FILE_MODE)?;
+                write(&record_path, &record)?;
                 Ok(Lease { _lock: lock })
             }
             None => Err(held(session_id, &record_path)),
