@@ -270,35 +270,25 @@ fn main() {
         );
         assert!(out.contains("\"imported\""), "{out}");
         pull_best = pull_best.min(secs);
-        let c = clone(&format!("c-{rep}"), &last_remote);
-        let start = Instant::now();
-        git(
-            &c,
-            &[
+        // A plain fetch of the snapshot into a fresh clone, with `config` set: seconds.
+        let fetch = |name: &str, config: &[&str]| -> f64 {
+            let c = clone(name, &last_remote);
+            let refspec = format!("{session_ref}:refs/x");
+            let mut args: Vec<&str> = config.iter().flat_map(|c| ["-c", *c]).collect();
+            args.extend([
                 "fetch",
                 "-q",
-                &upload_wrapper,
+                upload_wrapper.as_str(),
                 "origin",
-                &format!("{session_ref}:refs/x"),
-            ],
-        );
-        fetch_best = fetch_best.min(start.elapsed().as_secs_f64());
+                refspec.as_str(),
+            ]);
+            let start = Instant::now();
+            git(&c, &args);
+            start.elapsed().as_secs_f64()
+        };
+        fetch_best = fetch_best.min(fetch(&format!("c-{rep}"), &[]));
         // The same fetch keeping the pack, as the pull's own fetch does: what the import adds.
-        let d = clone(&format!("d-{rep}"), &last_remote);
-        let start = Instant::now();
-        git(
-            &d,
-            &[
-                "-c",
-                "fetch.unpackLimit=1",
-                "fetch",
-                "-q",
-                &upload_wrapper,
-                "origin",
-                &format!("{session_ref}:refs/x"),
-            ],
-        );
-        fetch_pack_best = fetch_pack_best.min(start.elapsed().as_secs_f64());
+        fetch_pack_best = fetch_pack_best.min(fetch(&format!("d-{rep}"), &["fetch.unpackLimit=1"]));
     }
     println!(
         "  pull:  session pull {:.3} s vs git fetch of the same commit {:.3} s: {:.2}x (target <= 1.50x)",

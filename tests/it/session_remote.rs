@@ -173,6 +173,14 @@ fn config_of(env: &TestEnv, answers: usize) -> PathBuf {
     script_config(env, &turns)
 }
 
+/// A first run on machine A (4 answers), pushed: its config and Session id.
+fn pushed_first_run(m: &Machines) -> (PathBuf, String) {
+    let config = config_of(&m.env, 4);
+    let id = m.first_run(0, &config, &[]);
+    m.run(0, &["session", "push", &id]).expect(0);
+    (config, id)
+}
+
 #[test]
 fn a_session_moves_between_machines_through_the_remote_and_a_stale_push_is_refused() {
     let m = machines();
@@ -270,9 +278,7 @@ fn a_session_moves_between_machines_through_the_remote_and_a_stale_push_is_refus
 #[test]
 fn a_pull_fast_forwards_an_ancestor_copy() {
     let m = machines();
-    let config = config_of(&m.env, 4);
-    let id = m.first_run(0, &config, &[]);
-    m.run(0, &["session", "push", &id]).expect(0);
+    let (config, id) = pushed_first_run(&m);
     m.pull(1, &id).expect(0);
     // A runs on and pushes; B fast-forwards.
     let mut more = m.cmd(0, &["--resume", &id, "--task", "More", "--config"]);
@@ -475,9 +481,7 @@ fn tamper(m: &Machines, id: &str) {
 #[test]
 fn a_tampered_snapshot_is_refused_and_nothing_local_changes() {
     let m = machines();
-    let config = config_of(&m.env, 4);
-    let id = m.first_run(0, &config, &[]);
-    m.run(0, &["session", "push", &id]).expect(0);
+    let (_, id) = pushed_first_run(&m);
     tamper(&m, &id);
     // Into an empty state dir: refused, nothing created.
     let refs_before = git(&m.ws[1], &["for-each-ref"]);
@@ -519,9 +523,7 @@ fn segmented(paths: &[String]) -> std::collections::BTreeMap<String, Vec<String>
 #[test]
 fn a_v1_snapshot_of_the_first_release_still_pulls() {
     let m = machines();
-    let config = config_of(&m.env, 4);
-    let id = m.first_run(0, &config, &[]);
-    m.run(0, &["session", "push", &id]).expect(0);
+    let (config, id) = pushed_first_run(&m);
     // Rewrite it in the first release's layout: every file one blob, format v1.
     let r = Rewriter::new(&m, &id);
     let files = segmented(&r.paths());
@@ -565,9 +567,7 @@ fn a_v1_snapshot_of_the_first_release_still_pulls() {
 #[test]
 fn a_snapshot_in_another_layout_or_an_unknown_format_is_refused() {
     let m = machines();
-    let config = config_of(&m.env, 4);
-    let id = m.first_run(0, &config, &[]);
-    m.run(0, &["session", "push", &id]).expect(0);
+    let (_, id) = pushed_first_run(&m);
 
     // The journal split at its first line end: the same bytes (every checksum holds), but not
     // the one layout a push writes.
@@ -584,16 +584,7 @@ fn a_snapshot_in_another_layout_or_an_unknown_format_is_refused() {
     r.put(&format!("{dir}/000000"), &content[..cut]);
     r.put(&format!("{dir}/000001"), &content[cut..]);
     r.push();
-    let refused = m.pull(1, &id);
-    refused.expect(10);
-    assert!(
-        refused
-            .stderr
-            .contains("does not end at the first line end"),
-        "{}",
-        refused.stderr
-    );
-    assert!(!m.state[1].join("sessions").join(&id).exists());
+    pull_refused_as_damaged(&m, &id, "does not end at the first line end");
 
     // A format from the future: named, exit 10.
     let r = Rewriter::new(&m, &id);
@@ -615,6 +606,14 @@ fn a_snapshot_in_another_layout_or_an_unknown_format_is_refused() {
     );
 }
 
+/// Machine B's pull of `id` is refused as damage (exit 10) for `why`, and imports nothing.
+fn pull_refused_as_damaged(m: &Machines, id: &str, why: &str) {
+    let refused = m.pull(1, id);
+    refused.expect(10);
+    assert!(refused.stderr.contains(why), "{}", refused.stderr);
+    assert!(!m.state[1].join("sessions").join(id).exists());
+}
+
 /// Rewrites the snapshot's manifest after `edit` changed its file list, with every size and
 /// checksum recomputed: a snapshot only its content can refuse.
 fn rewrite_manifest(r: &Rewriter, edit: impl FnOnce(&mut Vec<Value>)) {
@@ -633,9 +632,7 @@ fn rewrite_manifest(r: &Rewriter, edit: impl FnOnce(&mut Vec<Value>)) {
 #[test]
 fn a_consistent_snapshot_with_a_foreign_file_or_binary_text_is_refused() {
     let m = machines();
-    let config = config_of(&m.env, 4);
-    let id = m.first_run(0, &config, &[]);
-    m.run(0, &["session", "push", &id]).expect(0);
+    let (_, id) = pushed_first_run(&m);
 
     // A file no Session holds, listed in the manifest with its true size and checksum.
     let r = Rewriter::new(&m, &id);
@@ -649,16 +646,7 @@ fn a_consistent_snapshot_with_a_foreign_file_or_binary_text_is_refused() {
         }))
     });
     r.push();
-    let refused = m.pull(1, &id);
-    refused.expect(10);
-    assert!(
-        refused
-            .stderr
-            .contains("\"hooks.sh\" is not one a Session holds"),
-        "{}",
-        refused.stderr
-    );
-    assert!(!m.state[1].join("sessions").join(&id).exists());
+    pull_refused_as_damaged(&m, &id, "\"hooks.sh\" is not one a Session holds");
     let left: Vec<String> = snapshot(&m.state[1].join("sessions"))
         .into_keys()
         .filter(|k| !k.is_empty())
@@ -686,14 +674,7 @@ fn a_consistent_snapshot_with_a_foreign_file_or_binary_text_is_refused() {
         entry["sha256"] = json!(kxen::hash::sha256_prefixed(&whole));
     });
     r.push();
-    let refused = m.pull(1, &id);
-    refused.expect(10);
-    assert!(
-        refused.stderr.contains("is not UTF-8 text"),
-        "{}",
-        refused.stderr
-    );
-    assert!(!m.state[1].join("sessions").join(&id).exists());
+    pull_refused_as_damaged(&m, &id, "is not UTF-8 text");
 }
 
 /// Bytes each push sends to the remote (`remote.origin.receivepack` in the test HOME's global
