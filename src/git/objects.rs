@@ -261,11 +261,56 @@ impl ObjectStore {
             )
             .map(|_| ())
             .map_err(|e| {
+                // gix waited for the lock already: a lock file still there was most likely left
+                // by a killed process, and every later git command fails on it too.
+                if let Err(left) = super::locks::check_within(
+                    self.repo.git_dir(),
+                    self.repo.common_dir(),
+                    std::time::Duration::ZERO,
+                ) {
+                    return left;
+                }
                 Error::conflict(format!(
                     "{name} in {} was changed by another process: {e}",
                     self.dir.display()
                 ))
                 .with_hint("retry the command")
             })
+    }
+
+    /// Deletes the scratch ref `name` that a fetch of this process just wrote (loose, its name
+    /// holding our pid and a random tag, so no other process touches it) if it still points at
+    /// `expected`: its file is removed, with the empty directories above it up to `refs/kxen`.
+    /// Unlike a ref transaction this never takes `packed-refs.lock`: a deletion takes it, and a
+    /// pull killed while holding it left every later git command of the clone failing (found by
+    /// killing pulls at random points). A scratch ref packed meanwhile by a `git pack-refs` is
+    /// deleted by a transaction instead.
+    pub fn delete_scratch_ref(&self, name: &str, expected: &str) -> Result<()> {
+        let refs_root = self.repo.common_dir().join("refs").join("kxen");
+        let path = self.repo.common_dir().join(name);
+        if !name.starts_with("refs/kxen/fetch/") || name.split('/').any(|c| c == "..") {
+            return Err(Error::invalid(format!("{name} is not a scratch ref")));
+        }
+        match std::fs::read_to_string(&path) {
+            Ok(text) if text.trim() == expected => {
+                // Not synced: a scratch ref that comes back after a power loss is as harmless
+                // as one a killed pull leaves.
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io("remove", &path, e)),
+                }
+                let mut dir = path.parent();
+                while let Some(d) = dir {
+                    if d == refs_root || !d.starts_with(&refs_root) {
+                        break;
+                    }
+                    crate::fsx::remove_empty_dir(d);
+                    dir = d.parent();
+                }
+                Ok(())
+            }
+            _ => self.delete_ref(name, expected),
+        }
     }
 }

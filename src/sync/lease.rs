@@ -224,7 +224,7 @@ fn fetch_lease(
     let Some(oid) = objects.read_ref(&scratch)? else {
         return Ok(None);
     };
-    let _ = objects.delete_ref(&scratch, &oid);
+    let _ = objects.delete_scratch_ref(&scratch, &oid);
     let record = objects
         .commit(&oid)
         .and_then(|c| objects.tree(&c.tree))

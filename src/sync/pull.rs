@@ -62,7 +62,7 @@ pub fn pull(
         None
     };
     if let Some(oid) = &fetched {
-        let _ = objects.delete_ref(&scratch, oid);
+        let _ = objects.delete_scratch_ref(&scratch, oid);
     }
     let Some(commit) = fetched else {
         if mode == PullMode::Resume && state.session(session_id).session_json().is_file() {

@@ -295,6 +295,43 @@ fn a_pull_fast_forwards_an_ancestor_copy() {
     assert_eq!(shown.jsonl()[0]["runs"].as_array().unwrap().len(), 2);
 }
 
+#[test]
+fn a_pull_leaves_no_scratch_ref_and_a_lock_file_left_behind_is_named() {
+    let m = machines();
+    let (config, id) = pushed_first_run(&m);
+    m.pull(1, &id).expect(0);
+    let git_dir = m.ws[1].join(".git");
+    assert!(
+        !git_dir.join("refs/kxen/fetch").exists(),
+        "a scratch ref is left"
+    );
+    // As a process killed in a ref deletion leaves it: a pull with nothing to move still works
+    // (its scratch ref is removed without packed-refs.lock).
+    std::fs::write(git_dir.join("packed-refs.lock"), "").unwrap();
+    let again = m.pull(1, &id);
+    again.expect(0);
+    assert_eq!(again.jsonl()[0]["action"], "upToDate");
+    assert!(
+        !git_dir.join("refs/kxen/fetch").exists(),
+        "a scratch ref is left"
+    );
+    // One that changes the Session here refuses up front naming the lock file (the workspace
+    // check every import makes), and nothing moves.
+    let mut more = m.cmd(0, &["--resume", &id, "--task", "More", "--config"]);
+    more.arg(&config);
+    Run::from(more.output().unwrap()).expect(0);
+    m.run(0, &["session", "push", &id]).expect(0);
+    let blocked = m.pull(1, &id);
+    blocked.expect(5);
+    assert!(
+        blocked.stderr.contains("packed-refs.lock"),
+        "{}",
+        blocked.stderr
+    );
+    std::fs::remove_file(git_dir.join("packed-refs.lock")).unwrap();
+    m.pull(1, &id).expect(0);
+}
+
 /// The Sessions of machine `m`'s state dir (`session list`).
 fn sessions_of(m: &Machines, machine: usize) -> Vec<Value> {
     let out = m.run(machine, &["session", "list"]);
