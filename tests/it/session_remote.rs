@@ -181,6 +181,14 @@ fn pushed_first_run(m: &Machines) -> (PathBuf, String) {
     (config, id)
 }
 
+/// Machine A resumes `id` for one more task and pushes the new snapshot.
+fn run_on_and_push(m: &Machines, config: &Path, id: &str) {
+    let mut more = m.cmd(0, &["--resume", id, "--task", "More", "--config"]);
+    more.arg(config);
+    Run::from(more.output().unwrap()).expect(0);
+    m.run(0, &["session", "push", id]).expect(0);
+}
+
 #[test]
 fn a_session_moves_between_machines_through_the_remote_and_a_stale_push_is_refused() {
     let m = machines();
@@ -281,10 +289,7 @@ fn a_pull_fast_forwards_an_ancestor_copy() {
     let (config, id) = pushed_first_run(&m);
     m.pull(1, &id).expect(0);
     // A runs on and pushes; B fast-forwards.
-    let mut more = m.cmd(0, &["--resume", &id, "--task", "More", "--config"]);
-    more.arg(&config);
-    Run::from(more.output().unwrap()).expect(0);
-    m.run(0, &["session", "push", &id]).expect(0);
+    run_on_and_push(&m, &config, &id);
     let ff = m.pull(1, &id);
     ff.expect(0);
     assert_eq!(ff.jsonl()[0]["action"], "fastForwarded");
@@ -317,12 +322,12 @@ fn a_pull_leaves_no_scratch_ref_and_a_lock_file_left_behind_is_named() {
     );
     // One that changes the Session here refuses up front naming the lock file (the workspace
     // check every import makes), and nothing moves.
-    let mut more = m.cmd(0, &["--resume", &id, "--task", "More", "--config"]);
-    more.arg(&config);
-    Run::from(more.output().unwrap()).expect(0);
-    m.run(0, &["session", "push", &id]).expect(0);
+    run_on_and_push(&m, &config, &id);
+    let dir_b = m.state[1].join("sessions").join(&id);
+    let kept = session_files(&dir_b);
     let blocked = m.pull(1, &id);
     blocked.expect(5);
+    assert!(session_files(&dir_b) == kept, "B's copy changed");
     assert!(
         blocked.stderr.contains("packed-refs.lock"),
         "{}",
