@@ -328,7 +328,55 @@ const MAX_DRAIN: u64 = 64 * 1024;
 /// opened a new connection (and ureq a resolver thread for it): most of what streaming cost over
 /// a plain call (benches/provider_stream.rs). The answer is complete already, so a failure here
 /// only costs the connection.
-fn drain(reader: impl std::io::Read) {
+///
+/// The reading is done on a drainer thread while the call waits for it at most [`DRAIN_WAIT`]:
+/// a server that sends its last event but never ends the body held the call (and the run) until
+/// `timeout_ms` ran out, with the answer in hand. A body that ends is read within microseconds
+/// of its last event, so the call still returns with its connection back in the pool. One that
+/// does not end keeps only the drainer, until the read timeout drops that connection; the next
+/// call gets a new drainer.
+fn drain(reader: impl std::io::Read + Send + 'static) {
+    use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+    use std::sync::{Mutex, PoisonError};
+    type Job = (Box<dyn std::io::Read + Send>, SyncSender<()>);
+    static DRAINER: Mutex<Option<SyncSender<Job>>> = Mutex::new(None);
+    let queue = {
+        let mut slot = DRAINER.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            let (tx, rx) = sync_channel::<Job>(4);
+            let started = std::thread::Builder::new()
+                .name("kxen-drain".into())
+                .spawn(move || {
+                    for (reader, done) in rx {
+                        drain_now(reader);
+                        let _ = done.send(());
+                    }
+                });
+            if started.is_ok() {
+                *slot = Some(tx);
+            }
+        }
+        slot.clone()
+    };
+    let (done, finished) = sync_channel(1);
+    let job: Job = (Box::new(reader), done);
+    let Some(queue) = queue else {
+        return drain_now(job.0);
+    };
+    if let Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) = queue.try_send(job) {
+        // The drainer is busy with a body that does not end: this one gets a drainer of its own.
+        *DRAINER.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        return drain(job.0);
+    }
+    if finished.recv_timeout(DRAIN_WAIT).is_err() {
+        *DRAINER.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+/// How long a call waits for the end of its body after its answer is complete.
+const DRAIN_WAIT: Duration = Duration::from_millis(200);
+
+fn drain_now(reader: impl std::io::Read) {
     let _ = std::io::copy(&mut reader.take(MAX_DRAIN), &mut std::io::sink());
 }
 
@@ -895,6 +943,44 @@ mod stream_tests {
             check_answer(&call(&p).0.unwrap());
         }
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// A server that sends the last event of an answer but holds the body open (never ends it)
+    /// gets the answer at once, not after the 10 s read timeout; the next call still works.
+    #[test]
+    fn an_answer_whose_body_never_ends_is_returned_without_waiting_for_its_end() {
+        type Make = fn(&str) -> Box<dyn Provider>;
+        let makers: [(Vec<String>, Make); 2] = [
+            (openai_events(), |url| {
+                Box::new(openai(url, Duration::from_secs(10)))
+            }),
+            (anthropic_events(), |url| Box::new(anthropic(url))),
+        ];
+        for (events, make) in makers {
+            let mut pieces: Vec<(Duration, String)> =
+                events.iter().map(|e| (Duration::ZERO, e.clone())).collect();
+            // Silent, the body open, for longer than the read timeout.
+            pieces.push((Duration::from_secs(15), String::new()));
+            let (url, _) = serve(move |_, _| Reply::Chunks {
+                status: 200,
+                content_type: "text/event-stream",
+                pieces: pieces.clone(),
+                end: true,
+            });
+            let provider = make(&url);
+            for _ in 0..2 {
+                let started = Instant::now();
+                let (answer, _) = call(provider.as_ref());
+                check_answer(&answer.unwrap());
+                // Well under the 10 s it waited before (the read timeout); a loaded machine
+                // still answers within this.
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "the call waited {:?} for the body's end",
+                    started.elapsed()
+                );
+            }
+        }
     }
 
     /// Text is reported as it arrives: a piece that comes on its own is its own delta, at once;
