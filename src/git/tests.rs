@@ -537,3 +537,35 @@ fn a_lock_file_that_goes_away_was_a_live_git_process() {
     assert_eq!(err.kind, ErrorKind::Conflict);
     assert!(err.message.contains("packed-refs.lock"), "{err:?}");
 }
+
+#[test]
+fn a_scratch_ref_is_deleted_without_packed_refs_lock_and_only_a_scratch_ref() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = repo(base.path(), "scratch");
+    let head = git(&dir, &["rev-parse", "HEAD"]);
+    git(&dir, &["pack-refs", "--all"]);
+    let store = ObjectStore::open(&dir).unwrap();
+    let name = "refs/kxen/fetch/1-ab/sessions/ses_x";
+    store.update_ref(name, &head, None).unwrap();
+    // A lock a killed process left: a loose scratch ref is deleted all the same, with the
+    // directories above it.
+    std::fs::write(dir.join(".git/packed-refs.lock"), "").unwrap();
+    store.delete_scratch_ref(name, &head).unwrap();
+    assert_eq!(store.read_ref(name).unwrap(), None);
+    assert!(!dir.join(".git/refs/kxen").join("fetch").exists());
+    std::fs::remove_file(dir.join(".git/packed-refs.lock")).unwrap();
+    // One that `git pack-refs` packed meanwhile goes through a ref transaction.
+    store.update_ref(name, &head, None).unwrap();
+    git(&dir, &["pack-refs", "--all"]);
+    store.delete_scratch_ref(name, &head).unwrap();
+    assert_eq!(store.read_ref(name).unwrap(), None);
+    assert!(!git(&dir, &["for-each-ref"]).contains("refs/kxen/"));
+    // Nothing but a scratch ref, and no way out of refs/kxen/fetch.
+    for other in ["refs/heads/main", "refs/kxen/fetch/../../heads/main"] {
+        expect_err(
+            store.delete_scratch_ref(other, &head),
+            ErrorKind::InvalidInput,
+        );
+    }
+    assert_eq!(git(&dir, &["rev-parse", "refs/heads/main"]), head);
+}
