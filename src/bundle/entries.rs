@@ -98,20 +98,8 @@ impl Entries<'_, '_> {
         self.ctx.accept_blob(name.to_string(), content, bytes)
     }
 
-    /// The manifest, after the last entry. The files may have come in any order the path
-    /// checks take (a reader may hand the journals over before the message log, so that their
-    /// checks, the longest, start first); they are compared with the manifest in its order, and
-    /// one it does not list sorts last, where the comparison refuses it.
+    /// The manifest, after the last entry.
     pub fn manifest(&mut self, manifest: Manifest) {
-        let position: std::collections::HashMap<&str, usize> = manifest
-            .files
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (f.path.as_str(), i))
-            .collect();
-        self.ctx
-            .files
-            .sort_by_key(|f| position.get(f.path.as_str()).copied().unwrap_or(usize::MAX));
         self.ctx.manifest = Some(manifest);
     }
 }

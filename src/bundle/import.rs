@@ -686,7 +686,7 @@ pub(super) struct Ctx<'a> {
     paths_seen: HashSet<String>,
     /// The task children in the bundle, in the order their files appear.
     children: Vec<String>,
-    pub(super) files: Vec<FileSum>,
+    files: Vec<FileSum>,
     blobs: Vec<BlobSum>,
     blob_names: HashSet<String>,
     pub(super) manifest: Option<Manifest>,

@@ -45,15 +45,20 @@ pub(crate) fn check_within(git_dir: &Path, common_dir: &Path, settle: Duration) 
     }
     match seen.into_iter().next() {
         None => Ok(()),
-        Some((lock, _)) => Err(Error::conflict(format!(
-            "git lock file {} exists: another git process is running, or one crashed and left it behind",
-            lock.display()
-        ))
-        .with_hint(format!(
-            "make sure no git process is running for this repository, then remove it yourself: rm {}",
-            lock.display()
-        ))),
+        Some((lock, _)) => Err(left_behind(&lock)),
     }
+}
+
+/// The error for the lock file `lock`, which a git process holds or a killed one left.
+pub(crate) fn left_behind(lock: &Path) -> Error {
+    Error::conflict(format!(
+        "git lock file {} exists: another git process is running, or one crashed and left it behind",
+        lock.display()
+    ))
+    .with_hint(format!(
+        "make sure no git process is running for this repository, then remove it yourself: rm {}",
+        lock.display()
+    ))
 }
 
 /// Every leftover lock file, sorted (the working tree's own first, then the shared ones).

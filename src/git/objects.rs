@@ -261,14 +261,19 @@ impl ObjectStore {
             )
             .map(|_| ())
             .map_err(|e| {
-                // gix waited for the lock already: a lock file still there was most likely left
-                // by a killed process, and every later git command fails on it too.
-                if let Err(left) = super::locks::check_within(
-                    self.repo.git_dir(),
-                    self.repo.common_dir(),
-                    std::time::Duration::ZERO,
-                ) {
-                    return left;
+                // A lock this edit could not take, after gix waited for it: most likely left by
+                // a killed process, and every later git command fails on it too. Only the ref's
+                // own lock and packed-refs' are named (a compare-and-swap that lost is not a
+                // lock, and another file's lock is not this edit's).
+                if e.to_string().to_ascii_lowercase().contains("lock") {
+                    let common = self.repo.common_dir();
+                    let mine = [
+                        common.join(format!("{name}.lock")),
+                        common.join("packed-refs.lock"),
+                    ];
+                    if let Some(lock) = mine.iter().find(|p| p.symlink_metadata().is_ok()) {
+                        return super::locks::left_behind(lock);
+                    }
                 }
                 Error::conflict(format!(
                     "{name} in {} was changed by another process: {e}",
@@ -308,7 +313,12 @@ impl ObjectStore {
                     crate::fsx::remove_empty_dir(d);
                     dir = d.parent();
                 }
-                Ok(())
+                // Also packed (a `git pack-refs --no-prune`, or one that had not pruned yet):
+                // the packed entry shows now, and goes by a transaction.
+                match self.read_ref(name)? {
+                    Some(oid) => self.delete_ref(name, &oid),
+                    None => Ok(()),
+                }
             }
             _ => self.delete_ref(name, expected),
         }

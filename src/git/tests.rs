@@ -560,6 +560,24 @@ fn a_scratch_ref_is_deleted_without_packed_refs_lock_and_only_a_scratch_ref() {
     store.delete_scratch_ref(name, &head).unwrap();
     assert_eq!(store.read_ref(name).unwrap(), None);
     assert!(!git(&dir, &["for-each-ref"]).contains("refs/kxen/"));
+    // Packed and still loose (a `pack-refs` that has not pruned): both go.
+    store.update_ref(name, &head, None).unwrap();
+    git(&dir, &["pack-refs", "--all", "--no-prune"]);
+    store.delete_scratch_ref(name, &head).unwrap();
+    assert!(!git(&dir, &["for-each-ref"]).contains("refs/kxen/"));
+    // A compare-and-swap that lost is a conflict of its own, not another file's lock.
+    std::fs::write(dir.join(".git/index.lock"), "").unwrap();
+    store.update_ref(name, &head, None).unwrap();
+    let err = expect_err(
+        store.update_ref(name, &head, Some(&"1".repeat(40))),
+        ErrorKind::Conflict,
+    );
+    assert!(
+        err.message.contains("changed by another process") && !err.message.contains("index.lock"),
+        "{err:?}"
+    );
+    std::fs::remove_file(dir.join(".git/index.lock")).unwrap();
+    store.delete_scratch_ref(name, &head).unwrap();
     // Nothing but a scratch ref, and no way out of refs/kxen/fetch.
     for other in ["refs/heads/main", "refs/kxen/fetch/../../heads/main"] {
         expect_err(

@@ -340,10 +340,19 @@ fn drain(reader: impl std::io::Read + Send + 'static) {
     use std::sync::{Mutex, PoisonError};
     type Job = (Box<dyn std::io::Read + Send>, SyncSender<()>);
     static DRAINER: Mutex<Option<SyncSender<Job>>> = Mutex::new(None);
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    /// Drainer threads alive; those beyond the current one are each stuck on a body that does
+    /// not end (for at most [`DRAIN_LIMIT`] plus one read timeout).
+    static LIVE: AtomicUsize = AtomicUsize::new(0);
     let queue = {
         let mut slot = DRAINER.lock().unwrap_or_else(PoisonError::into_inner);
         if slot.is_none() {
+            if LIVE.load(Ordering::SeqCst) >= MAX_DRAINERS {
+                // Enough threads wait on such servers: this connection is closed unread.
+                return;
+            }
             let (tx, rx) = sync_channel::<Job>(4);
+            LIVE.fetch_add(1, Ordering::SeqCst);
             let started = std::thread::Builder::new()
                 .name("kxen-drain".into())
                 .spawn(move || {
@@ -351,9 +360,13 @@ fn drain(reader: impl std::io::Read + Send + 'static) {
                         drain_now(reader);
                         let _ = done.send(());
                     }
+                    LIVE.fetch_sub(1, Ordering::SeqCst);
                 });
-            if started.is_ok() {
-                *slot = Some(tx);
+            match started {
+                Ok(_) => *slot = Some(tx),
+                Err(_) => {
+                    LIVE.fetch_sub(1, Ordering::SeqCst);
+                }
             }
         }
         slot.clone()
@@ -375,9 +388,24 @@ fn drain(reader: impl std::io::Read + Send + 'static) {
 
 /// How long a call waits for the end of its body after its answer is complete.
 const DRAIN_WAIT: Duration = Duration::from_millis(200);
+/// How long a drainer reads one body (a server that keeps sending comments after the last
+/// event would otherwise hold it for [`MAX_DRAIN`] bytes, however slowly they come).
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+/// The most drainer threads at once; past that a body that has not ended is not read.
+const MAX_DRAINERS: usize = 4;
 
+/// Reads `reader` to its end, at most [`MAX_DRAIN`] bytes and, checked after each read,
+/// [`DRAIN_LIMIT`]; then drops it (which closes a connection not read to its end).
 fn drain_now(reader: impl std::io::Read) {
-    let _ = std::io::copy(&mut reader.take(MAX_DRAIN), &mut std::io::sink());
+    use std::io::Read;
+    let until = Instant::now() + DRAIN_LIMIT;
+    let mut reader = reader.take(MAX_DRAIN);
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = reader.read(&mut buf) {
+        if n == 0 || Instant::now() >= until {
+            break;
+        }
+    }
 }
 
 /// A stream event that is not what the API sends: the call fails (it counts against

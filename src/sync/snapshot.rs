@@ -460,11 +460,12 @@ impl Opened {
         }
     }
 
-    /// Hands every file (segment by segment, as its blobs are read; in [`feed_order`]) and
-    /// blob to `into`, then the manifest: what `session export` of the same Session would have
+    /// Hands every file (segment by segment, as its blobs are read) and blob to `into`, in
+    /// manifest order (so every order rule of a bundle applies to the manifest), then the
+    /// manifest: what `session export` of the same Session would have
     /// written, with the manifest's checksums, for the import to check.
     pub fn read_into(self, store: &ObjectStore, label: &str, into: &mut Entries) -> Result<()> {
-        for f in feed_order(&self.header.manifest.files) {
+        for f in &self.header.manifest.files {
             let (parts, segmented) = match &self.files[&f.path] {
                 Stored::Whole(oid) => (std::slice::from_ref(oid), false),
                 Stored::Segments(ids) => (ids.as_slice(), true),
@@ -490,23 +491,4 @@ impl Opened {
         into.manifest(self.header.manifest);
         Ok(())
     }
-}
-
-/// The order the files of `manifest` are handed to the import: the manifest's (export's), except
-/// that the exported Session's message log comes after its runs. The import checks each chained
-/// file on its own thread as it arrives (one for the message log, one for the journals); the
-/// journals' checks are the longest, and started last they were what a pull of a long Session
-/// waited for at the end (benches/remote.rs). `session.json` stays first and task children's
-/// files stay last, together, as the path checks require.
-fn feed_order(files: &[FileSum]) -> Vec<&FileSum> {
-    let rank = |f: &FileSum| match f.path.as_str() {
-        "session.json" => 0,
-        p if p.starts_with("sessions/") => 3,
-        "messages.jsonl" => 2,
-        _ => 1,
-    };
-    let mut order: Vec<&FileSum> = files.iter().collect();
-    // Stable: within a rank, the manifest's order.
-    order.sort_by_key(|f| rank(f));
-    order
 }

@@ -717,6 +717,16 @@ fn a_consistent_snapshot_with_a_foreign_file_or_binary_text_is_refused() {
     });
     r.push();
     pull_refused_as_damaged(&m, &id, "is not UTF-8 text");
+
+    // The manifest's order is the bundle's, and its rules hold: session.json first, and only
+    // first (refused before any content is read).
+    let r = Rewriter::new(&m, &id);
+    rewrite_manifest(&r, |files| {
+        let first = files.remove(0);
+        files.push(first);
+    });
+    r.push();
+    pull_refused_as_damaged(&m, &id, "session.json must be the first file");
 }
 
 /// Bytes each push sends to the remote (`remote.origin.receivepack` in the test HOME's global
