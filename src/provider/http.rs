@@ -973,18 +973,24 @@ mod stream_tests {
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
-    /// A server that sends the last event of an answer but holds the body open (never ends it)
-    /// gets the answer at once, not after the 10 s read timeout; the next call still works.
-    #[test]
-    fn an_answer_whose_body_never_ends_is_returned_without_waiting_for_its_end() {
-        type Make = fn(&str) -> Box<dyn Provider>;
-        let makers: [(Vec<String>, Make); 2] = [
+    /// Makes a provider for a server's URL.
+    type Make = fn(&str) -> Box<dyn Provider>;
+
+    /// Each streaming provider (10 s read timeout) with the events of one answer in its format.
+    fn streaming_providers() -> [(Vec<String>, Make); 2] {
+        [
             (openai_events(), |url| {
                 Box::new(openai(url, Duration::from_secs(10)))
             }),
             (anthropic_events(), |url| Box::new(anthropic(url))),
-        ];
-        for (events, make) in makers {
+        ]
+    }
+
+    /// A server that sends the last event of an answer but holds the body open (never ends it)
+    /// gets the answer at once, not after the 10 s read timeout; the next call still works.
+    #[test]
+    fn an_answer_whose_body_never_ends_is_returned_without_waiting_for_its_end() {
+        for (events, make) in streaming_providers() {
             let mut pieces: Vec<(Duration, String)> =
                 events.iter().map(|e| (Duration::ZERO, e.clone())).collect();
             // Silent, the body open, for longer than the read timeout.
@@ -1015,14 +1021,7 @@ mod stream_tests {
     /// the events of one write are one delta (the docs of [`read_events`]).
     #[test]
     fn text_that_arrives_apart_streams_live_and_text_that_arrives_together_is_one_delta() {
-        type Make = fn(&str) -> Box<dyn Provider>;
-        let makers: [(Vec<String>, Make); 2] = [
-            (openai_events(), |url| {
-                Box::new(openai(url, Duration::from_secs(10)))
-            }),
-            (anthropic_events(), |url| Box::new(anthropic(url))),
-        ];
-        for (events, make) in makers {
+        for (events, make) in streaming_providers() {
             // Everything up to the first text, a long silence, then the rest.
             let first_text = events.iter().position(|e| e.contains("Hel")).unwrap();
             let pieces: Vec<(Duration, String)> = events
