@@ -106,6 +106,8 @@ fn base_command(dir: &Path, overrides: &[String]) -> Command {
 }
 
 /// The effective config in `dir` with `overrides`, as `(key, value)` in git's order.
+// Allowed: kxen-agent's own git, with a cleared environment and every program-running key neutralized (module doc); never an agent's program.
+#[allow(clippy::disallowed_methods)]
 fn config_list(dir: &Path, overrides: &[String]) -> Result<Vec<(String, String)>> {
     let output = base_command(dir, overrides)
         .args(["config", "--list", "-z"])
@@ -181,6 +183,8 @@ fn neutralizing_overrides(dir: &Path) -> Result<Vec<String>> {
 
 /// Runs `git ARGS…` in `dir` with every repository-configured program neutralized (module
 /// docs); returns stdout, or an `External` error (exit 9) with git's stderr.
+// Allowed: kxen-agent's own git, with a cleared environment and every program-running key neutralized (module doc); never an agent's program.
+#[allow(clippy::disallowed_methods)]
 pub(crate) fn run(dir: &Path, args: &[&str]) -> Result<String> {
     let overrides = neutralizing_overrides(dir)?;
     let mut cmd = base_command(dir, &overrides);

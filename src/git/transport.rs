@@ -102,6 +102,8 @@ fn base(dir: &Path, overrides: &[String]) -> Command {
 }
 
 /// `(scope, key, value)` of the effective config, in git's order.
+// Allowed: kxen-agent's own git transport, with the repository's program-running keys neutralized (module doc); never an agent's program.
+#[allow(clippy::disallowed_methods)]
 fn scoped_config(dir: &Path, overrides: &[String]) -> Result<Vec<(String, String, String)>> {
     let output = base(dir, overrides)
         .args(["config", "--list", "--show-scope", "-z"])
@@ -201,6 +203,8 @@ pub(crate) fn run(dir: &Path, args: &[&str]) -> Result<Output> {
 }
 
 /// [`run`] with `extra` (`key=value`) set for this command, after the neutralizing overrides.
+// Allowed: kxen-agent's own git transport, with the repository's program-running keys neutralized (module doc); never an agent's program.
+#[allow(clippy::disallowed_methods)]
 fn run_with(dir: &Path, extra: &[&str], args: &[&str]) -> Result<Output> {
     let overrides = overrides(dir)?;
     let mut cmd = base(dir, &overrides);

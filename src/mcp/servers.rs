@@ -103,7 +103,9 @@ pub struct Servers {
     /// entry): a server gets a sensitive variable only if its entry's `passEnv` lists it too.
     policy_pass_env: BTreeMap<String, Vec<String>>,
     homes: ServerHomes,
-    workspace_root: PathBuf,
+    /// The run's fence: every stdio server starts through it (the plan folder and the state
+    /// dir stay read-only for the server, whatever its own `sandbox`).
+    fence: crate::sandbox::RunFence,
     running: Mutex<BTreeMap<String, Peer>>,
     /// Random; server `NAME`'s processes carry `KXEN_MCP_SERVER_ID=<mark>.NAME`
     /// ([`orphans::MCP_SERVER_VAR`]) and `KXEN_ATTEMPT_ID=<mark>`.
@@ -117,7 +119,7 @@ impl Servers {
         configs: BTreeMap<String, ServerConfig>,
         policy: &crate::policy::MergedPolicy,
         homes: ServerHomes,
-        workspace_root: PathBuf,
+        fence: crate::sandbox::RunFence,
     ) -> Servers {
         Servers {
             policy_pass_env: configs
@@ -126,7 +128,7 @@ impl Servers {
                 .collect(),
             configs,
             homes,
-            workspace_root,
+            fence,
             running: Mutex::new(BTreeMap::new()),
             mark: orphans::new_attempt_mark(),
             mark_claimed: AtomicBool::new(false),
@@ -306,7 +308,7 @@ impl Servers {
             env,
             timeout: Duration::from_millis(config.timeout_ms()),
             fence: config.fence(),
-            workspace: &self.workspace_root,
+            run_fence: &self.fence,
             home: &home,
             tmp,
         })?;

@@ -6,6 +6,7 @@
 
 mod agent_validate;
 mod approval;
+mod boundary;
 mod bundle_corpus;
 mod cli_hints;
 mod config_init;
