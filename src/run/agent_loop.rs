@@ -77,6 +77,8 @@ pub struct Execution<'a> {
     /// The run's one fence: the merged policy's, with the plan folder and the state dir
     /// protected; every process a tool starts starts through it ([`crate::sandbox::RunFence`]).
     pub fence: &'a crate::sandbox::RunFence,
+    /// The operator's hooks around tool calls and the run ([`crate::hooks`]).
+    pub hooks: &'a crate::hooks::HooksConfig,
     pub workspace_root: &'a Path,
     /// Shared with the thread of an in-flight model call, which a cancel abandons.
     pub provider: Arc<dyn Provider>,
@@ -230,19 +232,49 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         }
         if !ex.fence.policy().is_fenced() && ex.capabilities.iter().any(|c| c == "exec") {
             let dir = lock_host(host).plan_dir().to_path_buf();
-            {
-                sink.emit(Event::Warning {
-                    message: format!(
-                        "the policy's sandbox is \"off\": `exec` commands run unfenced and could \
-                         change the plan folder {} (its journal and meter records), which only \
-                         the fence keeps read-only for them",
-                        dir.display()
-                    ),
-                });
-            }
+            sink.emit(Event::Warning {
+                message: format!(
+                    "the policy's sandbox is \"off\": `exec` commands run unfenced and could \
+                     change the plan folder {} (its journal and meter records), which only the \
+                     fence keeps read-only for them",
+                    dir.display()
+                ),
+            });
         }
     }
-    lp.run(&mut run, sink)
+    let hooks = ex.hooks;
+    if !hooks.run_start.is_empty() {
+        let warnings = crate::hooks::run_event(hooks, ex.fence, ex.session_id, &run.id, None);
+        for message in warnings {
+            sink.emit(Event::Warning { message });
+        }
+    }
+    let ending = lp.run(&mut run, sink);
+    if !hooks.run_end.is_empty() {
+        // What the run ended with, as the hook sees it; the run is settled already and nothing
+        // the hook does changes it.
+        let outcome = match &ending {
+            Ok(Ending::Finished(result)) => serde_json::json!({
+                "status": run.status, "result": result,
+            }),
+            Ok(Ending::InputRequired(ops)) => {
+                serde_json::json!({"status": "inputRequired", "unknownOps": ops})
+            }
+            Ok(Ending::ApprovalRequired(ops)) => {
+                serde_json::json!({"status": "inputRequired", "approvalOps": ops})
+            }
+            Ok(Ending::PlanLimitExhausted(_)) => {
+                serde_json::json!({"status": "planLimitExhausted"})
+            }
+            Err(e) => serde_json::json!({"status": "error", "message": e.message}),
+        };
+        let warnings =
+            crate::hooks::run_event(hooks, ex.fence, ex.session_id, &run.id, Some(&outcome));
+        for message in warnings {
+            sink.emit(Event::Warning { message });
+        }
+    }
+    ending
 }
 
 struct Loop<'a, 'b> {

@@ -52,6 +52,27 @@ pub fn gate(
     index: usize,
     call: &ToolCall,
 ) -> Result<Gate> {
+    if let Some(op_id) = decided(journal, message_id, index, call)? {
+        return Ok(Gate::Run(op_id));
+    }
+    hold_or_run(
+        journal,
+        rules,
+        message_id,
+        index,
+        call,
+        ids::new_id(IdKind::Operation),
+    )
+}
+
+/// The approved operation of call `index` of `message_id`, if it has one (checked against the
+/// call's arguments); `None` for a call nothing was recorded for yet.
+pub fn decided(
+    journal: &Journal,
+    message_id: &str,
+    index: usize,
+    call: &ToolCall,
+) -> Result<Option<String>> {
     if let Some(op) = journal.table().for_call(message_id, index) {
         let bound = op.approval.as_ref().map(|a| a.arguments_hash.as_str());
         if op.phase != OpPhase::Approved {
@@ -70,26 +91,103 @@ pub fn gate(
             ))
             .with_hint("restore the session from a backup or bundle"));
         }
-        return Ok(Gate::Run(op.op_id.clone()));
+        return Ok(Some(op.op_id.clone()));
     }
-    let op_id = ids::new_id(IdKind::Operation);
+    Ok(None)
+}
+
+/// A call nothing was recorded for, to start under the new `op_id`: held when its policy
+/// rule is `ask` (`awaitingApproval` is durable), else run.
+pub fn hold_or_run(
+    journal: &mut Journal,
+    rules: &ToolRules,
+    message_id: &str,
+    index: usize,
+    call: &ToolCall,
+    op_id: String,
+) -> Result<Gate> {
     let (rule, pattern) = crate::policy::rule_for(rules, &call.name);
     if rule != ToolRule::Ask {
         return Ok(Gate::Run(op_id));
     }
+    hold(
+        journal,
+        message_id,
+        index,
+        call,
+        &op_id,
+        pattern.unwrap_or_default(),
+    )?;
+    Ok(Gate::Wait(op_id))
+}
+
+/// Journals call `index` of `message_id` as `awaitingApproval` under `op_id`, held by `rule`
+/// (an `mcpTools` pattern, or the hook that asked).
+fn hold(
+    journal: &mut Journal,
+    message_id: &str,
+    index: usize,
+    call: &ToolCall,
+    op_id: &str,
+    rule: &str,
+) -> Result<()> {
     journal.record(JournalRecord::AwaitingApproval {
-        op_id: op_id.clone(),
+        op_id: op_id.to_string(),
         at: crate::clock::now_rfc3339(),
         tool: call.name.clone(),
         arguments: call.arguments.clone(),
         message_id: message_id.to_string(),
         tool_call_id: call.id.clone(),
         call_index: index,
-        rule: pattern.unwrap_or_default().to_string(),
+        rule: rule.to_string(),
         arguments_hash: arguments_hash(&call.arguments),
     })?;
     failpoint::hit("approval.after-awaiting");
-    Ok(Gate::Wait(op_id))
+    Ok(())
+}
+
+/// A `pre_tool_use` hook asked a human about the call: held like an `ask` rule, the hook named
+/// as its rule (`hook: …`), so `run approve`/`run deny` decide it and the hook is not asked again.
+pub fn hook_asked(
+    journal: &mut Journal,
+    message_id: &str,
+    index: usize,
+    call: &ToolCall,
+    op_id: &str,
+    hook: &str,
+    reason: &str,
+) -> Result<()> {
+    hold(
+        journal,
+        message_id,
+        index,
+        call,
+        op_id,
+        &format!("{hook}: {reason}"),
+    )
+}
+
+/// A `pre_tool_use` hook denied the call: journaled as held by the hook and denied at once, so
+/// the call never starts, the model reads `reason`, and a resume settles it without asking the
+/// hook again.
+pub fn hook_denied(
+    journal: &mut Journal,
+    message_id: &str,
+    index: usize,
+    call: &ToolCall,
+    op_id: &str,
+    hook: &str,
+    reason: &str,
+) -> Result<()> {
+    hold(journal, message_id, index, call, op_id, hook)?;
+    journal.record(JournalRecord::Denied {
+        op_id: op_id.to_string(),
+        at: crate::clock::now_rfc3339(),
+        arguments_hash: arguments_hash(&call.arguments),
+        output: error_outcome(format!("denied by {hook}, the call was not run: {reason}")),
+    })?;
+    failpoint::hit("approval.after-decision");
+    Ok(())
 }
 
 /// A call that will not run (`why`: a cancel, the budget) whose operation was approved: its

@@ -34,6 +34,7 @@ use super::{Execution, Loop, bounded, outcome};
 use crate::blobs::BlobStore;
 use crate::error::Result;
 use crate::fsx::failpoint;
+use crate::ids::{self, IdKind};
 use crate::journal::{ChildRef, JournalRecord};
 use crate::provider::ToolCall;
 use crate::run::approval;
@@ -60,14 +61,32 @@ pub fn batch_len(calls: &[ToolCall], limit: usize) -> usize {
 struct Slot<'c> {
     index: usize,
     call: &'c ToolCall,
-    /// The admitted call under its operation id, or why it was refused (answered unrun).
-    admitted: std::result::Result<(tools::Admitted<'c>, String), String>,
+    verdict: Verdict<'c>,
     child: Option<ChildRef>,
 }
 
+/// What the gate decided about one call.
+enum Verdict<'c> {
+    /// It starts under this operation id.
+    Run(tools::Admitted<'c>, String),
+    /// It was refused before anything was recorded (not admitted, the plan, a repeat): answered
+    /// unrun with this text.
+    Refused(String),
+    /// A `pre_tool_use` hook denied it: its operation (`denied`) is settled in its place.
+    Denied(String),
+}
+
 impl Slot<'_> {
+    /// The operation id of a call that starts.
     fn op_id(&self) -> Option<&str> {
-        self.admitted.as_ref().ok().map(|(_, op)| op.as_str())
+        match &self.verdict {
+            Verdict::Run(_, op) => Some(op),
+            _ => None,
+        }
+    }
+
+    fn runs(&self) -> bool {
+        matches!(self.verdict, Verdict::Run(..))
     }
 }
 
@@ -132,16 +151,18 @@ impl Loop<'_, '_> {
             }
             return Ok(Vec::new());
         }
-        let (slots, held) = self.gate(message_id, first, calls)?;
+        let (slots, held) = self.gate(run, message_id, first, calls)?;
         let mut stops = self.start_run_settle(run, message_id, &slots, remaining, sink)?;
         stops.extend(held);
         Ok(stops)
     }
 
-    /// Step 1: each call in order is refused, held for approval, or admitted under its
-    /// operation id. Returns the slots before the held call, and the held call's operation.
+    /// Step 1: each call in order is refused, denied or held by a hook, held for approval, or
+    /// admitted under its operation id. Returns the slots before the held call, and the held
+    /// call's operation.
     fn gate<'c>(
         &mut self,
+        run: &RunState,
         message_id: &str,
         first: usize,
         calls: &'c [ToolCall],
@@ -159,38 +180,63 @@ impl Loop<'_, '_> {
                     Some(answer) => Err(answer),
                     None => Ok(admitted),
                 });
+            let slot = |verdict| Slot {
+                index,
+                call,
+                verdict,
+                // A `task` call's child ids are durable in `started`, before the child exists.
+                child: children::plan(&call.name),
+            };
             let admitted = match admitted {
                 Ok(admitted) => admitted,
                 Err(refusal) => {
-                    slots.push(Slot {
-                        index,
-                        call,
-                        admitted: Err(refusal),
-                        child: None,
-                    });
+                    slots.push(slot(Verdict::Refused(refusal)));
                     continue;
                 }
             };
-            if crate::policy::rule_for(self.ex.tool_rules, &call.name).0
-                == crate::policy::ToolRule::Ask
-            {
+            // An approved operation runs as decided: neither its hooks nor its rule are asked
+            // again.
+            if let Some(op_id) = approval::decided(&self.journal, message_id, index, call)? {
+                slots.push(slot(Verdict::Run(admitted, op_id)));
+                continue;
+            }
+            let op_id = ids::new_id(IdKind::Operation);
+            let facts = crate::hooks::CallFacts {
+                session_id: self.ex.session_id,
+                run_id: &run.id,
+                op_id: &op_id,
+                tool: &call.name,
+                arguments: &call.arguments,
+            };
+            let verdict = match self.ex.hooks.pre_tool_use.is_empty() {
+                true => crate::hooks::Verdict::Allow,
+                false => crate::hooks::pre_tool_use(self.ex.hooks, self.ex.fence, facts),
+            };
+            let asks = crate::policy::rule_for(self.ex.tool_rules, &call.name).0
+                == crate::policy::ToolRule::Ask;
+            if asks || verdict != crate::hooks::Verdict::Allow {
                 // The call an `awaitingApproval` record names must be durable first.
                 self.assistant_durable()?;
             }
-            match approval::gate(
-                &mut self.journal,
-                self.ex.tool_rules,
-                message_id,
-                index,
-                call,
-            )? {
-                approval::Gate::Run(op_id) => slots.push(Slot {
-                    index,
-                    call,
-                    admitted: Ok((admitted, op_id)),
-                    // A `task` call's child ids are durable in `started`, before the child exists.
-                    child: children::plan(&call.name),
-                }),
+            match verdict {
+                crate::hooks::Verdict::Deny { hook, reason } => {
+                    let journal = &mut self.journal;
+                    approval::hook_denied(
+                        journal, message_id, index, call, &op_id, &hook, &reason,
+                    )?;
+                    slots.push(slot(Verdict::Denied(op_id)));
+                    continue;
+                }
+                crate::hooks::Verdict::Ask { hook, reason } => {
+                    let journal = &mut self.journal;
+                    approval::hook_asked(journal, message_id, index, call, &op_id, &hook, &reason)?;
+                    return Ok((slots, Some(op_id)));
+                }
+                crate::hooks::Verdict::Allow => {}
+            }
+            let rules = self.ex.tool_rules;
+            match approval::hold_or_run(&mut self.journal, rules, message_id, index, call, op_id)? {
+                approval::Gate::Run(op_id) => slots.push(slot(Verdict::Run(admitted, op_id))),
                 approval::Gate::Wait(op_id) => return Ok((slots, Some(op_id))),
             }
         }
@@ -208,7 +254,7 @@ impl Loop<'_, '_> {
     ) -> Result<Vec<String>> {
         // The first `started` record carries the assistant message if it is not durable yet;
         // when nothing starts, the refusals' answers make it durable in the log.
-        let mut assistant = match slots.iter().any(|s| s.admitted.is_ok()) {
+        let mut assistant = match slots.iter().any(Slot::runs) {
             true => self.embed_assistant(),
             false => None,
         };
@@ -240,9 +286,7 @@ impl Loop<'_, '_> {
                 arguments: slot.call.arguments.clone(),
             });
         }
-        let delegates = slots
-            .iter()
-            .any(|s| s.child.is_some() && s.admitted.is_ok());
+        let delegates = slots.iter().any(|s| s.child.is_some() && s.runs());
         let turns_left = match delegates {
             true => {
                 self.plan_note_usage(run);
@@ -257,7 +301,10 @@ impl Loop<'_, '_> {
             blobs: &self.blobs,
             attempt: &self.attempt_mark,
         };
-        let outputs = execute(&scope, slots, remaining, turns_left);
+        let mut outputs = execute(&scope, slots, remaining, turns_left);
+        if !self.ex.hooks.post_tool_use.is_empty() {
+            self.post_hooks(run, slots, &mut outputs, sink);
+        }
         let stopped_why = self.budget_spent();
         let mut outcomes = Vec::new();
         let mut unknown = Vec::new();
@@ -310,16 +357,59 @@ impl Loop<'_, '_> {
         // The results in the model's order, up to the first UNKNOWN one: the later ones wait
         // for it (recovery settles them in order once it is resolved).
         for (slot, output) in slots.iter().zip(&outputs) {
-            match (&slot.admitted, output) {
+            match (&slot.verdict, output) {
                 (_, Some((output, _))) if output.interrupted => break,
-                (Err(refusal), _) => {
+                (Verdict::Refused(refusal), _) => {
                     self.answer_unrun(run, message_id, slot.index, slot.call, refusal, sink)?
                 }
-                (Ok((_, op_id)), Some(_)) => self.settle_op(run, op_id, false, sink)?,
-                (Ok(_), None) => {}
+                (Verdict::Denied(op_id), _) => self.settle_op(run, op_id, false, sink)?,
+                (Verdict::Run(_, op_id), Some(_)) => self.settle_op(run, op_id, false, sink)?,
+                (Verdict::Run(..), None) => {}
             }
         }
         Ok(unknown)
+    }
+
+    /// Runs the `post_tool_use` hooks of every call that ran to an end: what they add is
+    /// appended to the output before it is recorded (so resume replays it); a failed hook is a
+    /// warning.
+    fn post_hooks(
+        &self,
+        run: &RunState,
+        slots: &[Slot],
+        outputs: &mut [Option<(ToolOutput, bool)>],
+        sink: &mut dyn EventSink,
+    ) {
+        for (slot, output) in slots.iter().zip(outputs.iter_mut()) {
+            let (Some(op_id), Some((output, _))) = (slot.op_id(), output.as_mut()) else {
+                continue;
+            };
+            if output.interrupted {
+                continue;
+            }
+            let facts = crate::hooks::CallFacts {
+                session_id: self.ex.session_id,
+                run_id: &run.id,
+                op_id,
+                tool: &slot.call.name,
+                arguments: &slot.call.arguments,
+            };
+            let (notes, warnings) = crate::hooks::post_tool_use(
+                self.ex.hooks,
+                self.ex.fence,
+                facts,
+                &output.text,
+                output.is_error,
+            );
+            for note in notes {
+                output
+                    .text
+                    .push_str(&format!("\n\n[post_tool_use hook] {note}"));
+            }
+            for message in warnings {
+                sink.emit(Event::Warning { message });
+            }
+        }
     }
 }
 
@@ -340,7 +430,9 @@ fn execute(
         .collect();
     let deadline = remaining.map(|left| Instant::now() + left);
     let run_one = |slot: &Slot| -> Option<(ToolOutput, bool)> {
-        let (admitted, op_id) = slot.admitted.as_ref().ok()?;
+        let Verdict::Run(admitted, op_id) = &slot.verdict else {
+            return None;
+        };
         let runner = slot.child.as_ref().map(|child| children::Runner {
             parent: scope.ex,
             parent_run_id: scope.run_id,
@@ -368,17 +460,13 @@ fn execute(
         failpoint::hit("tool.after-side-effect");
         Some(result)
     };
-    if slots.iter().filter(|s| s.admitted.is_ok()).count() <= 1 {
+    if slots.iter().filter(|s| s.runs()).count() <= 1 {
         return slots.iter().map(run_one).collect();
     }
     std::thread::scope(|threads| {
         let handles: Vec<_> = slots
             .iter()
-            .map(|slot| {
-                slot.admitted
-                    .is_ok()
-                    .then(|| threads.spawn(|| run_one(slot)))
-            })
+            .map(|slot| slot.runs().then(|| threads.spawn(|| run_one(slot))))
             .collect();
         handles
             .into_iter()

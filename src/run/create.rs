@@ -79,6 +79,7 @@ pub fn prepare(state: &StateDir, req: &NewRunRequest) -> Result<Draft> {
     let mut lock = DcpAgentLock::build(&definition, &merged)
         .map_err(|e| e.with_consequence("no session was created"))?;
     warnings.extend(crate::lsp::grant(&mut lock, config.lsp_servers())?);
+    lock.hooks_hash = config.hooks().hash();
     if lock.capabilities.is_empty() {
         // Legal (a pure question-answering agent), but usually an optional `exec` or the like
         // that the policy did not permit: say so before the model works blind.

@@ -49,6 +49,8 @@ pub struct Prepared {
     pub lsp: Option<crate::lsp::Servers>,
     /// The run's one fence (policy, workspace, protected plan folder and state dir).
     pub fence: crate::sandbox::RunFence,
+    /// The runtime config's hooks (locked by hash).
+    pub hooks: crate::hooks::HooksConfig,
     /// [`DcpAgentLock::tool_names`] of the lock, held for the execution to borrow.
     tool_names: Vec<String>,
 }
@@ -63,6 +65,8 @@ pub struct Runtime {
     pub lsp: Option<crate::lsp::Servers>,
     /// The run's one fence: the servers above start through it, and so does every `exec`.
     pub fence: crate::sandbox::RunFence,
+    /// `[[hooks.*]]` of the config.
+    pub hooks: crate::hooks::HooksConfig,
 }
 
 impl Runtime {
@@ -95,6 +99,7 @@ impl Runtime {
             mcp: None,
             lsp,
             fence,
+            hooks: config.hooks().clone(),
         })
     }
 }
@@ -127,6 +132,7 @@ impl Prepared {
             mcp: runtime.mcp,
             lsp: runtime.lsp,
             fence: runtime.fence,
+            hooks: runtime.hooks,
         }
     }
 
@@ -146,6 +152,7 @@ impl Prepared {
             tool_rules: &self.merged.mcp_tools,
             parallel_tools: self.parallel_tools,
             fence: &self.fence,
+            hooks: &self.hooks,
             workspace_root: &self.meta.workspace.root,
             provider: Arc::clone(&self.provider),
             provider_info: self.provider_info.clone(),
@@ -185,6 +192,7 @@ impl<'a> Execution<'a> {
             tool_rules: self.tool_rules,
             parallel_tools: self.parallel_tools,
             fence: self.fence,
+            hooks: self.hooks,
             workspace_root: self.workspace_root,
             provider: model(&self.provider),
             provider_info: self.provider_info.clone(),

@@ -202,6 +202,7 @@ fn open_runtime(
         runtime.mcp = Some(servers);
     }
     crate::lsp::check_drift(&meta.lock, config.lsp_servers())?;
+    crate::hooks::check_drift(meta.lock.hooks_hash.as_deref(), config.hooks())?;
     Ok(runtime)
 }
 

@@ -23,6 +23,7 @@ mod env;
 mod fake_model;
 mod fence;
 mod help_exit_codes;
+mod hooks;
 mod init;
 mod lineage;
 mod lsp;
