@@ -104,9 +104,30 @@ impl HooksConfig {
         ];
         for (event, entries) in events {
             for (i, entry) in entries.iter().enumerate() {
-                if entry.command.first().is_none_or(|p| p.is_empty()) {
+                let Some(program) = entry.command.first().filter(|p| !p.is_empty()) else {
                     return Some(format!(
                         "[[hooks.{event}]] entry {}: `command` is empty",
+                        i + 1
+                    ));
+                };
+                // A relative program is looked up in the workspace (the hook's working
+                // directory) or through PATH: the agent could write it.
+                if !std::path::Path::new(program).is_absolute() {
+                    return Some(format!(
+                        "[[hooks.{event}]] entry {}: the program {program:?} must be an absolute \
+                         path (a relative one resolves inside the workspace or through PATH, \
+                         where the agent could place its own)",
+                        i + 1
+                    ));
+                }
+                let tool_event = matches!(event, "pre_tool_use" | "post_tool_use");
+                if tool_event
+                    && entry.matcher != "*"
+                    && let Some(why) = crate::policy::pattern_error(&entry.matcher)
+                {
+                    return Some(format!(
+                        "[[hooks.{event}]] entry {}: matcher {why} (a matcher is a tool name, an \
+                         MCP family `mcp__<server>__*` or \"*\"; no regular expressions)",
                         i + 1
                     ));
                 }
@@ -167,7 +188,7 @@ mod tests {
                 .contains("run_end")
         );
         assert!(
-            parse("[[run_end]]\ncommand = [\"x\"]\ntimeout_ms = 0\n")
+            parse("[[run_end]]\ncommand = [\"/bin/x\"]\ntimeout_ms = 0\n")
                 .error()
                 .unwrap()
                 .contains("timeout_ms")

@@ -31,6 +31,9 @@ pub use runner::Ended;
 use crate::error::{Error, Result};
 use crate::sandbox::RunFence;
 
+/// The most a post hook's note adds to a result (the result itself is capped before).
+const MAX_NOTE_CHARS: usize = 4000;
+
 /// What a tool call's hooks are told about it.
 #[derive(Debug, Clone, Copy)]
 pub struct CallFacts<'a> {
@@ -87,7 +90,7 @@ pub fn post_tool_use(
                     .and_then(|o| o.get("additionalContext")?.as_str().map(str::to_string))
                     .filter(|n| !n.trim().is_empty())
                 {
-                    notes.push(note);
+                    notes.push(crate::text::preview(&note, MAX_NOTE_CHARS));
                 }
             }
             Ended::Exited { code, stderr, .. } => warnings.push(format!(
@@ -175,9 +178,25 @@ enum Decision {
 fn decide(ended: Ended) -> Decision {
     match ended {
         Ended::Exited {
+            code: 0, cut: true, ..
+        } => Decision::Deny(
+            "the hook wrote more than its output limit, so its decision cannot be read (denied: \
+             hooks fail closed)"
+                .into(),
+        ),
+        Ended::Exited {
             code: 0, stdout, ..
         } => {
             let Some(object) = parse_object(&stdout) else {
+                // Plain text allows (as exit 0 does); a JSON object that does not parse is a
+                // decision we cannot read.
+                if stdout.trim_start().starts_with('{') {
+                    return Decision::Deny(
+                        "the hook printed a JSON object that does not parse (denied: hooks fail \
+                         closed)"
+                            .into(),
+                    );
+                }
                 return Decision::Allow;
             };
             let reason = object
@@ -258,6 +277,7 @@ mod tests {
             code,
             stdout: stdout.into(),
             stderr: stderr.into(),
+            cut: false,
         }
     }
 
@@ -290,6 +310,16 @@ mod tests {
         assert!(
             matches!(decide(Ended::Failed("it timed out".into())), Decision::Deny(r) if r.contains("fail closed"))
         );
+        // A decision that cannot be read denies: a cut output, a broken object.
+        let cut = Ended::Exited {
+            code: 0,
+            stdout: r#"{"decision":"deny","reason":"rm xxxx"#.into(),
+            stderr: String::new(),
+            cut: true,
+        };
+        assert!(matches!(decide(cut), Decision::Deny(r) if r.contains("output limit")));
+        let broken = exited(0, r#"{"decision":"deny""#, "");
+        assert!(matches!(decide(broken), Decision::Deny(r) if r.contains("does not parse")));
     }
 
     #[test]

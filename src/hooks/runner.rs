@@ -18,11 +18,12 @@ const MAX_CAPTURE: usize = 64 * 1024;
 /// How a hook ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ended {
-    /// It exited with `code`.
+    /// It exited with `code`. `cut`: its stdout was longer than the kept part.
     Exited {
         code: i32,
         stdout: String,
         stderr: String,
+        cut: bool,
     },
     /// It could not be started, was killed by a signal or passed its timeout: `why`.
     Failed(String),
@@ -33,6 +34,9 @@ pub fn run(entry: &HookEntry, input: &Value, fence: &RunFence) -> Ended {
     let Some((program, args)) = entry.command.split_first() else {
         return Ended::Failed("its command is empty".into());
     };
+    if let Some(why) = writable_by_the_agent(&entry.command, fence) {
+        return Ended::Failed(why);
+    }
     let tmp = match tempfile::Builder::new().prefix("kxen-hook-").tempdir() {
         Ok(t) => t,
         Err(e) => return Ended::Failed(format!("its TMPDIR could not be created: {e}")),
@@ -76,14 +80,17 @@ pub fn run(entry: &HookEntry, input: &Value, fence: &RunFence) -> Ended {
         });
     }
     let waited = process::wait(&mut child, Duration::from_millis(entry.timeout_ms()), None);
-    let text = |c: Capture| String::from_utf8_lossy(&c.finish().bytes).into_owned();
-    let (out, err) = (text(stdout), text(stderr));
+    let (out, err) = (stdout.finish(), stderr.finish());
+    let cut = out.dropped > 0;
+    let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+    let (out, err) = (text(out.bytes), text(err.bytes));
     match waited {
         Ok(Waited::Exited(status)) => match status.code() {
             Some(code) => Ended::Exited {
                 code,
                 stdout: out,
                 stderr: err,
+                cut,
             },
             None => Ended::Failed(format!("it was {}", process::describe_status(&status))),
         },
@@ -94,4 +101,39 @@ pub fn run(entry: &HookEntry, input: &Value, fence: &RunFence) -> Ended {
         Ok(_) => Ended::Failed("it was canceled".into()),
         Err(e) => Ended::Failed(format!("waiting for it failed: {e}")),
     }
+}
+
+/// Why the hook must not run: its program, or a file its arguments name, lies where a fenced
+/// tool could have written it (the workspace, the state dir). A hook is the operator's guard;
+/// the agent must not be able to rewrite it.
+fn writable_by_the_agent(argv: &[String], fence: &RunFence) -> Option<String> {
+    let workspace = fence.workspace();
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    for arg in argv {
+        let path = std::path::Path::new(arg);
+        let path = match path.is_absolute() {
+            true => path.to_path_buf(),
+            false => workspace.join(path),
+        };
+        let Ok(real) = path.canonicalize() else {
+            continue;
+        };
+        if !real.is_file() {
+            continue;
+        }
+        let inside = std::iter::once(workspace.as_path())
+            .chain(fence.protected().iter().map(|p| p.as_path()))
+            .find(|root| real.starts_with(root));
+        if let Some(root) = inside {
+            return Some(format!(
+                "it runs {} which lies under {}, where the agent's tools can write; a hook must \
+                 live outside the workspace and the state dir",
+                real.display(),
+                root.display()
+            ));
+        }
+    }
+    None
 }

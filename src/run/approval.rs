@@ -13,7 +13,8 @@
 //!   gets as the tool's result; the next `--resume` appends it and settles, and the call never
 //!   runs.
 //!
-//! The agent loop calls in at two points: [`gate`] before a call would start, and
+//! The call boundary (`crate::run::boundary`) calls in at two points: [`decided`] and
+//! [`hold_or_run`] before a call would start, and
 //! [`close_unrun`] when a call cannot run (cancel, budget), so an approved operation never stays
 //! open in a run that ends.
 
@@ -21,7 +22,6 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::fsx::failpoint;
-use crate::ids::{self, IdKind};
 use crate::journal::{Journal, JournalRecord, OpPhase, OpState, OpTable, ToolOutcome};
 use crate::policy::{ToolRule, ToolRules};
 use crate::provider::ToolCall;
@@ -40,29 +40,6 @@ pub enum Gate {
     Run(String),
     /// It waits for a human under this operation id (`AwaitingApproval` is durable).
     Wait(String),
-}
-
-/// Decides whether call `index` of assistant message `message_id` may start now: an approved
-/// operation of that call runs (if its arguments are still the approved ones); a call whose rule
-/// is `ask` is journaled `AwaitingApproval` and waits; anything else runs under a new id.
-pub fn gate(
-    journal: &mut Journal,
-    rules: &ToolRules,
-    message_id: &str,
-    index: usize,
-    call: &ToolCall,
-) -> Result<Gate> {
-    if let Some(op_id) = decided(journal, message_id, index, call)? {
-        return Ok(Gate::Run(op_id));
-    }
-    hold_or_run(
-        journal,
-        rules,
-        message_id,
-        index,
-        call,
-        ids::new_id(IdKind::Operation),
-    )
 }
 
 /// The approved operation of call `index` of `message_id`, if it has one (checked against the
@@ -110,28 +87,22 @@ pub fn hold_or_run(
     if rule != ToolRule::Ask {
         return Ok(Gate::Run(op_id));
     }
-    hold(
-        journal,
-        message_id,
-        index,
-        call,
-        &op_id,
-        pattern.unwrap_or_default(),
-    )?;
+    let record = awaiting(message_id, index, call, &op_id, pattern.unwrap_or_default());
+    journal.record(record)?;
+    failpoint::hit("approval.after-awaiting");
     Ok(Gate::Wait(op_id))
 }
 
-/// Journals call `index` of `message_id` as `awaitingApproval` under `op_id`, held by `rule`
-/// (an `mcpTools` pattern, or the hook that asked).
-fn hold(
-    journal: &mut Journal,
+/// The `awaitingApproval` record of call `index` of `message_id` under `op_id`, held by `rule`
+/// (an `mcpTools` pattern, or the hook that asked or denied).
+fn awaiting(
     message_id: &str,
     index: usize,
     call: &ToolCall,
     op_id: &str,
     rule: &str,
-) -> Result<()> {
-    journal.record(JournalRecord::AwaitingApproval {
+) -> JournalRecord {
+    JournalRecord::AwaitingApproval {
         op_id: op_id.to_string(),
         at: crate::clock::now_rfc3339(),
         tool: call.name.clone(),
@@ -141,9 +112,7 @@ fn hold(
         call_index: index,
         rule: rule.to_string(),
         arguments_hash: arguments_hash(&call.arguments),
-    })?;
-    failpoint::hit("approval.after-awaiting");
-    Ok(())
+    }
 }
 
 /// A `pre_tool_use` hook asked a human about the call: held like an `ask` rule, the hook named
@@ -157,19 +126,15 @@ pub fn hook_asked(
     hook: &str,
     reason: &str,
 ) -> Result<()> {
-    hold(
-        journal,
-        message_id,
-        index,
-        call,
-        op_id,
-        &format!("{hook}: {reason}"),
-    )
+    let rule = format!("{hook}: {reason}");
+    journal.record(awaiting(message_id, index, call, op_id, &rule))?;
+    failpoint::hit("approval.after-awaiting");
+    Ok(())
 }
 
-/// A `pre_tool_use` hook denied the call: journaled as held by the hook and denied at once, so
-/// the call never starts, the model reads `reason`, and a resume settles it without asking the
-/// hook again.
+/// A `pre_tool_use` hook denied the call: journaled as held by the hook and denied, in one
+/// append (a kill leaves both or neither), so the call never starts, the model reads `reason`,
+/// and a resume settles it without asking the hook again.
 pub fn hook_denied(
     journal: &mut Journal,
     message_id: &str,
@@ -179,13 +144,15 @@ pub fn hook_denied(
     hook: &str,
     reason: &str,
 ) -> Result<()> {
-    hold(journal, message_id, index, call, op_id, hook)?;
-    journal.record(JournalRecord::Denied {
-        op_id: op_id.to_string(),
-        at: crate::clock::now_rfc3339(),
-        arguments_hash: arguments_hash(&call.arguments),
-        output: error_outcome(format!("denied by {hook}, the call was not run: {reason}")),
-    })?;
+    journal.record_steps(vec![
+        awaiting(message_id, index, call, op_id, hook),
+        JournalRecord::Denied {
+            op_id: op_id.to_string(),
+            at: crate::clock::now_rfc3339(),
+            arguments_hash: arguments_hash(&call.arguments),
+            output: error_outcome(format!("denied by {hook}, the call was not run: {reason}")),
+        },
+    ])?;
     failpoint::hit("approval.after-decision");
     Ok(())
 }

@@ -4,8 +4,9 @@
 //!
 //! For the calls `first..` of one model turn, in the model's order:
 //! 1. **gate**: admission by the registry and the lock's capabilities, the DWP plan's refusal,
-//!    the repeat guard, then the approval gate ([`approval::gate`]: `deny` never reaches here,
-//!    `ask` journals `awaitingApproval`). A call held for approval holds itself and every later
+//!    the repeat guard, the `pre_tool_use` hooks ([`crate::hooks`]), then the approval rules
+//!    ([`approval::hold_or_run`]: `deny` never reaches here, `ask` journals `awaitingApproval`).
+//!    A cancel or the end of the wall clock during the gate stops the calls before they start. A call held for approval holds itself and every later
 //!    call of the turn (they may depend on it; they run in order once it is decided); the calls
 //!    before it still run;
 //! 2. **`started`**: every admitted call's record, in one append and one fsync — durable before
@@ -152,6 +153,28 @@ impl Loop<'_, '_> {
             return Ok(Vec::new());
         }
         let (slots, held) = self.gate(run, message_id, first, calls)?;
+        // The gate may have taken a while (hooks run there): a cancel or the end of the wall
+        // clock that came meanwhile stops the calls before any of them starts.
+        let remaining = self.remaining_wall_clock(run);
+        let stopped = match (self.canceled(), remaining) {
+            (true, _) => Some("not run: the run was canceled".to_string()),
+            (false, Some(Duration::ZERO)) => Some(format!("not run: {}", self.budget_spent())),
+            _ => None,
+        };
+        if let Some(why) = stopped {
+            for slot in &slots {
+                match &slot.verdict {
+                    Verdict::Denied(op_id) => self.settle_op(run, op_id, false, sink)?,
+                    Verdict::Refused(text) => {
+                        self.answer_unrun(run, message_id, slot.index, slot.call, text, sink)?
+                    }
+                    Verdict::Run(..) => {
+                        self.answer_unrun(run, message_id, slot.index, slot.call, &why, sink)?
+                    }
+                }
+            }
+            return Ok(held.into_iter().collect());
+        }
         let mut stops = self.start_run_settle(run, message_id, &slots, remaining, sink)?;
         stops.extend(held);
         Ok(stops)

@@ -368,3 +368,184 @@ fn a_hook_is_fenced_and_a_changed_hook_set_is_drift() {
     drift.expect(6);
     assert!(drift.stderr.contains("hooks drift"), "{}", drift.stderr);
 }
+
+#[test]
+fn an_unreadable_decision_denies_and_a_hook_the_agent_could_write_never_runs() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    // A deny whose reason echoes padded input: longer than what is kept, so it cannot be read.
+    let long = script(
+        &env,
+        "long.sh",
+        "cat >/dev/null; printf '{\"decision\": \"deny\", \"reason\": \"'; head -c 100000 /dev/zero | tr '\\0' x; printf '\"}'",
+    );
+    // A guard inside the workspace: the agent's `write` could replace it.
+    let inside = repo.join("guard.sh");
+    std::fs::write(&inside, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hooks = format!(
+        "{}{}",
+        hook("pre_tool_use", "exec", &long, ""),
+        hook("pre_tool_use", "read", &inside, ""),
+    );
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "exec", json!({"command": "echo ran >> counter.txt"})),
+            call("c2", "read", json!({"path": "README"})),
+            answer("done"),
+        ],
+        &hooks,
+    );
+    let out = start(&env, &repo, &cfg, &[]);
+    out.expect(0);
+    let results = finished(&out);
+    assert!(
+        results[0].0 && results[0].1.contains("output limit"),
+        "{results:?}"
+    );
+    assert!(
+        results[1].0 && results[1].1.contains("where the agent's tools can write"),
+        "{results:?}"
+    );
+    assert!(!repo.join("counter.txt").exists());
+}
+
+#[test]
+fn a_relative_program_or_a_regex_matcher_is_a_config_error() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    for (tables, says) in [
+        (
+            "[[hooks.pre_tool_use]]\nmatcher = \"exec\"\ncommand = [\".claude/hooks/guard.sh\"]\n",
+            "absolute",
+        ),
+        (
+            "[[hooks.pre_tool_use]]\nmatcher = \"write|exec\"\ncommand = [\"/bin/true\"]\n",
+            "no regular expressions",
+        ),
+    ] {
+        let cfg = config(&env, &[answer("done")], tables);
+        let out = start(&env, &repo, &cfg, &[]);
+        out.expect(4);
+        assert!(out.stderr.contains(says), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn a_kill_right_after_a_hooks_deny_never_turns_it_into_a_hold() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let deny = script(
+        &env,
+        "deny.sh",
+        "cat >/dev/null; echo 'not today' >&2; exit 2",
+    );
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "exec", json!({"command": "echo ran >> counter.txt"})),
+            answer("done"),
+        ],
+        &hook("pre_tool_use", "exec", &deny, ""),
+    );
+    for point in ["approval.after-awaiting", "approval.after-decision"] {
+        let mut cmd = env.cmd("kxen-agent");
+        cmd.args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            point,
+        ])
+        .args(["--agent", fixer(&env).to_str().unwrap()])
+        .args(["--config", cfg.to_str().unwrap(), "--allow-shell"])
+        .env("KXEN_FAILPOINT", point);
+        let crashed = Run::from(cmd.output().unwrap());
+        let list = env.run("kxen-agent", &["session", "list"]);
+        let session = list.jsonl().remove(0)["id"].as_str().unwrap().to_string();
+        let resume = [
+            "--resume",
+            session.as_str(),
+            "--config",
+            cfg.to_str().unwrap(),
+            "--allow-shell",
+        ];
+        let done = env.run("kxen-agent", &resume);
+        if crashed.code == 0 {
+            // The failpoint was never reached (a deny writes both records at once).
+            assert_eq!(point, "approval.after-awaiting", "{}", crashed.stderr);
+        } else {
+            done.expect(0);
+        }
+        assert!(
+            !repo.join("counter.txt").exists(),
+            "{point}: the denied call never ran"
+        );
+        std::fs::remove_dir_all(env.state_dir()).unwrap();
+    }
+}
+
+#[test]
+fn time_in_hooks_counts_and_a_cancel_during_a_hook_starts_nothing() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let log_path = env.path().join("hook.log");
+    let slow = script(
+        &env,
+        "slow-allow.sh",
+        &format!("cat >/dev/null; echo started >> {log_path:?}; sleep 2; exit 0"),
+    );
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "write", json!({"path": "late.txt", "content": "x"})),
+            answer("done"),
+        ],
+        &hook("pre_tool_use", "write", &slow, "sandbox = \"off\""),
+    );
+    // The wall clock runs out while the hook decides: the call does not start.
+    let agent = fixer(&env);
+    let text = std::fs::read_to_string(&agent).unwrap();
+    let timed = env.path().join("timed.yaml");
+    std::fs::write(
+        &timed,
+        text.replace("maxTurns: 16\n", "maxTurns: 16\n    maxWallClockMs: 1000\n"),
+    )
+    .unwrap();
+    let out = run_new(&env, &repo, "Write", &timed, &cfg, &[]);
+    assert_eq!(out.code, 8, "{}", out.stderr);
+    assert!(
+        !repo.join("late.txt").exists(),
+        "the call did not start after the budget ended"
+    );
+    // A cancel while the hook decides: nothing starts.
+    std::fs::remove_dir_all(env.state_dir()).unwrap();
+    std::fs::remove_file(&log_path).unwrap();
+    let mut cmd = env.cmd("kxen-agent");
+    cmd.args([
+        "run",
+        "--workspace",
+        repo.to_str().unwrap(),
+        "--task",
+        "Write",
+    ])
+    .args(["--agent", agent.to_str().unwrap()])
+    .args(["--config", cfg.to_str().unwrap()])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let started = std::time::Instant::now();
+    while !log_path.exists() && started.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(log_path.exists(), "the hook started");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(out.code, 130, "{}", out.stderr);
+    assert!(
+        !repo.join("late.txt").exists(),
+        "a canceled run starts nothing after its hook"
+    );
+}
