@@ -21,6 +21,7 @@ mod env;
 #[allow(dead_code)] // helpers used by some test modules only
 mod fake_model;
 mod fence;
+mod git_trust;
 mod help_exit_codes;
 mod init;
 mod lineage;
