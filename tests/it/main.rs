@@ -59,4 +59,5 @@ mod snapshots;
 mod state_damage;
 mod task;
 mod task_bundle;
+mod task_leftovers;
 mod workspace_resume;
