@@ -122,6 +122,26 @@ fn every_remote_command_refuses(
     assert!(refs.is_empty(), "refs reached {}: {refs}", evil.display());
 }
 
+/// A plain `--resume` (no remote) verifies the binding through the same layout: refused too.
+fn a_local_resume_refuses(m: &Machines, workspace: &Path, id: &str, config: &Path, file: &str) {
+    let mut cmd = m.cmd(
+        0,
+        &[
+            "--resume",
+            id,
+            "--task",
+            "Go on",
+            "--allow-shell",
+            "--config",
+        ],
+    );
+    cmd.arg(config).arg("--workspace").arg(workspace);
+    let run = Run::from(cmd.output().unwrap());
+    run.expect(6);
+    let text = format!("{}{}", run.stdout, run.stderr);
+    assert!(text.contains(file), "names {file}: {text}");
+}
+
 #[test]
 fn a_planted_commondir_sends_no_push_pull_or_lease_anywhere() {
     let m = machines();
@@ -134,6 +154,7 @@ fn a_planted_commondir_sends_no_push_pull_or_lease_anywhere() {
     let (config, id) = planted_by_exec(&m, &m.ws[0], &script);
     assert!(m.ws[0].join(".git/commondir").is_file());
     every_remote_command_refuses(&m, &m.ws[0], &id, &config, ".git/commondir");
+    a_local_resume_refuses(&m, &m.ws[0], &id, &config, ".git/commondir");
 }
 
 #[test]
@@ -167,6 +188,7 @@ fn a_planted_gitdir_file_sends_no_push_pull_or_lease_anywhere() {
     let (config, id) = planted_by_exec(&m, &sub, &script);
     assert!(sub.join(".git").is_file());
     every_remote_command_refuses(&m, &sub, &id, &config, "sub/.git");
+    a_local_resume_refuses(&m, &sub, &id, &config, "sub/.git");
 }
 
 #[test]
