@@ -14,8 +14,8 @@
 //! - a `commondir` is legitimate only in a linked worktree's entry `C/worktrees/NAME` (written by
 //!   `git worktree add`, and then bound read-only by the fence), naming `C`; anywhere else it is
 //!   refused, naming it;
-//! - a `.git` file that points into its own working tree is refused (git never writes one; a
-//!   command confined to that tree does);
+//! - a `.git` file or symlink that leads into its own working tree is refused (git never makes
+//!   one; a command confined to that tree can);
 //! - the working-tree root must be the one the Session was bound to ([`derive_bound`]): a `.git`
 //!   between the Session's directory and its repository root was not there when it was bound.
 //!
@@ -145,23 +145,24 @@ fn working_tree(root: &Path, dot_git: &Path) -> Result<Layout> {
         .symlink_metadata()
         .map_err(|e| Error::io("inspect", dot_git, e))?;
     let git_dir = if meta.is_file() {
-        let target = gitdir_target(dot_git)?;
-        if target.starts_with(root) && target != root.join(".git") {
-            return Err(planted(
-                dot_git,
-                &format!(
-                    "it points at {}, inside its own working tree, which git never does",
-                    target.display()
-                ),
-            ));
-        }
-        target
+        gitdir_target(dot_git)?
     } else {
         // A directory, or a symlink to one (resolved: the fence binds its target).
         dot_git.canonicalize().map_err(|e| {
             Error::external(format!("{} cannot be resolved: {e}", dot_git.display()))
         })?
     };
+    // A `.git` file or symlink leading back into its own working tree: git never makes one,
+    // and the working tree is where a fenced command writes.
+    if git_dir.starts_with(root) && git_dir != root.join(".git") {
+        return Err(planted(
+            dot_git,
+            &format!(
+                "it leads to {}, inside its own working tree, which git never does",
+                git_dir.display()
+            ),
+        ));
+    }
     if !git_dir.is_dir() {
         return Err(Error::external(format!(
             "{} does not lead to a git directory ({} is not one)",
@@ -341,6 +342,12 @@ mod tests {
         assert!(derive(&sub).is_ok());
         let err = derive_bound(&sub, Some(&repo)).unwrap_err();
         assert_eq!(err.exit_code(), 6);
+        assert!(err.message.contains("sub/.git"), "{}", err.message);
+
+        // A `.git` symlink re-pointed into the working tree.
+        std::fs::remove_file(sub.join(".git")).unwrap();
+        std::os::unix::fs::symlink("evil", sub.join(".git")).unwrap();
+        let err = derive(&sub).unwrap_err();
         assert!(err.message.contains("sub/.git"), "{}", err.message);
     }
 }
