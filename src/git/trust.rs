@@ -4,11 +4,11 @@
 //! Two checks run on the config a transport command reads anyway (`git config --list
 //! --show-scope --show-origin`, so they cost no process of their own):
 //! - [`check_origins`]: every key that decides where a transport goes or how it talks to the
-//!   remote (`remote.*`, `url.*`, `branch.*`, `http.*`, `credential.*`, includes) must come from
-//!   the user's own config (system, global) or from the repository's `config` in its common
-//!   directory, which the fence binds read-only. The same keys in `config.worktree` (a file a
-//!   fenced command can create when it does not exist), or in a file the repository config
-//!   includes from elsewhere, are refused (exit 6) naming the file.
+//!   remote (`remote.*`, `url.*`, `branch.*`, `http.*`, `credential.*`, `protocol.*`, includes)
+//!   must come from the user's own config (system, global) or from the repository's `config` in
+//!   its common directory, which the fence binds read-only. The same keys in `config.worktree`
+//!   (a file a fenced command can create when it does not exist), or in a file the repository
+//!   config includes from elsewhere, are refused (exit 6) naming the file.
 //! - [`check_local_remote`]: a local remote (a path or `file://`) inside a directory a fenced
 //!   command can write (the workspace's repository, kxen-agent's state dir with the tool homes)
 //!   is refused (exit 6) naming it: git's local transport runs the remote's `receive-pack` as the
@@ -39,6 +39,8 @@ const STEERING: &[&str] = &[
     "credential",
     "include",
     "includeif",
+    // `protocol.<name>.allow` beats our `-c protocol.allow=never` default.
+    "protocol",
 ];
 
 fn steers(key: &str) -> bool {

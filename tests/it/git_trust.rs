@@ -235,3 +235,51 @@ fn a_local_remote_inside_the_workspace_or_the_state_dir_is_refused() {
     m.run(0, &["session", "push", &id, "--remote", "origin"])
         .expect(0);
 }
+
+#[test]
+fn a_pointer_planted_during_a_remote_run_stops_its_final_push() {
+    let m = machines();
+    let script = format!(
+        "{}cp -R .git .evil-common; \
+         git config -f .evil-common/config remote.origin.url \"$PWD/evil.git\"; \
+         printf '%s\\n' \"$PWD/.evil-common\" > .git/commondir",
+        evil_remote(&m)
+    );
+    let config = script_config(
+        &m.env,
+        &[
+            answer("first"),
+            call("c1", "exec", json!({ "command": script })),
+            answer("planted"),
+        ],
+    );
+    let id = m.first_run(0, &config, &["--allow-shell"]);
+    m.run(0, &["session", "push", &id]).expect(0);
+    let before = m.remote_refs();
+
+    // The lease is claimed on the real remote; the run plants the pointer; the final push and
+    // the release refuse to follow it.
+    let run = Run::from(
+        m.remote_resume(0, &id, &config, &["--allow-shell"])
+            .output()
+            .unwrap(),
+    );
+    let text = format!("{}{}", run.stdout, run.stderr);
+    run.expect(6);
+    assert!(text.contains(".git/commondir"), "{text}");
+    assert!(!marker(&m).exists(), "the planted repository's hook ran");
+    let evil = m.ws[0].join("evil.git");
+    let refs = git(&evil, &["for-each-ref", "--format=%(refname)"]);
+    assert!(refs.is_empty(), "refs reached {}: {refs}", evil.display());
+    // The real remote kept its snapshot (nothing was pushed over it) and the claimed lease,
+    // which expires as a killed runner's would.
+    let after = m.remote_refs();
+    assert!(
+        before.iter().all(|r| after.contains(r)),
+        "{before:?} {after:?}"
+    );
+    assert!(
+        after.contains(&format!("refs/kxen/leases/{id}")),
+        "{after:?}"
+    );
+}
