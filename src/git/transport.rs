@@ -80,7 +80,7 @@ fn untrusted(scope: &str) -> bool {
     matches!(scope, "local" | "worktree")
 }
 
-fn base(dir: &Path, layout: Option<&Layout>, overrides: &[String]) -> Command {
+fn base(dir: &Path, layout: &Layout, overrides: &[String]) -> Command {
     let mut cmd = Command::new("git");
     cmd.env_clear()
         .env("PATH", crate::own_env::var_os("PATH").unwrap_or_default())
@@ -96,9 +96,7 @@ fn base(dir: &Path, layout: Option<&Layout>, overrides: &[String]) -> Command {
             cmd.env(name, v);
         }
     }
-    if let Some(layout) = layout {
-        layout.apply(&mut cmd);
-    }
+    layout.apply(&mut cmd);
     cmd.arg("--no-pager");
     for o in FIXED
         .iter()
@@ -112,7 +110,7 @@ fn base(dir: &Path, layout: Option<&Layout>, overrides: &[String]) -> Command {
 }
 
 /// The effective config with scope and origin, in git's order.
-fn scoped_config(dir: &Path, layout: Option<&Layout>, overrides: &[String]) -> Result<Vec<Entry>> {
+fn scoped_config(dir: &Path, layout: &Layout, overrides: &[String]) -> Result<Vec<Entry>> {
     let output = base(dir, layout, overrides)
         .args(["config", "--list", "--show-scope", "--show-origin", "-z"])
         .output()
@@ -153,11 +151,9 @@ fn scoped_config(dir: &Path, layout: Option<&Layout>, overrides: &[String]) -> R
 /// keeping the trusted values of the same keys; refuses (exit 6) when one cannot be neutralized,
 /// when a key that steers the transport comes from a file a fenced command could write, or when
 /// `remote` is a local repository inside a writable root ([`super::trust`]).
-fn overrides(dir: &Path, layout: Option<&Layout>, remote: &Remote) -> Result<Vec<String>> {
+fn overrides(dir: &Path, layout: &Layout, remote: &Remote) -> Result<Vec<String>> {
     let config = scoped_config(dir, layout, &[])?;
-    if let Some(layout) = layout {
-        trust::check_origins(&config, layout, dir)?;
-    }
+    trust::check_origins(&config, layout, dir)?;
     trust::check_local_remote(&config, &remote.name, dir, &remote.roots)?;
     let mut keys: Vec<String> = Vec::new();
     for e in &config {
@@ -223,9 +219,12 @@ pub(crate) fn run(dir: &Path, remote: &Remote, args: &[&str]) -> Result<Output> 
 
 /// [`run`] with `extra` (`key=value`) set for this command, after the neutralizing overrides.
 fn run_with(dir: &Path, remote: &Remote, extra: &[&str], args: &[&str]) -> Result<Output> {
-    let layout = layout::derive(dir)?;
-    let overrides = overrides(dir, layout.as_ref(), remote)?;
-    let mut cmd = base(dir, layout.as_ref(), &overrides);
+    // Fail closed: a transport of ours always runs in a repository whose layout is known.
+    let layout = layout::derive(dir)?.ok_or_else(|| {
+        Error::not_found(format!("{} is not inside a git repository", dir.display()))
+    })?;
+    let overrides = overrides(dir, &layout, remote)?;
+    let mut cmd = base(dir, &layout, &overrides);
     for e in extra {
         cmd.args(["-c", e]);
     }
