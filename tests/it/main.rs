@@ -22,6 +22,7 @@ mod env;
 #[allow(dead_code)] // helpers used by some test modules only
 mod fake_model;
 mod fence;
+mod git_trust;
 mod help_exit_codes;
 mod hooks;
 mod init;
@@ -60,4 +61,5 @@ mod snapshots;
 mod state_damage;
 mod task;
 mod task_bundle;
+mod task_leftovers;
 mod workspace_resume;
