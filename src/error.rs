@@ -158,7 +158,7 @@ impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Error {
             kind,
-            message: crate::redact::redact(&message.into()),
+            message: crate::secrets::redact::redact(&message.into()),
             hints: Vec::new(),
             subject: None,
             source: None,
@@ -167,7 +167,8 @@ impl Error {
 
     /// Adds a hint line (`hint: …` on stderr), redacted like the message.
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
-        self.hints.push(crate::redact::redact(&hint.into()));
+        self.hints
+            .push(crate::secrets::redact::redact(&hint.into()));
         self
     }
 
@@ -342,6 +343,12 @@ impl ExitStatus {
             ExitStatus::Success => 0,
             ExitStatus::Failure(kind) => kind.exit_code(),
         }
+    }
+}
+
+impl From<crate::secrets::snapshot::WipeFailed> for Error {
+    fn from(e: crate::secrets::snapshot::WipeFailed) -> Error {
+        Error::failed(e.to_string()).with_hint("unset the variable, or report this as a bug")
     }
 }
 

@@ -27,13 +27,13 @@ pub mod ids;
 pub mod journal;
 pub mod lsp;
 pub mod mcp;
-pub mod own_env;
+pub mod net;
 pub mod policy;
 mod process;
 pub mod provider;
-pub mod redact;
 pub mod run;
 pub mod sandbox;
+pub mod secrets;
 pub mod session;
 pub mod state;
 pub mod sync;
@@ -42,3 +42,8 @@ pub mod text;
 pub mod tools;
 
 pub use error::{Error, ErrorKind, Result};
+
+// The credential modules' earlier paths, kept so callers written before they moved into
+// `secrets` build unchanged.
+pub use secrets::redact;
+pub use secrets::snapshot as own_env;

@@ -5,26 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use crate::dwp::manifest::{self, Records};
 use crate::error::{Error, Result};
 
-/// The plan task a run works on, as recorded in its `run.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PlanBinding {
-    /// The plan folder, canonical ([`plan_dir`]).
-    pub dir: PathBuf,
-    /// The plan id (`PLAN_…`).
-    pub plan: String,
-    /// The task id (`T-…`).
-    pub task: String,
-    /// The live contract's id when the run was bound.
-    pub contract_id: String,
-    /// The manifest's `freshness.inputs_fingerprint` when the run was bound.
-    pub inputs_fingerprint: String,
-}
+/// Recorded in the run's own file, so it is a Session type (`crate::session::run_record`).
+pub use crate::session::run_record::PlanBinding;
 
 /// A binding and the first input it gives the run.
 pub struct Bound {

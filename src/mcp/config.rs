@@ -29,8 +29,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::is_valid_env_name;
 use crate::sandbox::{FencePolicy, SandboxMode};
+use crate::secrets::is_valid_env_name;
 
 /// Per-request timeout when `timeout_ms` is not given (the `exec` default).
 pub const DEFAULT_MCP_TIMEOUT_MS: u64 = 120_000;
@@ -164,7 +164,7 @@ pub fn check(name: &str, entry: &ServerConfig) -> Result<(), String> {
         }
     }
     for (key, value) in &entry.env {
-        if crate::tools::env::secret_value(key, std::ffi::OsStr::new(value)) {
+        if crate::secrets::rules::secret_value(key, std::ffi::OsStr::new(value)) {
             return Err(format!(
                 "{at}: env.{key} looks like a credential; a config holds no secret: list the \
                  name in passEnv (and the policy's passEnv) instead"
@@ -207,7 +207,7 @@ fn check_url_entry(at: &str, url: &str, entry: &ServerConfig) -> Result<(), Stri
              token in bearer_token_env instead"
         ));
     }
-    if crate::tools::env::sensitive_value(url) {
+    if crate::secrets::rules::sensitive_value(url) {
         return Err(format!(
             "{at}: url looks like it holds a credential; a config holds no secret: name the \
              variable holding the token in bearer_token_env instead"
@@ -219,7 +219,7 @@ fn check_url_entry(at: &str, url: &str, entry: &ServerConfig) -> Result<(), Stri
                 "{at}: bearer_token_env = {var:?} is not an environment variable name"
             ));
         }
-        if parsed.scheme() == "http" && !crate::provider::http::is_loopback(url) {
+        if parsed.scheme() == "http" && !crate::net::is_loopback(url) {
             return Err(format!(
                 "{at}: bearer_token_env with a plain http:// url to {}: the token would cross \
                  the network in cleartext; use https:// (plain http is only for a server on \

@@ -6,9 +6,9 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::SandboxMode;
-use super::env_names::check_pass_env;
 use crate::agent::capability_name_error;
 use crate::error::{Error, Result};
+use crate::secrets::check_pass_env;
 
 /// Largest policy file accepted (1 MiB), refused before parsing.
 pub const MAX_POLICY_BYTES: u64 = 1024 * 1024;

@@ -10,7 +10,6 @@
 //! restriction), `deniedCapabilities` (always wins), and the gate a tool's registry entry names:
 //! `allowShell` (`exec`, later `task`) or `allowMcp` (`mcp__*`).
 
-mod env_names;
 mod file;
 mod rules;
 
@@ -18,7 +17,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use env_names::{is_provider_credential, is_valid_env_name};
+pub use crate::secrets::{is_provider_credential, is_valid_env_name};
 pub use file::{MAX_POLICY_BYTES, PolicyFile, load_policy_file, parse_policy};
 pub use rules::{ToolRule, ToolRules, pattern_error, rule_for};
 
@@ -203,7 +202,7 @@ pub fn merge(flags: &PolicyFlags) -> Result<MergedPolicy> {
 /// [`merge`] for an already parsed policy file (`flags.policy_file` is not read).
 pub fn merge_with(file: PolicyFile, flags: &PolicyFlags) -> Result<MergedPolicy> {
     for name in &flags.pass_env {
-        env_names::check_pass_env(name)
+        crate::secrets::check_pass_env(name)
             .map_err(|why| Error::invalid(format!("--pass-env {name:?}: {why}")))?;
     }
     let sandbox = file::sandbox_mode(file.sandbox.as_deref()).map_err(Error::invalid)?;

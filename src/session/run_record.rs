@@ -150,7 +150,7 @@ pub struct RunState {
     /// The DWP plan task this run works on (`run --plan DIR --plan-task T`): a resume must
     /// name the same one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<crate::host::PlanBinding>,
+    pub plan: Option<PlanBinding>,
     /// The plan limit whose exhaustion stopped the run (status `inputRequired`, nothing
     /// pending) until `dwp resources recover` lifts the hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -299,4 +299,21 @@ mod tests {
         );
         assert_eq!(RunState::next_seq(&[]), 1);
     }
+}
+
+/// The DWP plan task a run works on, as recorded in its `run.json` (bound by
+/// `crate::host::binding`; a Session type, so the record needs nothing from the host).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlanBinding {
+    /// The plan folder, canonical (`crate::host::binding::plan_dir`).
+    pub dir: std::path::PathBuf,
+    /// The plan id (`PLAN_…`).
+    pub plan: String,
+    /// The task id (`T-…`).
+    pub task: String,
+    /// The live contract's id when the run was bound.
+    pub contract_id: String,
+    /// The manifest's `freshness.inputs_fingerprint` when the run was bound.
+    pub inputs_fingerprint: String,
 }

@@ -19,7 +19,6 @@
 //! The policy's permitted catalog, the lock's capability check, the Builder's catalog, the
 //! refusal of a call and the schemas sent to the model all follow from the entry.
 
-pub(crate) mod env;
 mod exec;
 mod file;
 mod lsp;
@@ -39,7 +38,8 @@ use serde_json::Value;
 
 use crate::blobs::{BlobRef, BlobStore};
 
-pub use env::{child_env, is_provider_key_env, register_provider_key_env};
+pub use crate::secrets::rules as env;
+pub use crate::secrets::{child_env, is_provider_key_env, register_provider_key_env};
 pub use exec::{DEFAULT_EXEC_TIMEOUT_MS, MAX_EXEC_TIMEOUT_MS};
 pub use registry::{Admitted, Entry, Gate, REGISTRY, Registry, SideEffect, ToolName};
 

@@ -405,7 +405,10 @@ pub fn main() -> i32 {
     };
     let diagnostics = output::Diagnostics::kxen(cli.format);
     // Before anything reads a credential or starts a thread or a child (see `own_env`).
-    let status = match crate::own_env::init().and_then(|()| dispatch(cli)) {
+    let status = match crate::own_env::init()
+        .map_err(Error::from)
+        .and_then(|()| dispatch(cli))
+    {
         Ok(status) => status,
         Err(err) => diagnostics.error(&err),
     };

@@ -175,7 +175,7 @@ pub fn register_provider_key_env(name: &str) {
 /// or registered by the loaded model config.
 pub fn is_provider_key_env(name: &str) -> bool {
     PROVIDER_KEYS.contains(&name.to_ascii_uppercase().as_str())
-        || crate::policy::is_provider_credential(name)
+        || super::names::is_provider_credential(name)
         || REGISTERED
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -188,7 +188,7 @@ pub(crate) fn looks_sensitive(name: &str, value: &OsStr) -> bool {
 }
 
 /// Whether the value of `name` is a secret to redact from every message (see
-/// [`crate::redact`]): a model-provider key, or a variable the filter removes for any reason but
+/// [`super::redact`]): a model-provider key, or a variable the filter removes for any reason but
 /// being a location ([`LOCATION_NAMES`]).
 pub(crate) fn secret_value(name: &str, value: &OsStr) -> bool {
     is_provider_key_env(name)

@@ -1,7 +1,7 @@
 //! The runtime's own environment: a snapshot taken at start-up, and the credentials wiped from
 //! the original.
 //!
-//! A tool child gets a filtered environment ([`crate::tools::env`]), but its parent — this
+//! A tool child gets a filtered environment ([`super::rules`]), but its parent — this
 //! process — used to keep every filtered variable in its initial environment block, which
 //! `/proc/PID/environ` shows to every process of the same uid (and to root, whatever the uid).
 //! So at start-up [`init`]:
@@ -27,7 +27,26 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::OnceLock;
 
-use crate::error::{Error, Result};
+/// The credentials could not be wiped from the environment block: kxen-agent must not go on
+/// (`crate::error::Error` turns it into an internal failure with a hint, exit 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WipeFailed {
+    /// The variable whose value is still readable.
+    pub name: String,
+}
+
+impl std::fmt::Display for WipeFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cannot remove the value of {} from kxen-agent's own environment \
+             (/proc/self/environ); refusing to run tools that could read it",
+            self.name
+        )
+    }
+}
+
+type Result<T> = std::result::Result<T, WipeFailed>;
 
 static SNAPSHOT: OnceLock<Vec<(OsString, OsString)>> = OnceLock::new();
 
@@ -59,7 +78,7 @@ pub(crate) fn var_os(name: &str) -> Option<OsString> {
 /// Whether the value of `name` must not stay readable in this process's environment block.
 fn must_wipe(name: &OsStr, value: &OsStr) -> bool {
     let name = name.to_string_lossy();
-    crate::tools::is_provider_key_env(&name) || crate::tools::env::looks_sensitive(&name, value)
+    super::rules::is_provider_key_env(&name) || super::rules::looks_sensitive(&name, value)
 }
 
 /// Takes the snapshot, wipes credentials from the environment block and makes the process
@@ -144,12 +163,9 @@ fn verify(matches: &impl Fn(&OsStr, &OsStr) -> bool) -> Result<()> {
         if let Some(eq) = entry.iter().position(|&b| b == b'=') {
             let (name, value) = (OsStr::from_bytes(&entry[..eq]), &entry[eq + 1..]);
             if !value.is_empty() && matches(name, OsStr::from_bytes(value)) {
-                return Err(Error::failed(format!(
-                    "cannot remove the value of {} from kxen-agent's own environment \
-                     (/proc/self/environ); refusing to run tools that could read it",
-                    name.to_string_lossy()
-                ))
-                .with_hint("unset the variable, or report this as a bug"));
+                return Err(WipeFailed {
+                    name: name.to_string_lossy().into_owned(),
+                });
             }
         }
     }

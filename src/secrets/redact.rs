@@ -7,7 +7,7 @@
 //! It replaces with [`MARK`]:
 //! - the exact value of every model-provider key variable (the well-known names, and every
 //!   `api_key_env` of the loaded model config) and of every variable the `exec` environment
-//!   filter removes as a credential — as kxen-agent started with them ([`crate::own_env`]).
+//!   filter removes as a credential — as kxen-agent started with them ([`super::snapshot`]).
 //!   Variables the filter removes because they name a location (`SSH_AUTH_SOCK`, `KUBECONFIG`,
 //!   `XDG_CONFIG_HOME`, …) are not secrets and stay readable in messages. Values shorter than
 //!   [`MIN_KEY_LEN`] (provider keys) or [`MIN_SECRET_LEN`] (other variables) are left alone:
@@ -34,24 +34,24 @@ pub fn redact(text: &str) -> String {
 }
 
 /// The secret values of this process, longest first. Once the environment snapshot is fixed
-/// ([`crate::own_env::init`]) they change only when a provider key name is registered, so they
+/// ([`super::snapshot::init`]) they change only when a provider key name is registered, so they
 /// are computed once per registration instead of once per redaction: every record, message and
 /// output line is redacted, and scanning the whole environment each time was most of a tool
 /// call's CPU (benches/tool_journal.rs).
 fn secrets() -> Arc<Vec<String>> {
     static CACHE: Mutex<Option<(u64, Arc<Vec<String>>)>> = Mutex::new(None);
-    if !crate::own_env::is_fixed() {
+    if !super::snapshot::is_fixed() {
         // Before the snapshot (library use, tests) the live environment may still change.
-        return Arc::new(secret_values(crate::own_env::vars()));
+        return Arc::new(secret_values(super::snapshot::vars()));
     }
-    let generation = crate::tools::env::registrations();
+    let generation = super::rules::registrations();
     let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((seen, values)) = cache.as_ref()
         && *seen == generation
     {
         return Arc::clone(values);
     }
-    let values = Arc::new(secret_values(crate::own_env::vars()));
+    let values = Arc::new(secret_values(super::snapshot::vars()));
     *cache = Some((generation, Arc::clone(&values)));
     values
 }
@@ -81,12 +81,12 @@ fn secret_values(vars: Vec<(OsString, OsString)>) -> Vec<String> {
         .into_iter()
         .filter_map(|(name, value)| {
             let name = name.to_string_lossy();
-            let min = if crate::tools::is_provider_key_env(&name) {
+            let min = if super::rules::is_provider_key_env(&name) {
                 MIN_KEY_LEN
             } else {
                 MIN_SECRET_LEN
             };
-            let keep = value.len() >= min && crate::tools::env::secret_value(&name, &value);
+            let keep = value.len() >= min && super::rules::secret_value(&name, &value);
             keep.then(|| value.to_string_lossy().into_owned())
         })
         .collect();
