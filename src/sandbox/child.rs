@@ -141,7 +141,7 @@ impl Plan {
                     .iter()
                     .map(|p| c_path(p))
                     .collect::<Result<_, _>>()?,
-                no_privilege: super::no_privilege::Filter::new(),
+                no_privilege: super::no_privilege::Filter::new()?,
                 simulate_no_namespaces: super::simulated_missing("namespaces"),
             },
         ))

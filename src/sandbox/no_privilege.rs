@@ -34,10 +34,16 @@
 use libc::sock_filter;
 
 /// `AUDIT_ARCH_*` of `<linux/audit.h>`: the only architecture whose syscalls are let through.
+/// Other architectures have no table here, so their fence cannot be built (a refusal).
 #[cfg(target_arch = "x86_64")]
-const NATIVE_ARCH: u32 = 0xC000_003E;
+const NATIVE_ARCH: Option<u32> = Some(0xC000_003E);
 #[cfg(target_arch = "aarch64")]
-const NATIVE_ARCH: u32 = 0xC000_00B7;
+const NATIVE_ARCH: Option<u32> = Some(0xC000_00B7);
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const NATIVE_ARCH: Option<u32> = None;
+/// `fchmodat2` (Linux 6.6) has the same number on every architecture (numbers from 424 on are
+/// shared); the libc crate does not name it on every target.
+const SYS_FCHMODAT2: libc::c_long = 452;
 /// x32 syscalls share x86_64's audit arch and carry this bit in their number.
 #[cfg(target_arch = "x86_64")]
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -64,7 +70,7 @@ fn rules() -> Vec<(libc::c_long, Check)> {
     let mut rules = vec![
         (libc::SYS_fchmod, Check::Mode { mode: 1 }),
         (libc::SYS_fchmodat, Check::Mode { mode: 2 }),
-        (libc::SYS_fchmodat2, Check::Mode { mode: 2 }),
+        (SYS_FCHMODAT2, Check::Mode { mode: 2 }),
         (libc::SYS_openat, Check::Create { flags: 2, mode: 3 }),
         (libc::SYS_mknodat, Check::Mode { mode: 2 }),
         (libc::SYS_openat2, Check::Missing),
@@ -125,10 +131,18 @@ pub(super) struct Filter {
 }
 
 impl Filter {
-    pub(super) fn new() -> Filter {
+    /// `Err` on an architecture whose syscall table the filter does not know.
+    pub(super) fn new() -> Result<Filter, String> {
+        let Some(native_arch) = NATIVE_ARCH else {
+            return Err(format!(
+                "its seccomp filter against setuid/setgid files knows the syscalls of x86_64 and \
+                 aarch64 only, not of {}",
+                std::env::consts::ARCH
+            ));
+        };
         let mut p = vec![
             stmt(LOAD, ARCH),
-            jump(JEQ, NATIVE_ARCH, 1, 0),
+            jump(JEQ, native_arch, 1, 0),
             stmt(RET, KILL),
             stmt(LOAD, NR),
         ];
@@ -166,7 +180,7 @@ impl Filter {
             p.extend(block);
         }
         p.push(stmt(RET, ALLOW));
-        Filter { program: p }
+        Ok(Filter { program: p })
     }
 
     /// Installs the filter on the calling thread (in the forked child, after `no_new_privs`,
@@ -208,7 +222,7 @@ mod tests {
     /// Forks; the child sets `no_new_privs`, installs the filter, runs `body` and exits with its
     /// result. Returns the child's wait status. The child makes only raw syscalls.
     fn in_filtered_child(body: impl FnOnce() -> i32) -> i32 {
-        let filter = Filter::new();
+        let filter = Filter::new().unwrap();
         // SAFETY: the child makes only syscalls (no allocation, no lock) and leaves by _exit.
         unsafe {
             let pid = libc::fork();
@@ -280,7 +294,7 @@ mod tests {
                     (r(syscall(FCHMODAT, at, file.as_ptr(), 0o2755)), libc::EPERM),
                     (r(syscall(FCHMODAT, at, sub.as_ptr(), 0o2775)), libc::EPERM),
                     (
-                        r(syscall(libc::SYS_fchmodat2, at, file.as_ptr(), 0o4700, 0)),
+                        r(syscall(SYS_FCHMODAT2, at, file.as_ptr(), 0o4700, 0)),
                         libc::EPERM,
                     ),
                     (r(syscall(FCHMODAT, at, file.as_ptr(), 0o1755)), 0),
