@@ -468,6 +468,11 @@ fn no_setuid_setgid_or_file_capability_survives_a_fenced_run() {
         "cp /bin/sh capped && PATH=\"$PATH:/usr/sbin:/sbin\" setcap cap_net_raw+ep capped"
             .to_string(),
         format!("python3 -c \"{python}\""),
+        // Capabilities again in a nested user namespace: no uid map can be written there, so
+        // CAP_SETFCAP covers no file.
+        "touch nested && unshare -U python3 -c \"import os; os.setxattr('nested', \
+         'security.capability', bytes.fromhex('0100000200200000000000000000000000000000'))\""
+            .to_string(),
         "cp /bin/sh \"$HOME/h\" && chmod 6755 \"$HOME/h\"".to_string(),
     ];
     let mut turns: Vec<Value> = commands
