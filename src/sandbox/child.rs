@@ -31,6 +31,7 @@ const STEP_READ_ONLY_ROOT: u8 = 9;
 const STEP_WRITABLE: u8 = 10;
 const STEP_CHDIR: u8 = 11;
 const STEP_CAPS: u8 = 12;
+const STEP_NO_PRIVILEGE: u8 = 13;
 
 /// `struct mount_attr` of mount_setattr(2).
 #[repr(C)]
@@ -80,6 +81,8 @@ pub(super) struct Plan {
     /// command cannot move `.git` aside and put a writable copy in its place.
     pinned: Vec<CString>,
     read_only: Vec<CString>,
+    /// The seccomp filter that keeps setuid/setgid bits out ([`super::no_privilege`]).
+    no_privilege: super::no_privilege::Filter,
     /// Test builds: behave as if the kernel refused new namespaces.
     simulate_no_namespaces: bool,
 }
@@ -138,6 +141,7 @@ impl Plan {
                     .iter()
                     .map(|p| c_path(p))
                     .collect::<Result<_, _>>()?,
+                no_privilege: super::no_privilege::Filter::new()?,
                 simulate_no_namespaces: super::simulated_missing("namespaces"),
             },
         ))
@@ -176,6 +180,11 @@ impl Plan {
         let fd = self.ruleset.as_raw_fd();
         if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) } != 0 {
             return self.fail(STEP_LANDLOCK, 0);
+        }
+        // Last: from here on no syscall may set a setuid or setgid bit (the remaining steps of
+        // the spawn, `execve` included, set none).
+        if let Err(errno) = self.no_privilege.install() {
+            return self.fail_with(STEP_NO_PRIVILEGE, 0, errno);
         }
         Ok(())
     }
@@ -456,6 +465,10 @@ pub(super) fn read_report(
         STEP_CAPS => format!("dropping every capability failed ({cause})"),
         STEP_NO_NEW_PRIVS => format!("setting no_new_privs failed ({cause})"),
         STEP_LANDLOCK => format!("entering the Landlock domain failed ({cause})"),
+        STEP_NO_PRIVILEGE => format!(
+            "installing its seccomp filter against setuid/setgid files failed ({cause}; the \
+             kernel needs CONFIG_SECCOMP_FILTER)"
+        ),
         _ => return None,
     };
     Some(super::Refusal { missing })

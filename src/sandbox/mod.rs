@@ -8,7 +8,8 @@
 //! ([`child`]), in this order: new namespaces (a user namespace unless root), private mount
 //! propagation, the whole tree read-only, the writable roots bound writable again, the git
 //! binds, the working directory entered again, every capability dropped, close-on-exec on every
-//! descriptor above stderr, `no_new_privs`, `landlock_restrict_self`. What the child
+//! descriptor above stderr, `no_new_privs`, `landlock_restrict_self`, the seccomp filter that
+//! refuses setuid/setgid modes ([`no_privilege`]). What the child
 //! starts inherits all of it, so a background job or a `task` child's `exec` stays fenced.
 //!
 //! Never silently unfenced: a fence that cannot be built (no Landlock, no namespaces) is a
@@ -20,6 +21,8 @@
 #[cfg(target_os = "linux")]
 mod child;
 mod git_dirs;
+#[cfg(target_os = "linux")]
+mod no_privilege;
 #[cfg(target_os = "linux")]
 mod rules;
 mod run_fence;
@@ -91,12 +94,13 @@ impl FencePolicy {
             SandboxMode::WorkspaceWrite => format!(
                 "workspaceWrite: writes only to the workspace, the tool HOME, a per-operation \
                  TMPDIR and /dev/null-style devices (.git/config, .git/hooks/ and .git/info/ \
-                 read-only; everything else read-only, metadata included); no capabilities; \
-                 {network}"
+                 read-only; everything else read-only, metadata included); no capabilities, no \
+                 setuid/setgid bits or file capabilities; {network}"
             ),
             SandboxMode::ReadOnly => format!(
                 "readOnly: writes only to a per-operation TMPDIR and /dev/null-style devices \
-                 (everything else read-only, metadata included); no capabilities; {network}"
+                 (everything else read-only, metadata included); no capabilities, no \
+                 setuid/setgid bits or file capabilities; {network}"
             ),
             SandboxMode::Off => {
                 "off: commands run unfenced (the runner's whole filesystem and network)".into()

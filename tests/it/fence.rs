@@ -229,14 +229,6 @@ fn an_unprivileged_user_is_fenced_too() {
         // Not root: every other fence test already takes the user-namespace path.
         return;
     }
-    if std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        panic!("setpriv (util-linux) is needed to test the unprivileged fence as root");
-    }
-    use std::os::unix::fs::PermissionsExt;
     let env = TestEnv::new();
     let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
     let outside = env.path().join("outside.txt");
@@ -254,7 +246,41 @@ fn an_unprivileged_user_is_fenced_too() {
             answer("done"),
         ],
     );
-    let agent = fixer(&env);
+    let run = run_as_nobody(&env, &repo, &config);
+    run.expect(0);
+    let outputs = tool_outputs(&run.jsonl());
+    let text = &outputs[0].1;
+    assert!(text.starts_with("65534\n"), "{text}");
+    assert_eq!(
+        text.matches("Permission denied").count() + text.matches("Read-only file system").count(),
+        2,
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("inside.txt")).unwrap(),
+        "in\n"
+    );
+    assert!(!outside.exists());
+    assert!(!repo.join(".git/hooks/pre-commit").exists());
+}
+
+/// Runs `kxen-agent run` in `repo` with `config` as `nobody` (uid and gid 65534, through
+/// `setpriv`; the tests run as root): a copy of the binary and every file of `env` are opened
+/// up to everyone first, so that user can read and write them.
+fn run_as_nobody(
+    env: &TestEnv,
+    repo: &std::path::Path,
+    config: &std::path::Path,
+) -> crate::env::Run {
+    use std::os::unix::fs::PermissionsExt;
+    if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        panic!("setpriv (util-linux) is needed to test the unprivileged fence as root");
+    }
+    let agent = fixer(env);
     let bin = env.path().join("kxen-agent");
     std::fs::copy(env!("CARGO_BIN_EXE_kxen-agent"), &bin).unwrap();
     for entry in walkdir::WalkDir::new(env.path()) {
@@ -279,22 +305,7 @@ fn an_unprivileged_user_is_fenced_too() {
         .current_dir(env.path())
         .output()
         .unwrap();
-    let run = crate::env::Run::from(out);
-    run.expect(0);
-    let outputs = tool_outputs(&run.jsonl());
-    let text = &outputs[0].1;
-    assert!(text.starts_with("65534\n"), "{text}");
-    assert_eq!(
-        text.matches("Permission denied").count() + text.matches("Read-only file system").count(),
-        2,
-        "{text}"
-    );
-    assert_eq!(
-        std::fs::read_to_string(repo.join("inside.txt")).unwrap(),
-        "in\n"
-    );
-    assert!(!outside.exists());
-    assert!(!repo.join(".git/hooks/pre-commit").exists());
+    crate::env::Run::from(out)
 }
 
 #[test]
@@ -405,4 +416,143 @@ fn a_canary_secret_never_reaches_the_command_through_proc() {
     assert!(text.contains("== 1\n") && text.contains("end\n"), "{text}");
     assert!(!text.contains(CANARY), "{text}");
     assert!(!text.contains("KXEN_TEST_FENCE_CANARY_TOKEN"), "{text}");
+}
+
+/// No privilege outlives the fence: whatever a fenced command tries, it leaves no setuid or
+/// setgid file or directory and no file capability behind — as root (where a setuid copy of a
+/// shell would make every local user root) and as `nobody`. Every way is tried in one run, and
+/// the files the commands made are then checked from outside.
+#[test]
+fn no_setuid_setgid_or_file_capability_survives_a_fenced_run() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    let as_root = unsafe { libc::geteuid() } == 0;
+    // Prepared outside the fence, readable by everyone: a setuid file and an archive holding it.
+    let fixtures = tempfile::tempdir().unwrap();
+    let fx = fixtures.path();
+    std::fs::set_permissions(fx, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::copy("/bin/sh", fx.join("suid")).unwrap();
+    std::fs::set_permissions(fx.join("suid"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let tar = std::process::Command::new("tar")
+        .args(["-cf", "suid.tar", "suid"])
+        .current_dir(fx)
+        .output()
+        .unwrap();
+    assert!(tar.status.success(), "{tar:?}");
+    let python = [
+        "import os",
+        "open('plain', 'w').close()",
+        "cap = bytes.fromhex('0100000200200000000000000000000000000000')",
+        "for name, f in [",
+        "    ('setxattr', lambda: os.setxattr('plain', 'security.capability', cap)),",
+        "    ('open', lambda: os.close(os.open('created', os.O_CREAT | os.O_WRONLY, 0o4755))),",
+        "    ('mknod', lambda: os.mknod('node', 0o102755)),",
+        "]:",
+        "    try:",
+        "        f()",
+        "        print(name, 'succeeded')",
+        "    except OSError as e:",
+        "        print(name, e.strerror)",
+    ]
+    .join("\n");
+    let commands = [
+        "cp /bin/sh chmod-u && chmod u+s chmod-u".to_string(),
+        "cp /bin/sh chmod-g && chmod g+s chmod-g".to_string(),
+        "mkdir dir-g && chmod g+s dir-g".to_string(),
+        "install -m 4755 /bin/sh installed".to_string(),
+        format!("cp --preserve=mode {} copied", fx.join("suid").display()),
+        format!(
+            "mkdir untarred && tar -xpf {} -C untarred",
+            fx.join("suid.tar").display()
+        ),
+        "cp /bin/sh capped && PATH=\"$PATH:/usr/sbin:/sbin\" setcap cap_net_raw+ep capped"
+            .to_string(),
+        format!("python3 -c \"{python}\""),
+        // Capabilities again in a nested user namespace: no uid map can be written there, so
+        // CAP_SETFCAP covers no file.
+        "touch nested && unshare -U python3 -c \"import os; os.setxattr('nested', \
+         'security.capability', bytes.fromhex('0100000200200000000000000000000000000000'))\""
+            .to_string(),
+        "cp /bin/sh \"$HOME/h\" && chmod 6755 \"$HOME/h\"".to_string(),
+    ];
+    let mut turns: Vec<Value> = commands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| call(&format!("c{i}"), "exec", json!({ "command": c })))
+        .collect();
+    turns.push(answer("done"));
+    // As root, then as an ordinary user; a run that is not root is that ordinary user.
+    for nobody in if as_root {
+        vec![false, true]
+    } else {
+        vec![false]
+    } {
+        let env = TestEnv::new();
+        let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
+        let config = script_config(&env, &turns);
+        let run = if nobody {
+            run_as_nobody(&env, &repo, &config)
+        } else {
+            run_new(&env, &repo, "t", &fixer(&env), &config, &["--allow-shell"])
+        };
+        run.expect(0);
+        let outputs = tool_outputs(&run.jsonl());
+        assert_eq!(outputs.len(), commands.len(), "{outputs:?}");
+        // Each attempt is refused with an error the model can read.
+        for (i, (_, text)) in outputs.iter().enumerate() {
+            assert!(
+                text.contains("Operation not permitted"),
+                "nobody={nobody}: `{}` was not refused: {text}",
+                commands[i]
+            );
+        }
+        let python_out = &outputs[7].1;
+        for name in ["setxattr", "open", "mknod"] {
+            assert!(
+                python_out.contains(&format!("{name} Operation not permitted")),
+                "nobody={nobody}: {python_out}"
+            );
+        }
+        // The commands did run (their plain copies are there) ...
+        for made in [
+            "chmod-u",
+            "chmod-g",
+            "dir-g",
+            "copied",
+            "untarred/suid",
+            "capped",
+        ] {
+            assert!(repo.join(made).exists(), "nobody={nobody}: no {made}");
+        }
+        // ... and nothing they left anywhere in the env (workspace, tool HOME, state) carries a
+        // privilege.
+        let mut privileged = Vec::new();
+        for entry in walkdir::WalkDir::new(env.path()) {
+            let entry = entry.unwrap();
+            if entry.path_is_symlink() {
+                continue;
+            }
+            let mode = entry.metadata().unwrap().permissions().mode();
+            if mode & 0o6000 != 0 || has_file_capability(entry.path()) {
+                privileged.push(format!("{} {mode:o}", entry.path().display()));
+            }
+        }
+        assert!(privileged.is_empty(), "nobody={nobody}: {privileged:#?}");
+    }
+}
+
+/// Whether `path` carries a `security.capability` extended attribute.
+fn has_file_capability(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a size query (null buffer, size 0) on a NUL-terminated path.
+    let n = unsafe {
+        libc::lgetxattr(
+            c.as_ptr(),
+            c"security.capability".as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    n >= 0
 }
