@@ -370,9 +370,9 @@ fn uncommented(line: &str) -> &str {
 }
 
 #[test]
-fn the_readme_shows_what_each_template_sets() {
+fn the_models_page_shows_what_each_template_sets() {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/models.md")).unwrap();
     let section = &readme[readme.find("### Tested configs").unwrap()..];
     let shown: Vec<&str> = section.lines().map(uncommented).collect();
     for &(provider, _, _, _) in TEMPLATES {
@@ -387,11 +387,11 @@ fn the_readme_shows_what_each_template_sets() {
             .peekable();
         let header = lines.next().unwrap();
         assert_eq!(header, format!("[providers.{provider}]"));
-        // The README block lists the table's lines in the file's order, right after its header.
+        // The docs/models.md block lists the table's lines in the file's order, right after its header.
         let at = shown
             .iter()
             .position(|l| *l == header)
-            .unwrap_or_else(|| panic!("README has no {header}"));
+            .unwrap_or_else(|| panic!("docs/models.md has no {header}"));
         let mut readme_lines = shown[at + 1..]
             .iter()
             .filter(|l| !l.is_empty() && !l.starts_with('#'));
