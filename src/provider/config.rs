@@ -91,11 +91,32 @@ pub struct ModelConfig {
     lsp_servers: BTreeMap<String, crate::lsp::ServerConfig>,
     /// `[tools] parallel`: how many read-class and `task` calls of one turn run together.
     parallel_tools: usize,
+    /// `context_files`: the repository rule files a run reads ([`crate::run::context`]).
+    context_files: Vec<String>,
+}
+
+/// The file names of `context_files` when the config does not say.
+pub const DEFAULT_CONTEXT_FILES: &[&str] = &["AGENTS.md"];
+
+/// Checks one `context_files` entry: a plain file name, looked for in each directory.
+fn check_context_file(name: &str) -> std::result::Result<(), String> {
+    let plain =
+        !(name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\', '\0']));
+    if plain {
+        return Ok(());
+    }
+    Err(format!(
+        "context_files entry {name:?} must be a plain file name (like \"AGENTS.md\"), looked \
+         for in each directory from the repository root down to the workspace"
+    ))
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ConfigFile {
+    /// Repository rule files read at each run's start (default `["AGENTS.md"]`; `[]`: none).
+    #[serde(default)]
+    context_files: Option<Vec<String>>,
     #[serde(default)]
     providers: BTreeMap<String, ProviderConfig>,
     #[serde(default)]
@@ -561,6 +582,13 @@ impl ProviderConfig {
     }
 }
 
+fn default_context_files() -> Vec<String> {
+    DEFAULT_CONTEXT_FILES
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
 impl ModelConfig {
     /// Finds and parses the config (precedence in the module docs).
     pub fn load(explicit: Option<&Path>) -> Result<ModelConfig> {
@@ -591,6 +619,7 @@ impl ModelConfig {
                     mcp_servers: BTreeMap::new(),
                     lsp_servers: BTreeMap::new(),
                     parallel_tools: DEFAULT_PARALLEL_TOOLS,
+                    context_files: default_context_files(),
                 });
             }
             Err(e) => {
@@ -686,8 +715,15 @@ impl ModelConfig {
                 )));
             }
         };
+        let context_files = file.context_files.unwrap_or_else(default_context_files);
+        for name in &context_files {
+            check_context_file(name).map_err(|why| {
+                Error::invalid(format!("invalid model config {}: {why}", path.display()))
+            })?;
+        }
         let config = ModelConfig {
             parallel_tools,
+            context_files,
             path: path.to_path_buf(),
             source,
             exists: true,
@@ -855,6 +891,11 @@ impl ModelConfig {
                 .collect::<Vec<_>>()
                 .join(", ")
         }
+    }
+
+    /// `context_files` (default [`DEFAULT_CONTEXT_FILES`]).
+    pub fn context_files(&self) -> &[String] {
+        &self.context_files
     }
 
     /// `[tools] parallel` (default [`DEFAULT_PARALLEL_TOOLS`]).

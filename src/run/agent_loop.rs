@@ -88,6 +88,9 @@ pub struct Execution<'a> {
     /// When and by whom the conversation is compacted (`None`: the provider has no
     /// `context_window`, the conversation grows as it is).
     pub compaction: Option<compaction::Settings>,
+    /// The config's `context_files`: read only when the run's task message is still to be
+    /// written ([`crate::run::context`]).
+    pub context_files: &'a [String],
 }
 
 /// How an execution ended.
@@ -170,6 +173,9 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         // run.json of a new run is written before its task message; finish that step.
         let mut task = Message::new(&run.id, Role::User, run.task.clone());
         task.id = run.task_message_id.clone();
+        // The model has seen nothing of this run yet: its rules are read now.
+        let workspace = crate::session::SessionMeta::read(ex.paths, ex.session_id)?.workspace;
+        task.context = crate::run::context::read(&workspace, ex.context_files)?;
         messages.append(task.clone())?;
         conv.push(task);
     }

@@ -385,7 +385,11 @@ impl Conversation {
 /// A stored message as the model sees it (moved, not copied).
 fn into_chat(m: Message) -> ChatMessage {
     match m.role {
-        Role::User => ChatMessage::user(m.content),
+        // The rules recorded with a run's task come first, exactly as that run's first turn sent them.
+        Role::User => match m.context {
+            Some(context) => ChatMessage::user(context.text + &m.content),
+            None => ChatMessage::user(m.content),
+        },
         Role::Assistant => ChatMessage::assistant(
             m.content,
             m.tool_calls

@@ -105,6 +105,7 @@ pub fn prepare(state: &StateDir, req: &NewRunRequest) -> Result<Draft> {
     let session_id = ids::new_id(IdKind::Session);
     let run_id = ids::new_id(IdKind::Run);
     let mut task = Message::new(&run_id, Role::User, req.task.clone());
+    task.context = crate::run::context::read(&binding, config.context_files())?;
     // run.json takes its task from this message: both hold the redacted text.
     task.redact();
     let new = NewSession {

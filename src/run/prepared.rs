@@ -49,6 +49,8 @@ pub struct Prepared {
     pub lsp: Option<crate::lsp::Servers>,
     /// The run's one fence (policy, workspace, protected plan folder and state dir).
     pub fence: crate::sandbox::RunFence,
+    /// The config's `context_files` (a run created by a resume reads them: [`crate::run::context`]).
+    pub context_files: Vec<String>,
     /// [`DcpAgentLock::tool_names`] of the lock, held for the execution to borrow.
     tool_names: Vec<String>,
 }
@@ -63,6 +65,8 @@ pub struct Runtime {
     pub lsp: Option<crate::lsp::Servers>,
     /// The run's one fence: the servers above start through it, and so does every `exec`.
     pub fence: crate::sandbox::RunFence,
+    /// The config's `context_files`.
+    pub context_files: Vec<String>,
 }
 
 impl Runtime {
@@ -95,6 +99,7 @@ impl Runtime {
             mcp: None,
             lsp,
             fence,
+            context_files: config.context_files().to_vec(),
         })
     }
 }
@@ -127,6 +132,7 @@ impl Prepared {
             mcp: runtime.mcp,
             lsp: runtime.lsp,
             fence: runtime.fence,
+            context_files: runtime.context_files,
         }
     }
 
@@ -152,6 +158,7 @@ impl Prepared {
             cancel,
             plan: None,
             compaction: self.compaction.clone(),
+            context_files: &self.context_files,
         }
     }
 }
@@ -196,6 +203,8 @@ impl<'a> Execution<'a> {
                 .compaction
                 .as_ref()
                 .map(|c| c.with_provider(model(&c.provider))),
+            // A child's task is its parent's words (the parent read the rules): none again.
+            context_files: &[],
         }
     }
 }

@@ -59,7 +59,8 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Prepared> {
             if let Some(last) = last {
                 settle_last(&paths, *last)?;
             }
-            (start_run(&paths, &meta.id, task, seq)?, true)
+            let context = crate::run::context::read(&meta.workspace, &runtime.context_files)?;
+            (start_run(&paths, &meta.id, task, context, seq)?, true)
         }
     };
     let mut prepared = Prepared::new(lease, state, meta, run_id, new_run, merged, runtime);
@@ -281,10 +282,18 @@ fn settle_last(paths: &SessionPaths, mut run: RunState) -> Result<()> {
     settle::finish(&mut run, &run_paths, &mut messages)
 }
 
-/// Creates run number `seq` of Session `session_id` for `task` and returns its id.
-fn start_run(paths: &SessionPaths, session_id: &str, task: &str, seq: u64) -> Result<String> {
+/// Creates run number `seq` of Session `session_id` for `task`, with the repository rules
+/// `context` read for it, and returns its id.
+fn start_run(
+    paths: &SessionPaths,
+    session_id: &str,
+    task: &str,
+    context: Option<crate::session::RunContext>,
+    seq: u64,
+) -> Result<String> {
     let run_id = ids::new_id(IdKind::Run);
-    let message = Message::new(&run_id, Role::User, task.to_string());
+    let mut message = Message::new(&run_id, Role::User, task.to_string());
+    message.context = context;
     let mut run = RunState::new(session_id, &run_id, &message, seq);
     let run_paths = paths.run(&run_id);
     fsx::create_dir_private(&run_paths.dir)?;

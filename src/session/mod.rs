@@ -17,5 +17,7 @@ pub mod view;
 
 pub use lease::{Lease, LeaseRecord, hostname};
 pub(crate) use messages::is_zero;
-pub use messages::{CallRecord, Compacted, Message, MessageLog, Role, UsageRecord};
+pub use messages::{
+    CallRecord, Compacted, ContextFile, Message, MessageLog, Role, RunContext, UsageRecord,
+};
 pub use meta::{ForkKind, ForkPoint, HistoryEntry, SessionMeta, TaskParent};

@@ -148,6 +148,19 @@ pub fn show_session(state: &StateDir, session_id: &str) -> Result<Value> {
     }
     value["lineage"] = lineage(state, &meta)?;
     value["runs"] = serde_json::to_value(&runs).unwrap_or(Value::Null);
+    // Which version of each repository rule file each run gave the model (its task message
+    // holds the text).
+    for (run, shown) in runs
+        .iter()
+        .zip(value["runs"].as_array_mut().into_iter().flatten())
+    {
+        let files = messages
+            .iter()
+            .find(|m| m.id == run.task_message_id)
+            .and_then(|m| m.context.as_ref())
+            .map(|c| serde_json::to_value(&c.files).unwrap_or(Value::Null));
+        shown["contextFiles"] = files.unwrap_or_else(|| json!([]));
+    }
     value["messages"] = serde_json::to_value(&messages).unwrap_or(Value::Null);
     Ok(value)
 }

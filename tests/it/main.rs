@@ -37,6 +37,7 @@ mod run_bad_input;
 mod run_cache_stable;
 mod run_canary;
 mod run_compaction;
+mod run_context;
 mod run_leftovers;
 mod run_loop;
 mod run_provider_options;

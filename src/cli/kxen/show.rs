@@ -190,6 +190,19 @@ fn session_text(s: &Value) -> String {
         if let Some(provider) = last.map(|a| &a["provider"]).filter(|p| p.is_object()) {
             out.push_str(&format!("  provider {}\n", provider_text(provider)));
         }
+        for file in run["contextFiles"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  rules {}  {}  {} bytes{}\n",
+                clip(str_of(file, "path"), 80),
+                str_of(file, "sha256"),
+                file["bytes"].as_u64().unwrap_or_default(),
+                if file["truncated"] == Value::Bool(true) {
+                    " (cut at 32 KiB)"
+                } else {
+                    ""
+                }
+            ));
+        }
         out.push_str(&plan_text(run, "  "));
     }
     out.push('\n');
