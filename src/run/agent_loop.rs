@@ -1160,8 +1160,12 @@ impl Loop<'_, '_> {
             });
         }
         let output = &self.ex.definition.spec.output;
-        let text = contract::normalize(output, text);
-        let (status, reason, error) = match contract::check(output, &text) {
+        let mut text = contract::normalize(output, text);
+        if run.output_schema.is_some() {
+            text = contract::normalize_json(text);
+        }
+        let checked = contract::check_answer(output, run.output_schema.as_ref(), &text);
+        let (status, reason, error) = match checked {
             Ok(()) => (RunStatus::Completed, None, None),
             Err(why) => (
                 RunStatus::Failed,

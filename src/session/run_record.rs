@@ -155,6 +155,10 @@ pub struct RunState {
     /// pending) until `dwp resources recover` lifts the hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_hold: Option<String>,
+    /// `run --output-schema FILE`: a JSON Schema this run's final answer must match, beside
+    /// the definition's own contract (read once, when the run was created).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<RunResult>,
     /// The final message is in the Session: nothing about this run is pending.
@@ -180,6 +184,7 @@ impl RunState {
             approval_ops: Vec::new(),
             plan: None,
             plan_hold: None,
+            output_schema: None,
             result: None,
             settled: false,
         }

@@ -43,6 +43,7 @@ mod run_loop;
 mod run_provider_options;
 mod run_recovery;
 mod run_repeat;
+mod run_schema;
 mod run_secrets;
 mod run_show;
 mod run_sigkill;
