@@ -204,13 +204,43 @@ pub struct OpenAiConfig {
 /// `[providers.NAME.price]`: what the provider charges per million reported tokens. Only with
 /// real rates does a DWP plan run meter spend (`meter_spend`, [`crate::host`]); nothing is ever
 /// priced from bytes or estimates.
+///
+/// Written `price = { input_per_mtok = 3.0, output_per_mtok = 15.0, cache_read_per_mtok = 0.3,
+/// cache_write_per_mtok = 3.75 }`; the older names `input_per_million` and `output_per_million`
+/// still read. The cache rates default to the input rate (the tokens are part of the input).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
+    #[serde(rename = "input_per_mtok", alias = "input_per_million")]
     pub input_per_million: f64,
+    #[serde(rename = "output_per_mtok", alias = "output_per_million")]
     pub output_per_million: f64,
-    /// Only `USD` (the currency DWP spend limits are metered in).
+    #[serde(default)]
+    pub cache_read_per_mtok: Option<f64>,
+    #[serde(default)]
+    pub cache_write_per_mtok: Option<f64>,
+    /// Only `USD` (the currency DWP spend limits and `maxCostUsd` are in); the default.
+    #[serde(default = "usd")]
     pub currency: String,
+}
+
+fn usd() -> String {
+    "USD".into()
+}
+
+impl Price {
+    /// What one call with these reported tokens cost, in US dollars: the cached parts of the
+    /// input at their rates, the rest of the input and the output at theirs.
+    pub fn cost_usd(&self, input: u64, output: u64, cache_read: u64, cache_write: u64) -> f64 {
+        let plain = input.saturating_sub(cache_read.saturating_add(cache_write));
+        let read = self.cache_read_per_mtok.unwrap_or(self.input_per_million);
+        let write = self.cache_write_per_mtok.unwrap_or(self.input_per_million);
+        (plain as f64 * self.input_per_million
+            + cache_read as f64 * read
+            + cache_write as f64 * write
+            + output as f64 * self.output_per_million)
+            / 1_000_000.0
+    }
 }
 
 /// One `[providers.NAME]` table of `kind = "anthropic"` (the Messages API).
@@ -850,7 +880,13 @@ impl ModelConfig {
             }
             if let Some(price) = p.price() {
                 let rate_ok = |r: f64| r.is_finite() && r >= 0.0;
-                if !(rate_ok(price.input_per_million) && rate_ok(price.output_per_million)) {
+                let cache_ok = [price.cache_read_per_mtok, price.cache_write_per_mtok]
+                    .into_iter()
+                    .all(|r| r.is_none_or(rate_ok));
+                if !(rate_ok(price.input_per_million)
+                    && rate_ok(price.output_per_million)
+                    && cache_ok)
+                {
                     return Err(
                         self.invalid(format!("{at} price rates must be finite and at least 0"))
                     );
@@ -891,6 +927,13 @@ impl ModelConfig {
                 .collect::<Vec<_>>()
                 .join(", ")
         }
+    }
+
+    /// The `price` of the provider that serves `role` (`None`: none configured, or no such
+    /// role).
+    pub fn price_for(&self, role: &str) -> Option<Price> {
+        let (_, provider, _) = self.provider_config(role).ok()?;
+        provider.price().cloned()
     }
 
     /// `context_files` (default [`DEFAULT_CONTEXT_FILES`]).

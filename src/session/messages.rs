@@ -140,6 +140,11 @@ pub struct Message {
     /// reported them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageRecord>,
+    /// Assistant messages and compaction records: what the call cost in US dollars, from its
+    /// `usage` and the provider's `price` when the call was made (absent: no usage reported,
+    /// or no price configured; see [`crate::session::cost`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     /// A run's task message: the repository rules given before the task ([`RunContext`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<RunContext>,
@@ -175,6 +180,7 @@ impl Message {
             is_error: false,
             compacts: None,
             usage: None,
+            cost_usd: None,
             context: None,
             created_at: crate::clock::now_rfc3339(),
         }

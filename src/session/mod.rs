@@ -5,6 +5,7 @@
 //! staging directory and renamed into place ([`store::create`]). Everything that changes an
 //! existing Session happens under its run lease ([`lease::Lease`]).
 
+pub mod cost;
 pub mod diff;
 pub mod fork;
 pub mod lease;

@@ -113,6 +113,9 @@ pub struct RunResult {
     /// Tokens of the model call that produced the final message (restored with it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_usage: Option<UsageRecord>,
+    /// What that call cost (restored with the final message; see [`crate::session::cost`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_cost_usd: Option<f64>,
     pub turns: u64,
     pub usage: UsageRecord,
     pub at: String,
@@ -261,6 +264,7 @@ mod tests {
         let task = Message::new("run_1", crate::session::Role::User, "t");
         let mut run = RunState::new("ses_1", "run_1", &task, 1);
         run.result = Some(RunResult {
+            final_cost_usd: None,
             status: RunStatus::Failed,
             reason: Some(FailReason::BudgetExhausted),
             final_text: String::new(),

@@ -160,7 +160,11 @@ pub fn show_session(state: &StateDir, session_id: &str) -> Result<Value> {
             .and_then(|m| m.context.as_ref())
             .map(|c| serde_json::to_value(&c.files).unwrap_or(Value::Null));
         shown["contextFiles"] = files.unwrap_or_else(|| json!([]));
+        // What its model calls cost, its `task` children's included.
+        shown["cost"] =
+            crate::session::cost::of_session(state, session_id, Some(&run.id))?.to_json();
     }
+    value["cost"] = crate::session::cost::of_session(state, session_id, None)?.to_json();
     value["messages"] = serde_json::to_value(&messages).unwrap_or(Value::Null);
     Ok(value)
 }
@@ -216,6 +220,9 @@ pub struct RunView {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub run: RunState,
+    /// What the run's model calls cost, its `task` children's included
+    /// ([`crate::session::cost::Cost::to_json`]).
+    pub cost: Value,
     pub operations: Vec<OpState>,
     /// The calls that wait for `run approve` / `run deny` (their policy rule is `ask`).
     #[serde(rename = "pendingApprovals")]
@@ -296,6 +303,7 @@ pub fn show_run(state: &StateDir, session_id: &str, run_id: &str) -> Result<RunV
     }
     Ok(RunView {
         kind: "run",
+        cost: crate::session::cost::of_session(state, session_id, Some(run_id))?.to_json(),
         run,
         operations: table.into_ops(),
         pending_approvals,

@@ -38,6 +38,7 @@ mod run_cache_stable;
 mod run_canary;
 mod run_compaction;
 mod run_context;
+mod run_cost;
 mod run_leftovers;
 mod run_loop;
 mod run_provider_options;
