@@ -88,12 +88,7 @@ impl Cost {
 /// counted yet).
 pub fn of_session(state: &StateDir, session_id: &str, run_id: Option<&str>) -> Result<Cost> {
     let paths = state.session(session_id);
-    let mut cost = Cost::default();
-    for m in read_messages(&paths.messages())? {
-        if run_id.is_none_or(|r| m.run_id == r) {
-            cost.add_message(&m);
-        }
-    }
+    let messages = read_messages(&paths.messages())?;
     let runs: Vec<String> = match run_id {
         Some(r) => vec![r.to_string()],
         None => crate::session::store::list_runs(&paths)?
@@ -101,11 +96,28 @@ pub fn of_session(state: &StateDir, session_id: &str, run_id: Option<&str>) -> R
             .map(|r| r.id)
             .collect(),
     };
+    let mut cost = Cost::default();
     for run in runs {
-        let journal = paths.run(&run).journal();
-        if journal.is_file() {
-            cost.add(&of_children(state, &crate::journal::read(&journal)?, 0)?);
-        }
+        cost.add(&of_run(state, session_id, &run, &messages)?);
+    }
+    Ok(cost)
+}
+
+/// The cost of run `run_id` of Session `session_id`, whose messages (all of the Session's, or
+/// at least the run's) the caller has read: its calls, and its `task` children's.
+pub fn of_run(
+    state: &StateDir,
+    session_id: &str,
+    run_id: &str,
+    messages: &[Message],
+) -> Result<Cost> {
+    let mut cost = Cost::default();
+    for m in messages.iter().filter(|m| m.run_id == run_id) {
+        cost.add_message(m);
+    }
+    let journal = state.session(session_id).run(run_id).journal();
+    if journal.is_file() {
+        cost.add(&of_children(state, &crate::journal::read(&journal)?, 0)?);
     }
     Ok(cost)
 }

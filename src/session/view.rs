@@ -150,6 +150,7 @@ pub fn show_session(state: &StateDir, session_id: &str) -> Result<Value> {
     value["runs"] = serde_json::to_value(&runs).unwrap_or(Value::Null);
     // Which version of each repository rule file each run gave the model (its task message
     // holds the text).
+    let mut total = crate::session::cost::Cost::default();
     for (run, shown) in runs
         .iter()
         .zip(value["runs"].as_array_mut().into_iter().flatten())
@@ -161,10 +162,11 @@ pub fn show_session(state: &StateDir, session_id: &str) -> Result<Value> {
             .map(|c| serde_json::to_value(&c.files).unwrap_or(Value::Null));
         shown["contextFiles"] = files.unwrap_or_else(|| json!([]));
         // What its model calls cost, its `task` children's included.
-        shown["cost"] =
-            crate::session::cost::of_session(state, session_id, Some(&run.id))?.to_json();
+        let cost = crate::session::cost::of_run(state, session_id, &run.id, &messages)?;
+        total.add(&cost);
+        shown["cost"] = cost.to_json();
     }
-    value["cost"] = crate::session::cost::of_session(state, session_id, None)?.to_json();
+    value["cost"] = total.to_json();
     value["messages"] = serde_json::to_value(&messages).unwrap_or(Value::Null);
     Ok(value)
 }
