@@ -163,3 +163,54 @@ fn context_files_picks_the_files_and_an_empty_list_sends_none() {
     let run = run_new(&env, &repo, "Go", &fixer(&env), &bad, &[]);
     run.expect(4);
 }
+
+#[test]
+fn an_imported_bundle_replays_the_recorded_rules_not_the_file() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("AGENTS.md", "ORIGINAL RULE\n")]);
+    let (url, seen) = serve(|_, _| {
+        Reply::json(&completion(
+            json!({"role": "assistant", "content": "Done."}),
+        ))
+    });
+    let config = config(
+        &env,
+        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""),
+    );
+    run_new(&env, &repo, "First", &fixer(&env), &config, &[]).expect(0);
+    let session = session_of(&env);
+    let bundle = env.path().join("b.json");
+    let b = bundle.to_str().unwrap();
+    env.run(
+        "kxen-agent",
+        &["session", "export", &session, "--output", b],
+    )
+    .expect(0);
+    let other = env.path().join("other-state");
+    let o = other.to_str().unwrap();
+    let r = repo.to_str().unwrap();
+    env.run(
+        "kxen-agent",
+        &["--state-dir", o, "session", "import", b, "--workspace", r],
+    )
+    .expect(0);
+    std::fs::write(repo.join("AGENTS.md"), "CHANGED RULE\n").unwrap();
+    let c = config.to_str().unwrap();
+    env.run(
+        "kxen-agent",
+        &[
+            "--state-dir",
+            o,
+            "--resume",
+            &session,
+            "--task",
+            "Second",
+            "--config",
+            c,
+        ],
+    )
+    .expect(0);
+    let texts = user_texts(&seen.lock().unwrap()[1]);
+    assert!(texts[0].contains("ORIGINAL RULE") && !texts[0].contains("CHANGED"));
+    assert!(texts[1].contains("CHANGED RULE"), "{}", texts[1]);
+}
