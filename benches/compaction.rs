@@ -82,6 +82,7 @@ fn run_agent(root: &Path, url: &str, calls: usize, window: Option<u64>) {
     let config = support::openai_config(root, url, &context);
     let state = StateDir::at(root.join("state"));
     let request = NewRunRequest {
+        output_schema: None,
         workspace: repo,
         task: "read a.txt many times".into(),
         agent: Some(agent),

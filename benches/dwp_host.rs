@@ -154,6 +154,8 @@ fn main() {
         price: Some(Price {
             input_per_million: 3.0,
             output_per_million: 15.0,
+            cache_read_per_mtok: None,
+            cache_write_per_mtok: None,
             currency: "USD".into(),
         }),
     };

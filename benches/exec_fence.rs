@@ -102,6 +102,7 @@ fn run_agent(root: &Path, repo: &Path, calls: usize, policy: Option<&Path>, roun
     let config = support::script_config(&dir, &turns, "");
     let state = StateDir::at(dir.join("state"));
     let request = NewRunRequest {
+        output_schema: None,
         workspace: repo.to_path_buf(),
         task: "run true many times".into(),
         agent: Some(agent),

@@ -320,6 +320,7 @@ fn run_agent(root: &Path, entry: &str, calls: usize) -> (f64, usize, usize) {
     let config = support::script_config(root, &turns, entry);
     let state = StateDir::at(root.join("state"));
     let request = NewRunRequest {
+        output_schema: None,
         workspace: repo,
         task: "echo many times".into(),
         agent: Some(agent),

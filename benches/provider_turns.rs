@@ -115,6 +115,7 @@ fn run_agent_with(root: &Path, url: &str, calls: usize, extra: &str) -> (Vec<f64
     let config = support::openai_config(root, url, extra);
     let state = StateDir::at(root.join("state"));
     let request = NewRunRequest {
+        output_schema: None,
         workspace: repo.clone(),
         task: "read a.txt many times".into(),
         agent: Some(agent),

@@ -214,6 +214,7 @@ fn child_resume(root: &Path) -> f64 {
     let resumed = resume::prepare(
         &f.state,
         &ResumeRequest {
+            output_schema: None,
             session_id: f.session.clone(),
             task: None,
             workspace: None,
@@ -247,6 +248,7 @@ fn build(root: &Path, turns: usize, records: usize) -> (usize, usize) {
     let draft = create::prepare(
         &state,
         &NewRunRequest {
+            output_schema: None,
             workspace: repo,
             task: "bench".into(),
             agent: Some(agent),

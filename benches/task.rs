@@ -251,6 +251,7 @@ fn creation(dir: &Path) {
     .unwrap();
     let state = StateDir::at(dir.join("state"));
     let request = NewRunRequest {
+        output_schema: None,
         workspace: repo.clone(),
         task: "bench".into(),
         agent: Some(agent.clone()),

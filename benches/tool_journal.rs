@@ -61,6 +61,7 @@ fn run_agent(root: &Path, calls: usize) -> (f64, usize, usize) {
     let config = support::script_config(root, &turns, "");
     let state = StateDir::at(root.join("state"));
     let request = NewRunRequest {
+        output_schema: None,
         workspace: repo,
         task: "read a.txt many times".into(),
         agent: Some(agent),

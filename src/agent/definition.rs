@@ -13,6 +13,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::rules;
+pub use crate::policy::Usd;
 /// `execution.modelRole` when the definition does not name one.
 pub const DEFAULT_MODEL_ROLE: &str = "execution";
 /// `execution.maxTurns` when the definition does not set it.
@@ -105,6 +106,16 @@ pub struct Execution {
         deserialize_with = "rules::max_repeated_calls"
     )]
     pub max_repeated_calls: Option<u32>,
+    /// **(beyond the spec)** The most the run may spend on model calls, in US dollars, from the
+    /// provider's reported usage and the config's `price` (its `task` children included); the
+    /// run ends `budgetExhausted` before a model call once it is spent. Omitted from the
+    /// canonical JSON when absent, so existing definitions hash as before.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "rules::max_cost_usd"
+    )]
+    pub max_cost_usd: Option<Usd>,
 }
 
 impl Default for Execution {
@@ -115,6 +126,7 @@ impl Default for Execution {
             max_wall_clock_ms: None,
             max_pure_retries: DEFAULT_MAX_PURE_RETRIES,
             max_repeated_calls: None,
+            max_cost_usd: None,
         }
     }
 }
@@ -139,6 +151,13 @@ pub struct Output {
     pub format: OutputFormat,
     /// With `format: json`, the final output must be one JSON object holding all of these.
     pub required_fields: Vec<String>,
+    /// **(beyond the spec)** With `format: json`, a JSON Schema the final object must match
+    /// ([`super::schema`]). A definition file may name a file instead (a path relative to it):
+    /// [`super::load_definition`] puts the file's schema here, so a lock always holds the
+    /// object itself. Omitted from the canonical JSON when absent, so existing definitions hash
+    /// as before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema: Option<serde_json::Value>,
 }
 
 /// `spec.output.format`.
@@ -168,6 +187,8 @@ struct RawOutput {
     format: OutputFormat,
     #[serde(default, deserialize_with = "rules::required_fields")]
     required_fields: Vec<String>,
+    #[serde(default)]
+    schema: Option<serde_json::Value>,
 }
 
 impl<'de> Deserialize<'de> for Capabilities {
@@ -188,12 +209,14 @@ impl<'de> Deserialize<'de> for Capabilities {
 impl<'de> Deserialize<'de> for Output {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_map(rules::Checked::new(
-            "a mapping with `format` and `requiredFields`",
+            "a mapping with `format`, `requiredFields` and `schema`",
             |raw: RawOutput| {
-                rules::output_fields(raw.format == OutputFormat::Json, &raw.required_fields)?;
+                let json = raw.format == OutputFormat::Json;
+                rules::output_fields(json, &raw.required_fields, raw.schema.as_ref())?;
                 Ok(Output {
                     format: raw.format,
                     required_fields: raw.required_fields,
+                    schema: raw.schema,
                 })
             },
         ))

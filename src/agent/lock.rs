@@ -268,6 +268,7 @@ pub fn tighten(definition: &AgentDefinition, policy: &MergedPolicy) -> AgentDefi
     if let Some(max) = policy.max_pure_retries {
         exec.max_pure_retries = exec.max_pure_retries.min(max);
     }
+    exec.max_cost_usd = super::Usd::tighter(exec.max_cost_usd, policy.max_cost_usd);
     out
 }
 

@@ -8,13 +8,14 @@
 mod definition;
 pub mod lock;
 mod rules;
+pub mod schema;
 
 use std::io::Read;
 use std::path::Path;
 
 pub use definition::{
     AgentDefinition, Capabilities, DEFAULT_MAX_PURE_RETRIES, DEFAULT_MAX_TURNS, DEFAULT_MODEL_ROLE,
-    Execution, Metadata, Output, OutputFormat, Spec,
+    Execution, Metadata, Output, OutputFormat, Spec, Usd,
 };
 pub use rules::{
     API_VERSION, KIND, MAX_CAPABILITY_BYTES, MAX_CRITERION_CHARS, MAX_DESCRIPTION_CHARS,
@@ -56,11 +57,40 @@ pub fn load_definition(path: &Path) -> Result<AgentDefinition> {
     file.take(MAX_DEFINITION_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| Error::io("read", path, e))?;
-    parse_definition(&bytes, &source)
+    let mut definition = parse_definition_with(&bytes, &source)?;
+    if let Some(serde_json::Value::String(relative)) = &definition.spec.output.schema {
+        // Read now and kept in the definition (and so in the lock and its hash): a resume
+        // checks against the schema the Session was created with, whatever the file says later.
+        let base = path.parent().unwrap_or(Path::new("."));
+        let file = base.join(relative);
+        let what = format!("{source}: spec.output.schema");
+        definition.spec.output.schema = Some(schema::load(&file, &what)?);
+    }
+    Ok(definition)
 }
 
-/// Validates the definition in `bytes`; `source` (a file name) prefixes every message.
+/// Validates the definition in `bytes`; `source` (a file name) prefixes every message. An
+/// `output.schema` must be the schema itself here: only [`load_definition`] knows the directory
+/// a path is relative to.
 pub fn parse_definition(bytes: &[u8], source: &str) -> Result<AgentDefinition> {
+    let definition = parse_definition_with(bytes, source)?;
+    if definition
+        .spec
+        .output
+        .schema
+        .as_ref()
+        .is_some_and(serde_json::Value::is_string)
+    {
+        return Err(Error::invalid(format!(
+            "{source}: spec.output.schema: a path is only read from a definition file; give \
+             the schema object itself"
+        )));
+    }
+    Ok(definition)
+}
+
+/// [`parse_definition`] that leaves a schema path for [`load_definition`] to read.
+fn parse_definition_with(bytes: &[u8], source: &str) -> Result<AgentDefinition> {
     if bytes.len() as u64 > MAX_DEFINITION_BYTES {
         return Err(too_big(source, bytes.len() as u64));
     }

@@ -259,6 +259,19 @@ pub fn max_turns<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 pub fn max_wall_clock_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     d.deserialize_option(Nullable(Int(rule_max_wall_clock_ms)))
 }
+/// `maxCostUsd`: a finite amount above 0 (`~`: no limit).
+pub fn max_cost_usd<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<super::definition::Usd>, D::Error> {
+    let value = Option::<f64>::deserialize(d)?;
+    match value {
+        Some(v) => crate::policy::check_usd(v)
+            .map(|()| Some(super::definition::Usd(v)))
+            .map_err(serde::de::Error::custom),
+        None => Ok(None),
+    }
+}
+
 /// `maxRepeatedCalls: ~` is the same as leaving it out (the default, 3).
 pub fn max_repeated_calls<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     d.deserialize_option(Nullable(Int(rule_max_repeated_calls)))
@@ -291,11 +304,27 @@ pub fn capability_lists(required: &[String], optional: &[String]) -> Result<(), 
 }
 
 /// `spec.output`: `format: json` (`json_format`) needs at least one required field.
-pub fn output_fields(json_format: bool, required_fields: &[String]) -> Result<(), String> {
+pub fn output_fields(
+    json_format: bool,
+    required_fields: &[String],
+    schema: Option<&serde_json::Value>,
+) -> Result<(), String> {
+    if let Some(schema) = schema {
+        if !json_format {
+            return Err("`schema` needs `format: json` (it checks the final JSON object)".into());
+        }
+        // A path is read by `load_definition`, relative to the file; an object is checked here.
+        if !schema.is_string()
+            && let Some(why) = super::schema::problem(schema)
+        {
+            return Err(format!("`schema` {why}"));
+        }
+        return Ok(());
+    }
     if json_format && required_fields.is_empty() {
         return Err(
             "`format: json` needs at least one entry in `requiredFields` (the keys the final \
-             JSON object must hold)"
+             JSON object must hold), or a `schema`"
                 .into(),
         );
     }

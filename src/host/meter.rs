@@ -356,10 +356,14 @@ impl PlanHost {
         let total = self.total();
         let tokens = total.input_tokens.saturating_add(total.output_tokens);
         let price = self.metering.price.clone();
+        // The same tariff a run's own cost uses (cache reads and writes at their rates).
         let usd = price.as_ref().map(|p| {
-            (total.input_tokens as f64 * p.input_per_million
-                + total.output_tokens as f64 * p.output_per_million)
-                / 1_000_000.0
+            p.cost_usd(
+                total.input_tokens,
+                total.output_tokens,
+                total.cache_read_tokens,
+                total.cache_write_tokens,
+            )
         });
         let mut due: Vec<(String, &'static str, Value)> = Vec::new();
         for limit in self.limits_of(Family::Tokens) {

@@ -36,6 +36,9 @@ pub struct PolicyFile {
     pub max_wall_clock_ms: Option<u64>,
     #[serde(default)]
     pub max_pure_retries: Option<u32>,
+    /// The most a run may spend on model calls (US dollars); only lowers the definition's.
+    #[serde(default)]
+    pub max_cost_usd: Option<super::Usd>,
     /// The `exec` fence: `workspaceWrite` (the default), `readOnly` or `off` (checked by
     /// [`sandbox_mode`], so the message names the field).
     #[serde(default)]
@@ -184,6 +187,9 @@ fn check(p: &PolicyFile) -> std::result::Result<(), String> {
     }
     if p.max_turns == Some(0) {
         return Err("maxTurns: must be at least 1 (omit it to keep the definition's)".into());
+    }
+    if let Some(usd) = p.max_cost_usd {
+        super::check_usd(usd.0).map_err(|why| format!("maxCostUsd: {why}"))?;
     }
     if p.max_wall_clock_ms == Some(0) {
         return Err("maxWallClockMs: must be at least 1 (omit it to keep the definition's)".into());

@@ -22,6 +22,43 @@ pub use file::{MAX_POLICY_BYTES, PolicyFile, load_policy_file, parse_policy};
 pub use rules::{ToolRule, ToolRules, pattern_error, rule_for};
 
 use crate::error::{Error, Result};
+
+/// An amount of US dollars: finite and not negative (checked where it is read), so equality is
+/// total and it can sit in `Eq` types such as the definition.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Usd(pub f64);
+
+impl Eq for Usd {}
+
+impl std::fmt::Display for Usd {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "${:.4}", self.0)
+    }
+}
+
+impl Usd {
+    /// The smaller of two limits (`None`: no limit).
+    pub fn tighter(a: Option<Usd>, b: Option<Usd>) -> Option<Usd> {
+        match (a, b) {
+            (Some(x), Some(y)) => Some(if y.0 < x.0 { y } else { x }),
+            (x, None) => x,
+            (None, y) => y,
+        }
+    }
+}
+
+/// A cost limit is finite and above 0.
+pub fn check_usd(v: f64) -> std::result::Result<(), String> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "must be an amount of US dollars above 0, found {v} (omit it for no limit)"
+        ))
+    }
+}
+
 pub use crate::sandbox::{FencePolicy, SandboxMode};
 use crate::tools::{self, Gate};
 
@@ -58,6 +95,10 @@ pub struct MergedPolicy {
     pub max_turns: Option<u32>,
     pub max_wall_clock_ms: Option<u64>,
     pub max_pure_retries: Option<u32>,
+    /// `maxCostUsd`: lowers the definition's cost budget. Written only when given, so a policy
+    /// without it hashes as before it existed; being hashed, a resume cannot drop it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<Usd>,
     /// The fence around `exec` ([`crate::sandbox`]); `workspaceWrite` when absent.
     #[serde(default, skip_serializing_if = "SandboxMode::is_default")]
     pub sandbox: SandboxMode,
@@ -217,6 +258,7 @@ pub fn merge_with(file: PolicyFile, flags: &PolicyFlags) -> Result<MergedPolicy>
         max_turns: file.max_turns,
         max_wall_clock_ms: file.max_wall_clock_ms,
         max_pure_retries: file.max_pure_retries,
+        max_cost_usd: file.max_cost_usd,
         sandbox,
         allow_network: file.allow_network || flags.allow_network,
         mcp_tools: file.mcp_tools,

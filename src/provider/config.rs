@@ -93,11 +93,32 @@ pub struct ModelConfig {
     parallel_tools: usize,
     /// `[[hooks.EVENT]]`: programs run around tool calls and runs ([`crate::hooks`]).
     hooks: crate::hooks::HooksConfig,
+    /// `context_files`: the repository rule files a run reads ([`crate::run::context`]).
+    context_files: Vec<String>,
+}
+
+/// The file names of `context_files` when the config does not say.
+pub const DEFAULT_CONTEXT_FILES: &[&str] = &["AGENTS.md"];
+
+/// Checks one `context_files` entry: a plain file name, looked for in each directory.
+fn check_context_file(name: &str) -> std::result::Result<(), String> {
+    let plain =
+        !(name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\', '\0']));
+    if plain {
+        return Ok(());
+    }
+    Err(format!(
+        "context_files entry {name:?} must be a plain file name (like \"AGENTS.md\"), looked \
+         for in each directory from the repository root down to the workspace"
+    ))
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ConfigFile {
+    /// Repository rule files read at each run's start (default `["AGENTS.md"]`; `[]`: none).
+    #[serde(default)]
+    context_files: Option<Vec<String>>,
     #[serde(default)]
     providers: BTreeMap<String, ProviderConfig>,
     #[serde(default)]
@@ -187,13 +208,43 @@ pub struct OpenAiConfig {
 /// `[providers.NAME.price]`: what the provider charges per million reported tokens. Only with
 /// real rates does a DWP plan run meter spend (`meter_spend`, [`crate::host`]); nothing is ever
 /// priced from bytes or estimates.
+///
+/// Written `price = { input_per_mtok = 3.0, output_per_mtok = 15.0, cache_read_per_mtok = 0.3,
+/// cache_write_per_mtok = 3.75 }`; the older names `input_per_million` and `output_per_million`
+/// still read. The cache rates default to the input rate (the tokens are part of the input).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
+    #[serde(rename = "input_per_mtok", alias = "input_per_million")]
     pub input_per_million: f64,
+    #[serde(rename = "output_per_mtok", alias = "output_per_million")]
     pub output_per_million: f64,
-    /// Only `USD` (the currency DWP spend limits are metered in).
+    #[serde(default)]
+    pub cache_read_per_mtok: Option<f64>,
+    #[serde(default)]
+    pub cache_write_per_mtok: Option<f64>,
+    /// Only `USD` (the currency DWP spend limits and `maxCostUsd` are in); the default.
+    #[serde(default = "usd")]
     pub currency: String,
+}
+
+fn usd() -> String {
+    "USD".into()
+}
+
+impl Price {
+    /// What one call with these reported tokens cost, in US dollars: the cached parts of the
+    /// input at their rates, the rest of the input and the output at theirs.
+    pub fn cost_usd(&self, input: u64, output: u64, cache_read: u64, cache_write: u64) -> f64 {
+        let plain = input.saturating_sub(cache_read.saturating_add(cache_write));
+        let read = self.cache_read_per_mtok.unwrap_or(self.input_per_million);
+        let write = self.cache_write_per_mtok.unwrap_or(self.input_per_million);
+        (plain as f64 * self.input_per_million
+            + cache_read as f64 * read
+            + cache_write as f64 * write
+            + output as f64 * self.output_per_million)
+            / 1_000_000.0
+    }
 }
 
 /// One `[providers.NAME]` table of `kind = "anthropic"` (the Messages API).
@@ -565,6 +616,13 @@ impl ProviderConfig {
     }
 }
 
+fn default_context_files() -> Vec<String> {
+    DEFAULT_CONTEXT_FILES
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
 impl ModelConfig {
     /// Finds and parses the config (precedence in the module docs).
     pub fn load(explicit: Option<&Path>) -> Result<ModelConfig> {
@@ -596,6 +654,7 @@ impl ModelConfig {
                     lsp_servers: BTreeMap::new(),
                     parallel_tools: DEFAULT_PARALLEL_TOOLS,
                     hooks: Default::default(),
+                    context_files: default_context_files(),
                 });
             }
             Err(e) => {
@@ -691,8 +750,15 @@ impl ModelConfig {
                 )));
             }
         };
+        let context_files = file.context_files.unwrap_or_else(default_context_files);
+        for name in &context_files {
+            check_context_file(name).map_err(|why| {
+                Error::invalid(format!("invalid model config {}: {why}", path.display()))
+            })?;
+        }
         let config = ModelConfig {
             parallel_tools,
+            context_files,
             path: path.to_path_buf(),
             source,
             exists: true,
@@ -820,7 +886,13 @@ impl ModelConfig {
             }
             if let Some(price) = p.price() {
                 let rate_ok = |r: f64| r.is_finite() && r >= 0.0;
-                if !(rate_ok(price.input_per_million) && rate_ok(price.output_per_million)) {
+                let cache_ok = [price.cache_read_per_mtok, price.cache_write_per_mtok]
+                    .into_iter()
+                    .all(|r| r.is_none_or(rate_ok));
+                if !(rate_ok(price.input_per_million)
+                    && rate_ok(price.output_per_million)
+                    && cache_ok)
+                {
                     return Err(
                         self.invalid(format!("{at} price rates must be finite and at least 0"))
                     );
@@ -864,6 +936,18 @@ impl ModelConfig {
                 .collect::<Vec<_>>()
                 .join(", ")
         }
+    }
+
+    /// The `price` of the provider that serves `role` (`None`: none configured, or no such
+    /// role).
+    pub fn price_for(&self, role: &str) -> Option<Price> {
+        let (_, provider, _) = self.provider_config(role).ok()?;
+        provider.price().cloned()
+    }
+
+    /// `context_files` (default [`DEFAULT_CONTEXT_FILES`]).
+    pub fn context_files(&self) -> &[String] {
+        &self.context_files
     }
 
     /// `[tools] parallel` (default [`DEFAULT_PARALLEL_TOOLS`]).

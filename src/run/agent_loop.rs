@@ -90,6 +90,11 @@ pub struct Execution<'a> {
     /// When and by whom the conversation is compacted (`None`: the provider has no
     /// `context_window`, the conversation grows as it is).
     pub compaction: Option<compaction::Settings>,
+    /// The config's `context_files`: read only when the run's task message is still to be
+    /// written ([`crate::run::context`]).
+    pub context_files: &'a [String],
+    /// What the run's models charge: each call's cost is recorded with it.
+    pub prices: &'a crate::run::prepared::Prices,
 }
 
 /// How an execution ended.
@@ -172,6 +177,9 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         // run.json of a new run is written before its task message; finish that step.
         let mut task = Message::new(&run.id, Role::User, run.task.clone());
         task.id = run.task_message_id.clone();
+        // The model has seen nothing of this run yet: its rules are read now.
+        let workspace = crate::session::SessionMeta::read(ex.paths, ex.session_id)?.workspace;
+        task.context = crate::run::context::read(&workspace, ex.context_files)?;
         messages.append(task.clone())?;
         conv.push(task);
     }
@@ -398,11 +406,13 @@ impl Loop<'_, '_> {
             if let Some(u) = usage {
                 self.usage.add(u);
             }
+            let cost = cost_of(self.ex.prices.execution.as_ref(), usage);
             if response.tool_calls.is_empty() {
-                return self.finish(run, response.text, usage, sink);
+                return self.finish(run, response.text, (usage, cost), sink);
             }
             let mut message = Message::new(&run.id, Role::Assistant, response.text.clone());
             message.usage = usage;
+            message.cost_usd = cost;
             message.tool_calls = response
                 .tool_calls
                 .iter()
@@ -733,6 +743,7 @@ impl Loop<'_, '_> {
             }),
             final_message_id: None,
             final_usage: None,
+            final_cost_usd: None,
             turns: self.turns,
             usage: self.usage,
             at: crate::clock::now_rfc3339(),
@@ -792,6 +803,7 @@ impl Loop<'_, '_> {
         let mut record = Message::new(&run.id, Role::Compaction, response.text.trim());
         record.compacts = Some(span.range.clone());
         record.usage = usage;
+        record.cost_usd = cost_of(self.ex.prices.compaction.as_ref(), usage);
         let message_id = record.id.clone();
         self.append(record)?;
         failpoint::hit("compaction.after-record");
@@ -840,6 +852,9 @@ impl Loop<'_, '_> {
         what: &str,
         sink: &mut dyn EventSink,
     ) -> Result<std::result::Result<ModelResponse, Stop>> {
+        if let Some(why) = self.cost_spent()? {
+            return Ok(Err(Stop::Fail(FailReason::BudgetExhausted, why)));
+        }
         let execution = &self.ex.definition.spec.execution;
         let retries = execution.max_pure_retries;
         let mut last_error = String::new();
@@ -879,6 +894,38 @@ impl Loop<'_, '_> {
                 if retries == 0 { "" } else { "s" }
             ),
         )))
+    }
+
+    /// Why no model call may start under `maxCostUsd` (`None`: it may, or there is no
+    /// limit): the run's calls (all attempts) and its `task` children's cost it all, or their
+    /// cost is unknown (a budget that cannot be kept stops the run rather than being ignored).
+    fn cost_spent(&self) -> Result<Option<String>> {
+        let Some(max) = self.ex.definition.spec.execution.max_cost_usd else {
+            return Ok(None);
+        };
+        let mut spent = self.conv.cost();
+        spent.add(&crate::session::cost::children(
+            self.ex.state,
+            self.journal.table(),
+        )?);
+        if let Some(why) = spent.unknown() {
+            return Ok(Some(format!(
+                "the run's cost is unknown ({why}), so its cost budget (maxCostUsd {max}) \
+                 cannot be kept"
+            )));
+        }
+        Ok((spent.usd >= max.0).then(|| {
+            format!(
+                "the run reached its cost budget (maxCostUsd {max}): its model calls{} cost \
+                 {}",
+                if self.journal.table().ops().iter().any(|o| o.child.is_some()) {
+                    " and its subagents'"
+                } else {
+                    ""
+                },
+                spent.to_text()
+            )
+        }))
     }
 
     /// Time left under `maxWallClockMs`, counting earlier attempts; `None` without a limit.
@@ -1174,7 +1221,7 @@ impl Loop<'_, '_> {
         &mut self,
         run: &mut RunState,
         text: String,
-        usage: Option<UsageRecord>,
+        (usage, cost): (Option<UsageRecord>, Option<f64>),
         sink: &mut dyn EventSink,
     ) -> Result<Ending> {
         let final_message_id = ids::new_id(IdKind::Message);
@@ -1186,8 +1233,12 @@ impl Loop<'_, '_> {
             });
         }
         let output = &self.ex.definition.spec.output;
-        let text = contract::normalize(output, text);
-        let (status, reason, error) = match contract::check(output, &text) {
+        let mut text = contract::normalize(output, text);
+        if run.output_schema.is_some() {
+            text = contract::normalize_json(text);
+        }
+        let checked = contract::check_answer(output, run.output_schema.as_ref(), &text);
+        let (status, reason, error) = match checked {
             Ok(()) => (RunStatus::Completed, None, None),
             Err(why) => (
                 RunStatus::Failed,
@@ -1205,6 +1256,7 @@ impl Loop<'_, '_> {
             error,
             final_message_id: Some(final_message_id),
             final_usage: usage,
+            final_cost_usd: cost,
             turns: self.turns,
             usage: self.usage,
             at: crate::clock::now_rfc3339(),
@@ -1235,6 +1287,7 @@ impl Loop<'_, '_> {
             }),
             final_message_id: None,
             final_usage: None,
+            final_cost_usd: None,
             turns: self.turns,
             usage: self.usage,
             at: crate::clock::now_rfc3339(),
@@ -1406,6 +1459,20 @@ fn close_crashed_attempts(run: &mut RunState, conv: &Conversation) -> Vec<String
         marks.extend(attempt.mark.clone());
     }
     marks
+}
+
+/// What a call with `usage` cost at `price` (`None` without either: never estimated).
+fn cost_of(
+    price: Option<&crate::provider::config::Price>,
+    usage: Option<UsageRecord>,
+) -> Option<f64> {
+    let (price, u) = (price?, usage?);
+    Some(price.cost_usd(
+        u.input_tokens,
+        u.output_tokens,
+        u.cache_read_tokens,
+        u.cache_write_tokens,
+    ))
 }
 
 /// The `runFinished` event for a result.

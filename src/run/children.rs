@@ -117,6 +117,36 @@ pub struct Origin<'a> {
     pub remaining: Remaining,
 }
 
+/// The parent's lock with its cost budget (`maxCostUsd`) lowered to what the parent run has
+/// left (its own calls and its other children's spent): the most a child may spend. Children
+/// started together may each spend up to that; the parent stops before its next model call
+/// once the sum passes its budget.
+fn with_cost_left(
+    state: &crate::state::StateDir,
+    parent: &SessionMeta,
+    origin: &Origin,
+) -> Result<DcpAgentLock> {
+    let mut lock = parent.lock.clone();
+    let exec = &mut lock.definition.spec.execution;
+    let Some(max) = exec.max_cost_usd else {
+        return Ok(lock);
+    };
+    let spent = crate::session::cost::of_session(
+        state,
+        origin.parent_session_id,
+        Some(origin.parent_run_id),
+    )?;
+    let left = max.0 - spent.usd;
+    if spent.unknown().is_some() || left <= 0.0 {
+        return Err(Error::failed(format!(
+            "the parent run has no cost budget left for a subagent (maxCostUsd {max}, spent {})",
+            spent.to_text()
+        )));
+    }
+    exec.max_cost_usd = Some(crate::agent::Usd(left));
+    Ok(lock)
+}
+
 /// Creates the child Session of a `task` call (all or nothing) and returns it with its lease
 /// held; its first run is `queued`.
 pub fn create(
@@ -127,7 +157,12 @@ pub fn create(
     let parent_paths = state.session(origin.parent_session_id);
     let parent = SessionMeta::read(&parent_paths, origin.parent_session_id)?;
     let depth = parent.task_depth() + 1;
-    let lock = child_lock(&parent.lock, depth, origin.remaining).map_err(Error::failed)?;
+    let lock = child_lock(
+        &with_cost_left(state, &parent, origin)?,
+        depth,
+        origin.remaining,
+    )
+    .map_err(Error::failed)?;
     let child = origin.child;
     let mut task = Message::new(&child.run_id, Role::User, args.prompt.clone());
     task.redact();

@@ -1,5 +1,7 @@
 //! The output contract (kxen-agent.md §6): with `format: json` the final output MUST be one JSON
-//! object holding every required field, or the run fails naming what is missing.
+//! object holding every required field, or the run fails naming what is missing. Beyond the
+//! spec, it must also match the definition's `output.schema` and the run's `--output-schema`
+//! ([`crate::agent::schema`]), or the run fails naming the first violations by JSON pointer.
 
 use serde_json::{Map, Value};
 
@@ -32,6 +34,35 @@ pub fn check(output: &Output, final_text: &str) -> Result<(), String> {
     }
 }
 
+/// [`check`], then the definition's `output.schema` and the run's `--output-schema`
+/// (`run_schema`), in that order.
+pub fn check_answer(
+    output: &Output,
+    run_schema: Option<&Value>,
+    final_text: &str,
+) -> Result<(), String> {
+    check(output, final_text)?;
+    let schemas = [
+        (output.schema.as_ref(), "spec.output.schema"),
+        (run_schema, "the run's --output-schema"),
+    ];
+    for (schema, what) in schemas {
+        let Some(schema) = schema else { continue };
+        let trimmed = final_text.trim();
+        let answer = parse_unique(strip_fence(trimmed).unwrap_or(trimmed)).map_err(|e| {
+            format!("the final output must be one JSON value matching {what}, but it is not valid JSON: {e}")
+        })?;
+        let found = crate::agent::schema::violations(schema, &answer);
+        if !found.is_empty() {
+            return Err(format!(
+                "the final output does not match {what}: {}",
+                found.join("; ")
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The final output as it is recorded: with `format: json`, an answer that is exactly one fenced
 /// code block holding a JSON object is recorded as the object's text (fence and surrounding
 /// blank space removed), so `finalText` can be piped straight into `jq`. Anything else is kept
@@ -40,9 +71,20 @@ pub fn normalize(output: &Output, final_text: String) -> String {
     if output.format == OutputFormat::Text {
         return final_text;
     }
+    unfence(final_text, Value::is_object)
+}
+
+/// [`normalize`] for a text definition's run with `--output-schema`: any JSON value alone in
+/// one fence is recorded without it.
+pub fn normalize_json(final_text: String) -> String {
+    unfence(final_text, |_| true)
+}
+
+/// `final_text` without its fence when it is exactly one fenced JSON value that `keep` takes.
+fn unfence(final_text: String, keep: fn(&Value) -> bool) -> String {
     let trimmed = final_text.trim();
     match strip_fence(trimmed) {
-        Some(body) if matches!(parse_unique(body), Ok(Value::Object(_))) => body.to_string(),
+        Some(body) if parse_unique(body).is_ok_and(|v| keep(&v)) => body.to_string(),
         _ => final_text,
     }
 }
@@ -153,6 +195,7 @@ mod tests {
         Output {
             format: OutputFormat::Json,
             required_fields: fields.iter().map(|s| s.to_string()).collect(),
+            schema: None,
         }
     }
 
@@ -201,6 +244,29 @@ mod tests {
         // A fenced answer with a duplicate key is recorded as written (and then refused).
         let fenced = "```json\n{\"ok\":1,\"ok\":2}\n```".to_string();
         assert_eq!(normalize(&out, fenced.clone()), fenced);
+    }
+
+    #[test]
+    fn schemas_of_the_definition_and_the_run_both_apply() {
+        let mut out = json_output(&["ok"]);
+        out.schema = Some(serde_json::json!({"properties": {"ok": {"type": "boolean"}}}));
+        let run = serde_json::json!({"properties": {"n": {"maximum": 3}}});
+        assert!(check_answer(&out, Some(&run), r#"{"ok":true,"n":2}"#).is_ok());
+        let err = check_answer(&out, Some(&run), r#"{"ok":1,"n":2}"#).unwrap_err();
+        assert!(
+            err.contains("spec.output.schema") && err.contains("`/ok`"),
+            "{err}"
+        );
+        let err = check_answer(&out, Some(&run), r#"{"ok":true,"n":9}"#).unwrap_err();
+        assert!(
+            err.contains("--output-schema") && err.contains("`/n`"),
+            "{err}"
+        );
+        // A text definition with a run schema: the answer must be JSON.
+        let text = Output::default();
+        let err = check_answer(&text, Some(&run), "fine").unwrap_err();
+        assert!(err.contains("not valid JSON"), "{err}");
+        assert!(check_answer(&text, Some(&run), "```json\n{\"n\":1}\n```").is_ok());
     }
 
     #[test]

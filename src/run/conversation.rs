@@ -59,6 +59,8 @@ pub struct Conversation {
     /// This run's assistant messages so far, and the tokens they reported.
     turns: u64,
     usage: UsageRecord,
+    /// What this run's model calls cost (its own; its `task` children's are read when needed).
+    cost: crate::session::cost::Cost,
     /// The text of this run's task message, once seen.
     task: Option<String>,
     /// `createdAt` of this run's latest message.
@@ -106,6 +108,7 @@ impl Conversation {
             history: Arc::new(vec![system]),
             turns: 0,
             usage: UsageRecord::default(),
+            cost: Default::default(),
             task: None,
             last_activity: None,
             answered: HashSet::new(),
@@ -119,6 +122,7 @@ impl Conversation {
         let this_run = m.run_id == self.run_id;
         if this_run {
             self.last_activity = Some(m.created_at.clone());
+            self.cost.add_message(&m);
         }
         if m.id == self.task_message_id {
             self.task = Some(m.content.clone());
@@ -182,6 +186,11 @@ impl Conversation {
     /// Every message as the model would see it without compaction (the system prompt first).
     pub fn full_history(&self) -> &Arc<Vec<ChatMessage>> {
         &self.history
+    }
+
+    /// What this run's model calls so far cost (all attempts; not its children).
+    pub fn cost(&self) -> crate::session::cost::Cost {
+        self.cost
     }
 
     /// Compaction records in the log.
@@ -385,7 +394,11 @@ impl Conversation {
 /// A stored message as the model sees it (moved, not copied).
 fn into_chat(m: Message) -> ChatMessage {
     match m.role {
-        Role::User => ChatMessage::user(m.content),
+        // The rules recorded with a run's task come first, exactly as that run's first turn sent them.
+        Role::User => match m.context {
+            Some(context) => ChatMessage::user(context.text + &m.content),
+            None => ChatMessage::user(m.content),
+        },
         Role::Assistant => ChatMessage::assistant(
             m.content,
             m.tool_calls

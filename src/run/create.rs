@@ -29,6 +29,8 @@ use crate::state::StateDir;
 pub struct NewRunRequest {
     pub workspace: PathBuf,
     pub task: String,
+    /// `--output-schema`: a JSON Schema the run's final answer must match (checked already).
+    pub output_schema: Option<Value>,
     pub agent: Option<PathBuf>,
     pub policy: PolicyFlags,
     pub config: Option<PathBuf>,
@@ -105,7 +107,12 @@ pub fn prepare(state: &StateDir, req: &NewRunRequest) -> Result<Draft> {
 
     let session_id = ids::new_id(IdKind::Session);
     let run_id = ids::new_id(IdKind::Run);
-    let mut task = Message::new(&run_id, Role::User, req.task.clone());
+    let mut text = req.task.clone();
+    if let Some(schema) = &req.output_schema {
+        text.push_str(&crate::run::prompt::output_schema_note(schema));
+    }
+    let mut task = Message::new(&run_id, Role::User, text);
+    task.context = crate::run::context::read(&binding, config.context_files())?;
     // run.json takes its task from this message: both hold the redacted text.
     task.redact();
     let new = NewSession {
@@ -123,7 +130,10 @@ pub fn prepare(state: &StateDir, req: &NewRunRequest) -> Result<Draft> {
             first_run_id: Some(run_id.clone()),
             history: Vec::new(),
         },
-        run: RunState::new(&session_id, &run_id, &task, 1),
+        run: RunState {
+            output_schema: req.output_schema.clone(),
+            ..RunState::new(&session_id, &run_id, &task, 1)
+        },
         task,
     };
     Ok(Draft {

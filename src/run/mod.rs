@@ -11,6 +11,7 @@ pub mod approval;
 pub mod builder;
 pub mod children;
 pub mod compaction;
+pub mod context;
 pub mod contract;
 pub mod conversation;
 pub mod create;

@@ -12,7 +12,7 @@ use std::sync::atomic::AtomicBool;
 use serde_json::Value;
 
 use crate::agent::DcpAgentLock;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::policy::MergedPolicy;
 use crate::provider::{ModelConfig, Provider};
 use crate::run::agent_loop::Execution;
@@ -51,6 +51,10 @@ pub struct Prepared {
     pub fence: crate::sandbox::RunFence,
     /// The runtime config's hooks (locked by hash).
     pub hooks: crate::hooks::HooksConfig,
+    /// The config's `context_files` (a run created by a resume reads them: [`crate::run::context`]).
+    pub context_files: Vec<String>,
+    /// The `price`s of the execution and compaction models.
+    pub prices: Prices,
     /// [`DcpAgentLock::tool_names`] of the lock, held for the execution to borrow.
     tool_names: Vec<String>,
 }
@@ -67,6 +71,18 @@ pub struct Runtime {
     pub fence: crate::sandbox::RunFence,
     /// `[[hooks.*]]` of the config.
     pub hooks: crate::hooks::HooksConfig,
+    /// The config's `context_files`.
+    pub context_files: Vec<String>,
+    pub prices: Prices,
+}
+
+/// What the models of a run charge (`None`: no `price` configured for that provider): each
+/// call's cost is recorded with it ([`crate::session::cost`]).
+#[derive(Debug, Clone, Default)]
+pub struct Prices {
+    pub execution: Option<crate::provider::config::Price>,
+    /// Summaries (the `compaction` role's provider, else the execution one's).
+    pub compaction: Option<crate::provider::config::Price>,
 }
 
 impl Runtime {
@@ -86,6 +102,31 @@ impl Runtime {
             .provider_info(role)
             .ok()
             .and_then(|info| serde_json::to_value(info).ok());
+        let execution = config.price_for(role);
+        if let Some(max) = lock.definition.spec.execution.max_cost_usd
+            && execution.is_none()
+        {
+            let name = config
+                .provider_config(role)
+                .map(|(n, _, _)| n.to_string())?;
+            return Err(Error::invalid(format!(
+                "the run has a cost budget (maxCostUsd {max}) but provider `{name}` (role \
+                 `{role}`) has no price, so its cost could never be known"
+            ))
+            .with_hint(format!(
+                "add price = {{ input_per_mtok = …, output_per_mtok = … }} to [providers.{name}] \
+                 in {}",
+                config.path().display()
+            )));
+        }
+        let prices = Prices {
+            compaction: if config.has_role(crate::provider::COMPACTION_ROLE) {
+                config.price_for(crate::provider::COMPACTION_ROLE)
+            } else {
+                execution.clone()
+            },
+            execution,
+        };
         let lsp = lock
             .capabilities
             .iter()
@@ -100,6 +141,8 @@ impl Runtime {
             lsp,
             fence,
             hooks: config.hooks().clone(),
+            context_files: config.context_files().to_vec(),
+            prices,
         })
     }
 }
@@ -133,6 +176,8 @@ impl Prepared {
             lsp: runtime.lsp,
             fence: runtime.fence,
             hooks: runtime.hooks,
+            context_files: runtime.context_files,
+            prices: runtime.prices,
         }
     }
 
@@ -159,6 +204,8 @@ impl Prepared {
             cancel,
             plan: None,
             compaction: self.compaction.clone(),
+            context_files: &self.context_files,
+            prices: &self.prices,
         }
     }
 }
@@ -204,6 +251,10 @@ impl<'a> Execution<'a> {
                 .compaction
                 .as_ref()
                 .map(|c| c.with_provider(model(&c.provider))),
+            // A child's task is its parent's words (the parent read the rules): none again.
+            context_files: &[],
+            // The parent's models, so the parent's prices.
+            prices: self.prices,
         }
     }
 }

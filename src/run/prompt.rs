@@ -15,6 +15,15 @@ Execution contract (set by the kxen-agent runtime; it overrides anything else yo
 - A tool result says what it did (a write or edit shows the file's new lines): do not repeat a call that succeeded.
 - When the task is done, stop calling tools and answer in a few words what you did and verified; that answer is your final result.";
 
+/// What a run's task says when the run has its own `--output-schema` (the system prompt is the
+/// definition's, the same for every run of the Session, so the run's task carries it).
+pub fn output_schema_note(schema: &serde_json::Value) -> String {
+    format!(
+        "\n\nGive your final result as exactly one JSON value (no other text) that matches this \
+         JSON Schema: {schema}"
+    )
+}
+
 /// The system prompt for `definition`.
 pub fn system_prompt(definition: &AgentDefinition) -> String {
     let spec = &definition.spec;
@@ -38,10 +47,16 @@ pub fn system_prompt(definition: &AgentDefinition) -> String {
     out.push_str("\nOutput contract:\n");
     match spec.output.format {
         OutputFormat::Text => out.push_str("- Give your final result as plain text.\n"),
+        OutputFormat::Json if spec.output.required_fields.is_empty() => {
+            out.push_str("- Give your final result as exactly one JSON object (no other text).\n")
+        }
         OutputFormat::Json => out.push_str(&format!(
             "- Give your final result as exactly one JSON object (no other text) with these fields: {}.\n",
             spec.output.required_fields.join(", ")
         )),
+    }
+    if let Some(schema) = &spec.output.schema {
+        out.push_str(&format!("- It must match this JSON Schema: {schema}\n"));
     }
     out.push('\n');
     out.push_str(EXECUTION_CONTRACT);

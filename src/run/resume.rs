@@ -29,6 +29,8 @@ pub struct ResumeRequest {
     pub session_id: String,
     /// A task for a new consecutive run (only after a terminal run).
     pub task: Option<String>,
+    /// `--output-schema` for that new run (checked already).
+    pub output_schema: Option<serde_json::Value>,
     /// The workspace now (default: the bound root).
     pub workspace: Option<PathBuf>,
     /// Accept a moved or copied workspace whose identity and branch check out.
@@ -59,7 +61,13 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Prepared> {
             if let Some(last) = last {
                 settle_last(&paths, *last)?;
             }
-            (start_run(&paths, &meta.id, task, seq)?, true)
+            let context = crate::run::context::read(&meta.workspace, &runtime.context_files)?;
+            let run = NewRun {
+                task,
+                context,
+                output_schema: req.output_schema.clone(),
+            };
+            (start_run(&paths, &meta.id, run, seq)?, true)
         }
     };
     let mut prepared = Prepared::new(lease, state, meta, run_id, new_run, merged, runtime);
@@ -75,6 +83,15 @@ fn check_request(req: &ResumeRequest) -> Result<()> {
     {
         return Err(Error::usage("the task is empty")
             .with_hint("give the task with --task TEXT, --task-file FILE or --stdin"));
+    }
+    if req.output_schema.is_some() && req.task.is_none() {
+        return Err(Error::usage(
+            "--output-schema applies to a new run: a resumed run keeps the schema it started with",
+        )
+        .with_hint(format!(
+            "give the next task with it: kxen-agent --resume {} --task \"…\" --output-schema FILE",
+            req.session_id
+        )));
     }
     Ok(())
 }
@@ -282,11 +299,26 @@ fn settle_last(paths: &SessionPaths, mut run: RunState) -> Result<()> {
     settle::finish(&mut run, &run_paths, &mut messages)
 }
 
-/// Creates run number `seq` of Session `session_id` for `task` and returns its id.
-fn start_run(paths: &SessionPaths, session_id: &str, task: &str, seq: u64) -> Result<String> {
+/// What a new consecutive run starts with.
+struct NewRun<'t> {
+    task: &'t str,
+    /// The repository rules read for it.
+    context: Option<crate::session::RunContext>,
+    /// `--output-schema`.
+    output_schema: Option<serde_json::Value>,
+}
+
+/// Creates run number `seq` of Session `session_id` and returns its id.
+fn start_run(paths: &SessionPaths, session_id: &str, new: NewRun, seq: u64) -> Result<String> {
     let run_id = ids::new_id(IdKind::Run);
-    let message = Message::new(&run_id, Role::User, task.to_string());
+    let mut text = new.task.to_string();
+    if let Some(schema) = &new.output_schema {
+        text.push_str(&crate::run::prompt::output_schema_note(schema));
+    }
+    let mut message = Message::new(&run_id, Role::User, text);
+    message.context = new.context;
     let mut run = RunState::new(session_id, &run_id, &message, seq);
+    run.output_schema = new.output_schema;
     let run_paths = paths.run(&run_id);
     fsx::create_dir_private(&run_paths.dir)?;
     // run.json first: the task message is appended by the run itself if a crash comes between.

@@ -53,6 +53,7 @@ pub fn finish(run: &mut RunState, paths: &RunPaths, messages: &mut MessageLog) -
         let mut message = Message::new(&run.id, Role::Assistant, result.final_text.clone());
         message.id = id.clone();
         message.usage = result.final_usage;
+        message.cost_usd = result.final_cost_usd;
         message.created_at = result.at.clone();
         messages.append(message)?;
         failpoint::hit("settle.after-final-message");
@@ -80,6 +81,7 @@ mod tests {
         let task = Message::new("run_1", Role::User, "t");
         let mut run = RunState::new("ses_1", "run_1", &task, 1);
         let result = RunResult {
+            final_cost_usd: None,
             status: RunStatus::Completed,
             reason: None,
             final_text: "done".into(),

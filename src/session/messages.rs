@@ -80,6 +80,33 @@ impl UsageRecord {
     }
 }
 
+/// The repository rules a run's first turn carried (`AGENTS.md` and the like, see
+/// `docs/context.md`), kept with the run's task message: a resume, a fork or an imported bundle
+/// sends the model exactly these bytes, whatever the files say now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunContext {
+    /// The files read, repository root first, the nearest to the workspace last.
+    pub files: Vec<ContextFile>,
+    /// The framed text the model reads before the task (the task follows it directly).
+    pub text: String,
+}
+
+/// One context file as a run read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContextFile {
+    /// Relative to the repository root (the workspace outside git), `/`-separated.
+    pub path: String,
+    /// `sha256:…` of the whole file as read (before any cut).
+    pub sha256: String,
+    /// The file's size.
+    pub bytes: u64,
+    /// Only the first part of the file was given to the model (the cap).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
 /// One line of `messages.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -113,6 +140,14 @@ pub struct Message {
     /// reported them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageRecord>,
+    /// Assistant messages and compaction records: what the call cost in US dollars, from its
+    /// `usage` and the provider's `price` when the call was made (absent: no usage reported,
+    /// or no price configured; see [`crate::session::cost`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// A run's task message: the repository rules given before the task ([`RunContext`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<RunContext>,
     pub created_at: String,
 }
 
@@ -122,6 +157,9 @@ impl Message {
     /// keeps its own copy, so the copy and the Session agree. Idempotent.
     pub fn redact(&mut self) {
         crate::redact::redact_in_place(&mut self.content);
+        if let Some(context) = &mut self.context {
+            crate::redact::redact_in_place(&mut context.text);
+        }
         for call in &mut self.tool_calls {
             crate::redact::redact_json(&mut call.arguments);
         }
@@ -142,6 +180,8 @@ impl Message {
             is_error: false,
             compacts: None,
             usage: None,
+            cost_usd: None,
+            context: None,
             created_at: crate::clock::now_rfc3339(),
         }
     }

@@ -5,6 +5,7 @@
 //! staging directory and renamed into place ([`store::create`]). Everything that changes an
 //! existing Session happens under its run lease ([`lease::Lease`]).
 
+pub mod cost;
 pub mod diff;
 pub mod fork;
 pub mod lease;
@@ -18,5 +19,7 @@ pub mod view;
 
 pub use lease::{Lease, LeaseRecord, hostname};
 pub(crate) use messages::is_zero;
-pub use messages::{CallRecord, Compacted, Message, MessageLog, Role, UsageRecord};
+pub use messages::{
+    CallRecord, Compacted, ContextFile, Message, MessageLog, Role, RunContext, UsageRecord,
+};
 pub use meta::{ForkKind, ForkPoint, HistoryEntry, SessionMeta, TaskParent};

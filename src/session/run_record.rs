@@ -113,6 +113,9 @@ pub struct RunResult {
     /// Tokens of the model call that produced the final message (restored with it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_usage: Option<UsageRecord>,
+    /// What that call cost (restored with the final message; see [`crate::session::cost`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_cost_usd: Option<f64>,
     pub turns: u64,
     pub usage: UsageRecord,
     pub at: String,
@@ -155,6 +158,10 @@ pub struct RunState {
     /// pending) until `dwp resources recover` lifts the hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_hold: Option<String>,
+    /// `run --output-schema FILE`: a JSON Schema this run's final answer must match, beside
+    /// the definition's own contract (read once, when the run was created).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<RunResult>,
     /// The final message is in the Session: nothing about this run is pending.
@@ -180,6 +187,7 @@ impl RunState {
             approval_ops: Vec::new(),
             plan: None,
             plan_hold: None,
+            output_schema: None,
             result: None,
             settled: false,
         }
@@ -256,6 +264,7 @@ mod tests {
         let task = Message::new("run_1", crate::session::Role::User, "t");
         let mut run = RunState::new("ses_1", "run_1", &task, 1);
         run.result = Some(RunResult {
+            final_cost_usd: None,
             status: RunStatus::Failed,
             reason: Some(FailReason::BudgetExhausted),
             final_text: String::new(),

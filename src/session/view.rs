@@ -148,6 +148,25 @@ pub fn show_session(state: &StateDir, session_id: &str) -> Result<Value> {
     }
     value["lineage"] = lineage(state, &meta)?;
     value["runs"] = serde_json::to_value(&runs).unwrap_or(Value::Null);
+    // Which version of each repository rule file each run gave the model (its task message
+    // holds the text).
+    let mut total = crate::session::cost::Cost::default();
+    for (run, shown) in runs
+        .iter()
+        .zip(value["runs"].as_array_mut().into_iter().flatten())
+    {
+        let files = messages
+            .iter()
+            .find(|m| m.id == run.task_message_id)
+            .and_then(|m| m.context.as_ref())
+            .map(|c| serde_json::to_value(&c.files).unwrap_or(Value::Null));
+        shown["contextFiles"] = files.unwrap_or_else(|| json!([]));
+        // What its model calls cost, its `task` children's included.
+        let cost = crate::session::cost::of_run(state, session_id, &run.id, &messages)?;
+        total.add(&cost);
+        shown["cost"] = cost.to_json();
+    }
+    value["cost"] = total.to_json();
     value["messages"] = serde_json::to_value(&messages).unwrap_or(Value::Null);
     Ok(value)
 }
@@ -203,6 +222,9 @@ pub struct RunView {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub run: RunState,
+    /// What the run's model calls cost, its `task` children's included
+    /// ([`crate::session::cost::Cost::to_json`]).
+    pub cost: Value,
     pub operations: Vec<OpState>,
     /// The calls that wait for `run approve` / `run deny` (their policy rule is `ask`).
     #[serde(rename = "pendingApprovals")]
@@ -283,6 +305,7 @@ pub fn show_run(state: &StateDir, session_id: &str, run_id: &str) -> Result<RunV
     }
     Ok(RunView {
         kind: "run",
+        cost: crate::session::cost::of_session(state, session_id, Some(run_id))?.to_json(),
         run,
         operations: table.into_ops(),
         pending_approvals,

@@ -83,7 +83,14 @@ fn provider_config(env: &TestEnv, kind: Kind, url: &str) -> std::path::PathBuf {
 }
 
 fn repo(env: &TestEnv) -> std::path::PathBuf {
-    env.git_repo("repo", &[("a.txt", "alpha\n"), ("b.txt", "beta\n")])
+    env.git_repo(
+        "repo",
+        &[
+            ("a.txt", "alpha\n"),
+            ("b.txt", "beta\n"),
+            ("AGENTS.md", "Read before you write.\n"),
+        ],
+    )
 }
 
 /// The request bodies of an uninterrupted run.
@@ -130,6 +137,8 @@ fn killed_and_resumed(kind: Kind) -> Vec<Vec<u8>> {
     }
     child.kill().unwrap();
     child.wait().unwrap();
+    // The rules change before the resume: it replays the text the run recorded.
+    std::fs::write(repo.join("AGENTS.md"), "Changed rules.\n").unwrap();
     let list = env.run("kxen-agent", &["session", "list"]);
     let session = list.jsonl()[0]["id"].as_str().unwrap().to_string();
     let config_s = config.to_str().unwrap();
@@ -155,6 +164,7 @@ fn without_breakpoints(body: &[u8]) -> String {
 fn check(kind: Kind) {
     let a = uninterrupted(kind);
     assert_eq!(a.len(), CALLS + 1);
+    assert!(String::from_utf8_lossy(&a[0]).contains("Read before you write."));
     for (n, pair) in a.windows(2).enumerate() {
         let (before, after) = (without_breakpoints(&pair[0]), without_breakpoints(&pair[1]));
         let open = before

@@ -41,18 +41,28 @@ fn summary(file: &Path, d: &AgentDefinition, hash: &str) -> String {
         agent::OutputFormat::Text => "text".to_string(),
         agent::OutputFormat::Json => {
             format!(
-                "json (required fields: {})",
-                list(&spec.output.required_fields)
+                "json (required fields: {}{})",
+                list(&spec.output.required_fields),
+                if spec.output.schema.is_some() {
+                    "; a JSON Schema"
+                } else {
+                    ""
+                }
             )
         }
     };
+    // Beyond the spec: shown only when set, so the usual summary reads as it always did.
+    let cost = spec
+        .execution
+        .max_cost_usd
+        .map_or(String::new(), |max| format!(", maxCostUsd {max}"));
     format!(
         "{file}: valid DCPAgent `{name}`\n\
          definitionHash: {hash}\n\
          objective: {objective}\n\
          instructions: {ni}, success criteria: {nc}\n\
          capabilities: required [{req}], optional [{opt}]\n\
-         execution: modelRole {role}, maxTurns {turns}, maxWallClockMs {wall}, maxPureRetries {retries}\n\
+         execution: modelRole {role}, maxTurns {turns}, maxWallClockMs {wall}, maxPureRetries {retries}{cost}\n\
          output: {format}\n",
         file = file.display(),
         name = d.metadata.name,

@@ -77,6 +77,11 @@ pub struct RunArgs {
     /// The plan task (a T-… id of the plan's contract); with --plan.
     #[arg(long, value_name = "T", requires = "plan")]
     pub plan_task: Option<String>,
+    /// A JSON Schema (a JSON file) this run's final answer must match, beside the definition's
+    /// own output contract: an answer that does not is a failed run (exit 1) naming the first
+    /// violations by JSON pointer. Only for a new run (a new Session, or --resume with a task).
+    #[arg(long, value_name = "FILE")]
+    pub output_schema: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -106,6 +111,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
         })?,
     };
     let resume_flags = resume_flags(&args);
+    let output_schema = read_output_schema(&args)?;
     let workspace = match args.workspace {
         Some(w) => w,
         None => std::env::current_dir()
@@ -115,6 +121,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
     let request = NewRunRequest {
         workspace,
         task,
+        output_schema,
         agent: args.agent,
         policy: args.policy.flags(),
         config: args.config.clone(),
@@ -240,6 +247,15 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<Ex
     }
 }
 
+/// `--output-schema FILE`, read and checked (exit 3 when missing, exit 4 when it is no usable
+/// JSON Schema).
+fn read_output_schema(args: &RunArgs) -> Result<Option<serde_json::Value>> {
+    args.output_schema
+        .as_deref()
+        .map(|path| crate::agent::schema::load(path, "--output-schema"))
+        .transpose()
+}
+
 /// The run of `--resume` once the Session is here (and, with `--remote`, claimed and pulled).
 fn resume_here(
     state: &StateDir,
@@ -260,6 +276,7 @@ fn resume_here(
     let task = bound.as_ref().map(|b| b.first_input.clone()).or(task);
     let request = ResumeRequest {
         session_id: args.resume.clone().unwrap_or_default(),
+        output_schema: read_output_schema(&args)?,
         task,
         workspace: args.workspace.clone(),
         rebind: args.rebind_workspace,

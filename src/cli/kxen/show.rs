@@ -127,6 +127,17 @@ fn clip(text: &str, max: usize) -> String {
     }
 }
 
+/// A cost as `session show`/`run show` give it: `$0.0123`, or `unknown (why)`.
+fn cost_text(cost: &Value) -> String {
+    match cost["usd"].as_f64() {
+        Some(usd) => format!("${usd:.4}"),
+        None => format!(
+            "unknown ({})",
+            cost["unknown"].as_str().unwrap_or("not recorded")
+        ),
+    }
+}
+
 /// The human view of a Session: identity, binding, lock, runs, then the conversation.
 fn session_text(s: &Value) -> String {
     let mut out = format!(
@@ -174,6 +185,7 @@ fn session_text(s: &Value) -> String {
             s["forkPoint"]["messageId"].as_str().unwrap_or("-")
         ));
     }
+    out.push_str(&format!("cost {}\n", cost_text(&s["cost"])));
     for run in s["runs"].as_array().into_iter().flatten() {
         out.push_str(&format!(
             "run {}  {}{}  task: {}\n",
@@ -189,6 +201,20 @@ fn session_text(s: &Value) -> String {
         let last = run["attempts"].as_array().and_then(|a| a.last());
         if let Some(provider) = last.map(|a| &a["provider"]).filter(|p| p.is_object()) {
             out.push_str(&format!("  provider {}\n", provider_text(provider)));
+        }
+        out.push_str(&format!("  cost {}\n", cost_text(&run["cost"])));
+        for file in run["contextFiles"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  rules {}  {}  {} bytes{}\n",
+                clip(str_of(file, "path"), 80),
+                str_of(file, "sha256"),
+                file["bytes"].as_u64().unwrap_or_default(),
+                if file["truncated"] == Value::Bool(true) {
+                    " (cut at 32 KiB)"
+                } else {
+                    ""
+                }
+            ));
         }
         out.push_str(&plan_text(run, "  "));
     }
@@ -295,6 +321,7 @@ fn run_text(shown: &view::RunView) -> String {
     }
     let attempts = run["attempts"].as_array().map_or(0, Vec::len);
     out.push_str(&format!("attempts: {attempts}\n"));
+    out.push_str(&format!("cost: {}\n", cost_text(&shown.cost)));
     for op in &shown.operations {
         out.push_str(&format!(
             "{}  {:<14} {} {}\n",
