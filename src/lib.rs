@@ -31,6 +31,7 @@ pub mod policy;
 mod process;
 pub mod provider;
 pub mod redact;
+pub mod report;
 pub mod run;
 pub mod sandbox;
 pub mod session;

@@ -31,6 +31,7 @@ mod mcp_hostile;
 mod mcp_http;
 mod mcp_npm;
 mod policy_check;
+mod report;
 mod run_anthropic;
 mod run_bad_input;
 mod run_cache_stable;
