@@ -366,7 +366,11 @@ impl KnownFiles {
         if outcome == Outcome::Ok && (call.name == "write" || self.files.contains_key(&path)) {
             self.files.insert(path.clone(), after.clone());
         }
-        let text = similar::TextDiff::from_lines(&before, &after)
+        // A pathological pair of large files must not stall the page: past the deadline
+        // `similar` falls back to a coarser (still correct) diff.
+        let text = similar::TextDiff::configure()
+            .timeout(std::time::Duration::from_millis(200))
+            .diff_lines(&before, &after)
             .unified_diff()
             .context_radius(3)
             .header(&format!("a/{path}"), &format!("b/{path}"))

@@ -90,8 +90,10 @@ pub fn render(data: &Data) -> String {
         );
         out.push_str(&next);
     }
-    out.push_str(
-        "\nThe full report (timeline, diffs, tokens per call) is the `kxen-report` artifact.\n",
+    let _ = writeln!(
+        out,
+        "\nThe whole Session (timeline, diffs, tokens per call): `kxen-agent session report {}`",
+        plain(s["id"].as_str().unwrap_or("SES"))
     );
     out
 }
