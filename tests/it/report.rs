@@ -451,3 +451,74 @@ fn report_errors_have_their_exit_codes() {
     assert!(html.contains("verification failed"), "{html}");
     let _: Value = damaged.jsonl()[0].clone();
 }
+
+/// The report reads a live Session (no lease, a torn last line ignored): made again and again
+/// while a run works, every one exits 0, verifies and is a whole page.
+#[test]
+fn report_during_an_active_run_is_whole_and_verified() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = fixer(&env);
+    // Distinct arguments: identical calls would end the run `loopDetected` first.
+    let mut turns: Vec<Value> = (0..300)
+        .map(|i| {
+            call(
+                &format!("c{i}"),
+                "read",
+                json!({"path": "README", "limit": i + 1}),
+            )
+        })
+        .collect();
+    turns.push(answer("done"));
+    let config = script_config(&env, &turns);
+    let yaml = std::fs::read_to_string(&agent)
+        .unwrap()
+        .replace("maxTurns: 16", "maxTurns: 400");
+    std::fs::write(&agent, yaml).unwrap();
+    let mut child = spawn_new(&env, &repo, "Read", &agent, &config, &[]);
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            if let Some(mut pipe) = pipe {
+                let _ = std::io::copy(&mut pipe, &mut std::io::sink());
+            }
+        })
+    };
+    drain(child.stdout.take().map(|p| Box::new(p) as _));
+    drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let sessions = env.state_dir().join("sessions");
+    let ses = loop {
+        let found = std::fs::read_dir(&sessions).ok().and_then(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .find(|n| n.starts_with("ses_"))
+        });
+        if let Some(id) = found {
+            break id;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let (mut made, mut running) = (0, 0);
+    while child.try_wait().unwrap().is_none() {
+        let page = env.run("kxen-agent", &["session", "report", &ses, "--output", "-"]);
+        assert_eq!(
+            page.code, 0,
+            "report {made} during the run\n{}",
+            page.stderr
+        );
+        assert!(page.stdout.ends_with("</html>\n"), "a partial page");
+        assert!(page.stdout.contains("verified</span>"));
+        // Mid-run: some calls recorded, not all (and the run not settled).
+        let calls = page.stdout.matches("<li class=\"call\">").count();
+        if calls < 300 && page.stdout.contains("(not settled)</span></h3>") {
+            running += 1;
+        }
+        made += 1;
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(
+        running >= 2,
+        "only {running} of {made} reports saw the run running"
+    );
+    let page = env.run("kxen-agent", &["session", "report", &ses, "--output", "-"]);
+    assert_eq!(page.stdout.matches("<li class=\"call\">").count(), 300);
+}
