@@ -37,6 +37,7 @@ pub mod sandbox;
 pub mod session;
 pub mod state;
 pub mod sync;
+pub mod telemetry;
 pub mod templates;
 pub mod text;
 pub mod tools;

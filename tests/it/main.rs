@@ -60,4 +60,5 @@ mod snapshots;
 mod state_damage;
 mod task;
 mod task_bundle;
+mod telemetry;
 mod workspace_resume;

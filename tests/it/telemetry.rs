@@ -1,0 +1,377 @@
+//! OpenTelemetry traces: runs export spans to a trace receiver built on the official
+//! `opentelemetry-proto` definitions (fixtures/otel/receiver.py, installed by `.ci/run`), over
+//! OTLP/HTTP protobuf and JSON. The span tree, attribute names, one trace across a resume, no
+//! secret, and a collector that is down or hangs costs the run nothing but a warning.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::env::{Run, TestEnv};
+use crate::run_support::*;
+
+const CANARY: &str = "sk-canary-otel-41c0d9e7";
+
+struct Receiver {
+    child: Child,
+    port: u16,
+    out: PathBuf,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn receiver(env: &TestEnv, mode: &str) -> Receiver {
+    let out = env.path().join(format!("spans-{mode}.jsonl"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/otel/receiver.py");
+    let mut child = Command::new("python3")
+        .arg(script)
+        .arg(&out)
+        .arg(mode)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 with opentelemetry-proto (installed by .ci/run)");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line.trim().parse().expect("the receiver's port");
+    Receiver { child, port, out }
+}
+
+impl Receiver {
+    fn spans(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        let spans: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        for s in &spans {
+            assert!(
+                s.get("error").is_none(),
+                "the receiver refused an export: {s}"
+            );
+        }
+        spans
+    }
+}
+
+/// `kxen-agent ARGS` with the OTLP variables and the canary key set.
+fn traced(env: &TestEnv, vars: &[(&str, String)], args: &[&str]) -> Run {
+    let mut cmd = env.cmd("kxen-agent");
+    cmd.args(args).env("OPENAI_API_KEY", CANARY);
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    Run::from(cmd.output().unwrap())
+}
+
+fn attr<'a>(span: &'a Value, key: &str) -> &'a Value {
+    &span["attributes"][key]
+}
+
+#[test]
+fn a_run_exports_its_span_tree_over_protobuf_and_json() {
+    for protocol in ["http/protobuf", "http/json"] {
+        let env = TestEnv::new();
+        let rx = receiver(&env, "ok");
+        let repo = env.git_repo("repo", &[("README", "x\n")]);
+        let config = script_config(
+            &env,
+            &[
+                json!({"text": "", "toolCalls": [
+                    {"id": "c1", "name": "write", "arguments": {"path": "a.txt", "content": CANARY}},
+                    {"id": "c2", "name": "read", "arguments": {"path": "README"}}],
+                    "usage": {"inputTokens": 11, "outputTokens": 3}}),
+                call("c3", "read", json!({"path": "a.txt"})),
+                answer("done"),
+            ],
+        );
+        let vars = [
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{}", rx.port),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.to_string()),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "authorization=Bearer%20collector-token".to_string(),
+            ),
+            ("OTEL_SERVICE_NAME", "agent-ci".to_string()),
+        ];
+        let task = format!("write {CANARY}");
+        let run = traced(
+            &env,
+            &vars,
+            &[
+                "run",
+                "--workspace",
+                repo.to_str().unwrap(),
+                "--task",
+                &task,
+                "--agent",
+                fixer(&env).to_str().unwrap(),
+                "--config",
+                config.to_str().unwrap(),
+            ],
+        );
+        run.expect(0);
+        assert!(!run.stderr.contains("telemetry"), "{}", run.stderr);
+        let finished = finished(&run.jsonl()).clone();
+        let (ses, run_id) = (
+            finished["sessionId"].as_str().unwrap(),
+            finished["runId"].as_str().unwrap(),
+        );
+        let spans = rx.spans();
+        let kind = if protocol == "http/json" {
+            "application/json"
+        } else {
+            "application/x-protobuf"
+        };
+        assert!(spans.iter().all(|s| s["contentType"] == kind));
+        assert!(
+            spans
+                .iter()
+                .all(|s| s["authorization"] == "Bearer collector-token")
+        );
+        assert!(
+            spans
+                .iter()
+                .all(|s| s["resource"]["service.name"] == "agent-ci")
+        );
+        // One trace, derived from the run id.
+        let trace = &kxen::hash::sha256_hex(format!("kxen-agent trace {run_id}").as_bytes())[..32];
+        assert!(spans.iter().all(|s| s["traceId"] == trace), "{spans:#?}");
+        assert!(
+            spans
+                .iter()
+                .all(|s| attr(s, "kxen.session.id") == ses && attr(s, "kxen.run.id") == run_id)
+        );
+        let named = |prefix: &str| -> Vec<&Value> {
+            spans
+                .iter()
+                .filter(|s| s["name"].as_str().unwrap().starts_with(prefix))
+                .collect()
+        };
+        let root = named("invoke_agent");
+        assert_eq!(root.len(), 1);
+        assert_eq!(root[0]["parentSpanId"], "");
+        assert_eq!(attr(root[0], "kxen.run.status"), "completed");
+        assert_eq!(attr(root[0], "gen_ai.usage.input_tokens"), 41);
+        let chats = named("chat");
+        assert_eq!(chats.len(), 3, "{chats:#?}");
+        for c in &chats {
+            assert_eq!(c["parentSpanId"], root[0]["spanId"]);
+            assert_eq!(attr(c, "gen_ai.operation.name"), "chat");
+            assert_eq!(attr(c, "gen_ai.provider.name"), "script");
+            assert_eq!(c["kind"], 3); // CLIENT
+        }
+        assert_eq!(attr(chats[0], "gen_ai.usage.input_tokens"), 11);
+        assert_eq!(
+            attr(chats[0], "gen_ai.response.finish_reasons"),
+            "tool_calls"
+        );
+        let tools = named("execute_tool");
+        assert_eq!(tools.len(), 3);
+        // Both calls of the first answer are children of its model call, the third of the second.
+        assert_eq!(tools[0]["parentSpanId"], chats[0]["spanId"]);
+        assert_eq!(tools[1]["parentSpanId"], chats[0]["spanId"]);
+        assert_eq!(tools[2]["parentSpanId"], chats[1]["spanId"]);
+        assert_eq!(attr(tools[0], "gen_ai.tool.name"), "write");
+        assert_eq!(attr(tools[0], "kxen.tool.outcome"), "ok");
+        assert!(
+            attr(tools[0], "kxen.op.id")
+                .as_str()
+                .unwrap()
+                .starts_with("op_")
+        );
+        for s in &spans {
+            assert!(s["end"].as_u64().unwrap() >= s["start"].as_u64().unwrap());
+        }
+        // No task, argument or output, and never the key.
+        let raw = std::fs::read(rx.out.with_extension("jsonl.raw")).unwrap();
+        let raw = String::from_utf8_lossy(&raw);
+        assert!(
+            !raw.contains(CANARY) && !raw.contains("collector-token"),
+            "{protocol}: a secret was exported"
+        );
+    }
+}
+
+#[test]
+fn every_attempt_of_a_run_joins_one_trace() {
+    let env = TestEnv::new();
+    let rx = receiver(&env, "ok");
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let policy = env.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"allowShell": true, "mcpTools": {"exec": "ask"}}"#,
+    )
+    .unwrap();
+    let config = script_config(
+        &env,
+        &[
+            call("c1", "exec", json!({"command": "echo hi"})),
+            answer("done"),
+        ],
+    );
+    let vars = [(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        format!("http://127.0.0.1:{}/v1/traces", rx.port),
+    )];
+    let (repo_s, policy_s, config_s) = (
+        repo.to_str().unwrap(),
+        policy.to_str().unwrap(),
+        config.to_str().unwrap(),
+    );
+    let first = traced(
+        &env,
+        &vars,
+        &[
+            "run",
+            "--workspace",
+            repo_s,
+            "--task",
+            "hi",
+            "--agent",
+            fixer(&env).to_str().unwrap(),
+            "--config",
+            config_s,
+            "--policy",
+            policy_s,
+        ],
+    );
+    first.expect(7);
+    let asked = first
+        .jsonl()
+        .into_iter()
+        .find(|e| e["type"] == "runApprovalRequired")
+        .unwrap();
+    let (ses, run_id, op) = (
+        asked["sessionId"].as_str().unwrap().to_string(),
+        asked["runId"].as_str().unwrap().to_string(),
+        asked["opId"].as_str().unwrap().to_string(),
+    );
+    env.run("kxen-agent", &["run", "approve", &ses, &run_id, &op])
+        .expect(0);
+    traced(
+        &env,
+        &vars,
+        &[
+            "--resume",
+            &ses,
+            "--workspace",
+            repo_s,
+            "--config",
+            config_s,
+            "--policy",
+            policy_s,
+        ],
+    )
+    .expect(0);
+    let spans = rx.spans();
+    let roots: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "invoke_agent")
+        .collect();
+    assert_eq!(roots.len(), 2, "one span per attempt");
+    assert_eq!(roots[0]["traceId"], roots[1]["traceId"]);
+    assert!(spans.iter().all(|s| s["traceId"] == roots[0]["traceId"]));
+    assert_eq!(attr(roots[0], "kxen.run.status"), "inputRequired");
+    assert_eq!(attr(roots[1], "kxen.run.status"), "completed");
+    let waits: Vec<&Value> = spans
+        .iter()
+        .filter(|s| attr(s, "kxen.tool.outcome") == "awaitingApproval")
+        .collect();
+    assert_eq!(waits.len(), 1);
+    assert_eq!(attr(waits[0], "kxen.approval.rule"), "exec");
+    let ran: Vec<&Value> = spans
+        .iter()
+        .filter(|s| attr(s, "kxen.op.id") == op.as_str() && attr(s, "kxen.tool.outcome") == "ok")
+        .collect();
+    assert_eq!(
+        ran.len(),
+        1,
+        "the approved call ran once, in the second attempt"
+    );
+    assert_eq!(ran[0]["parentSpanId"].as_str().unwrap().len(), 16);
+}
+
+#[test]
+fn a_collector_that_is_down_or_hangs_costs_the_run_only_a_warning() {
+    let env = TestEnv::new();
+    let hang = receiver(&env, "hang");
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let config = script_config(
+        &env,
+        &[
+            call("c1", "read", json!({"path": "README"})),
+            answer("done"),
+        ],
+    );
+    let agent = fixer(&env);
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    for (endpoint, says) in [
+        ("http://127.0.0.1:1".to_string(), "not exported"),
+        (
+            format!("http://127.0.0.1:{}", hang.port),
+            "did not take the last spans",
+        ),
+    ] {
+        let started = Instant::now();
+        let run = traced(
+            &env,
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)],
+            &[
+                "run",
+                "--workspace",
+                repo.to_str().unwrap(),
+                "--task",
+                "read",
+                "--agent",
+                agent.to_str().unwrap(),
+                "--config",
+                config.to_str().unwrap(),
+            ],
+        );
+        run.expect(0);
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "the run waited {:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            run.stderr.matches("telemetry:").count(),
+            1,
+            "{}",
+            run.stderr
+        );
+        assert!(run.stderr.contains(says), "{}", run.stderr);
+    }
+    // A malformed endpoint: a warning, and the run goes on without tracing.
+    let run = traced(
+        &env,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318".to_string())],
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "read",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    assert!(run.stderr.contains("telemetry is off"), "{}", run.stderr);
+}
