@@ -375,3 +375,112 @@ fn a_collector_that_is_down_or_hangs_costs_the_run_only_a_warning() {
     run.expect(0);
     assert!(run.stderr.contains("telemetry is off"), "{}", run.stderr);
 }
+
+/// kill -9 in the middle of a tool call, then the resume that finds it UNKNOWN, then the resume
+/// after `run resolve`: all three attempts' spans are in the run's one trace.
+#[test]
+fn a_run_killed_and_resumed_stays_one_trace() {
+    let env = TestEnv::new();
+    let rx = receiver(&env, "ok");
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let config = script_config(
+        &env,
+        &[
+            call("c1", "exec", json!({"command": "sleep 30"})),
+            answer("done"),
+        ],
+    );
+    let endpoint = format!("http://127.0.0.1:{}", rx.port);
+    let (repo_s, config_s) = (repo.to_str().unwrap(), config.to_str().unwrap());
+    let mut child = env
+        .cmd("kxen-agent")
+        .args(["run", "--workspace", repo_s, "--task", "wait", "--agent"])
+        .arg(fixer(&env))
+        .args(["--config", config_s, "--allow-shell"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut events = BufReader::new(child.stdout.take().unwrap());
+    let mut run_id = String::new();
+    let mut session = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            events.read_line(&mut line).unwrap() > 0,
+            "the run ended early"
+        );
+        let event: Value = serde_json::from_str(&line).unwrap();
+        if event["type"] == "runStarted" {
+            run_id = event["runId"].as_str().unwrap().to_string();
+            session = event["sessionId"].as_str().unwrap().to_string();
+        }
+        if event["type"] == "toolStarted" {
+            break;
+        }
+    }
+    // The model call's span is sent within the exporter's linger (0.5 s); then the kill.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rx.spans().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no span exported before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let vars = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)];
+    let resume = [
+        "--resume",
+        session.as_str(),
+        "--workspace",
+        repo_s,
+        "--config",
+        config_s,
+        "--allow-shell",
+    ];
+    traced(&env, &vars, &resume).expect(7);
+    let shown = env
+        .run("kxen-agent", &["run", "show", &session, &run_id])
+        .jsonl()
+        .remove(0);
+    let op = shown["operations"][0]["opId"].as_str().unwrap().to_string();
+    env.run(
+        "kxen-agent",
+        &[
+            "run", "resolve", &session, &run_id, &op, "--output", "killed",
+        ],
+    )
+    .expect(0);
+    traced(&env, &vars, &resume).expect(0);
+
+    let spans = rx.spans();
+    let trace = &kxen::hash::sha256_hex(format!("kxen-agent trace {run_id}").as_bytes())[..32];
+    assert!(spans.iter().all(|s| s["traceId"] == trace), "{spans:#?}");
+    let roots: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "invoke_agent")
+        .collect();
+    let statuses: Vec<&str> = roots
+        .iter()
+        .map(|r| attr(r, "kxen.run.status").as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        ["inputRequired", "completed"],
+        "the killed attempt's own span is lost"
+    );
+    // The killed attempt's model call arrived, under the root that died with it.
+    let ids: Vec<&str> = spans
+        .iter()
+        .map(|s| s["spanId"].as_str().unwrap())
+        .collect();
+    let orphans = spans
+        .iter()
+        .filter(|s| s["name"].as_str().unwrap().starts_with("chat"))
+        .filter(|s| !ids.contains(&s["parentSpanId"].as_str().unwrap()))
+        .count();
+    assert_eq!(orphans, 1, "{spans:#?}");
+}
