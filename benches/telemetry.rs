@@ -62,8 +62,14 @@ fn main() {
     let mut plain = Vec::new();
     let mut traced = Vec::new();
     for rep in 0..reps {
-        plain.push(run(calls, None, rep));
-        traced.push(run(calls, Some(settings.clone()), rep));
+        // Alternating which goes first: a shared disk's fsync latency drifts over a minute.
+        if rep % 2 == 0 {
+            plain.push(run(calls, None, rep));
+            traced.push(run(calls, Some(settings.clone()), rep));
+        } else {
+            traced.push(run(calls, Some(settings.clone()), rep));
+            plain.push(run(calls, None, rep));
+        }
     }
     let (p, t) = (support::median(plain), support::median(traced));
     println!("telemetry: {calls} tool calls (read) through the script provider, median of {reps}");

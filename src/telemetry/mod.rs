@@ -18,6 +18,7 @@
 //! [`export::FLUSH_WAIT`] for the last batch; whatever was dropped or refused is told in one
 //! warning.
 
+mod children;
 pub mod export;
 pub mod otlp;
 pub mod sink;

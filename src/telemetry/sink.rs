@@ -15,6 +15,7 @@ use serde_json::Value as Json;
 
 use super::export::Exporter;
 use super::span::{self, Kind, Span, Status, Value};
+use crate::journal::ChildRef;
 use crate::run::events::{Event, EventSink};
 use crate::session::UsageRecord;
 use crate::state::StateDir;
@@ -190,6 +191,33 @@ impl<'a> TracingSink<'a> {
         open
     }
 
+    /// A `task` call returned: its child's run, under the call's span.
+    fn child_spans(&mut self, op_id: &str, parent: [u8; 8]) {
+        let Some(child) = self
+            .journal
+            .as_ref()
+            .and_then(|j| j.children.get(op_id))
+            .cloned()
+        else {
+            return;
+        };
+        let Some(state) = &self.state else { return };
+        let mut spans = Vec::new();
+        super::children::spans(
+            state,
+            self.trace_id,
+            parent,
+            &child.session_id,
+            &child.run_id,
+            1,
+            &mut spans,
+        );
+        for span in spans {
+            self.sent += 1;
+            self.exporter.send(span);
+        }
+    }
+
     /// Ends the attempt's span (and anything still open under it).
     fn end_run(&mut self, status: &str, error: Option<&str>, extra: Vec<(&'static str, Value)>) {
         // A final answer without text: its model call ends with the run.
@@ -270,6 +298,9 @@ impl<'a> TracingSink<'a> {
                         None => (self.tool_span(op_id.as_deref(), tool), "refused"),
                     };
                 open.attributes.push(("kxen.tool.outcome", outcome.into()));
+                if let Some(op) = op_id.as_deref() {
+                    self.child_spans(op, open.span_id);
+                }
                 let status = if *is_error {
                     Status::Error
                 } else {
@@ -348,6 +379,8 @@ struct JournalTail {
     path: std::path::PathBuf,
     offset: u64,
     ops: HashMap<String, (String, Option<UsageRecord>)>,
+    /// `task` operations: the child Session and run each one runs.
+    children: HashMap<String, ChildRef>,
 }
 
 #[derive(serde::Deserialize)]
@@ -357,6 +390,8 @@ struct StartLine {
     message_id: String,
     #[serde(default)]
     assistant: Option<AssistantLine>,
+    #[serde(default)]
+    child: Option<ChildRef>,
 }
 
 #[derive(serde::Deserialize)]
@@ -371,6 +406,7 @@ impl JournalTail {
             path,
             offset: 0,
             ops: HashMap::new(),
+            children: HashMap::new(),
         }
     }
 
@@ -408,6 +444,9 @@ impl JournalTail {
                 continue;
             }
             if let Ok(start) = serde_json::from_slice::<StartLine>(line) {
+                if let Some(child) = start.child {
+                    self.children.insert(start.op_id.clone(), child);
+                }
                 let usage = start.assistant.and_then(|a| a.usage);
                 let entry = self
                     .ops

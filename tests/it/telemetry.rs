@@ -484,3 +484,71 @@ fn a_run_killed_and_resumed_stays_one_trace() {
         .count();
     assert_eq!(orphans, 1, "{spans:#?}");
 }
+
+/// A `task` child's run is in the parent's trace, under the parent's `execute_tool task` span.
+#[test]
+fn a_task_childs_run_is_under_its_parents_task_span() {
+    use crate::task::{child, delegator, tasks};
+    let env = TestEnv::new();
+    let rx = receiver(&env, "ok");
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let config = script_config(
+        &env,
+        &[
+            tasks(&[("t1", "check a", "Read the README, then say a-ok")]),
+            child("check a", call("a1", "read", json!({"path": "README"}))),
+            child("check a", answer("a-ok")),
+            answer("checked"),
+        ],
+    );
+    let run = traced(
+        &env,
+        &[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", rx.port),
+        )],
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "delegate",
+            "--agent",
+            delegator(&env, 8).to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ],
+    );
+    run.expect(0);
+    let parent_run = finished(&run.jsonl())["runId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let spans = rx.spans();
+    let trace = &kxen::hash::sha256_hex(format!("kxen-agent trace {parent_run}").as_bytes())[..32];
+    assert!(spans.iter().all(|s| s["traceId"] == trace), "{spans:#?}");
+    let task = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool task")
+        .expect("the task call");
+    let child_root = spans
+        .iter()
+        .find(|s| s["name"] == "invoke_agent" && s["parentSpanId"] == task["spanId"])
+        .expect("the child's run under the task span");
+    assert_ne!(
+        attr(child_root, "kxen.session.id"),
+        attr(task, "kxen.session.id")
+    );
+    assert_eq!(attr(child_root, "kxen.run.status"), "completed");
+    let read = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool read")
+        .expect("the child's read");
+    assert_eq!(read["parentSpanId"], child_root["spanId"]);
+    assert_eq!(attr(read, "kxen.tool.outcome"), "ok");
+    assert_eq!(
+        attr(read, "kxen.session.id"),
+        attr(child_root, "kxen.session.id")
+    );
+}
