@@ -45,6 +45,26 @@ pub enum Protocol {
     Json,
 }
 
+/// The variables that may carry a collector credential (an authorization header).
+const HEADER_VARS: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+];
+
+/// Treats the header variables like a model-provider key, whether or not tracing is on: never
+/// passed to a tool process (not even through `passEnv`), their values redacted from every
+/// message and output, and wiped from this process's environment block. Call before anything
+/// starts a tool or server.
+pub fn protect_env() -> Result<()> {
+    for name in HEADER_VARS {
+        if crate::own_env::var_os(name).is_some() {
+            crate::tools::register_provider_key_env(name);
+            crate::own_env::forget(name)?;
+        }
+    }
+    Ok(())
+}
+
 impl Settings {
     /// The settings the environment kxen-agent started with asks for, or `None` (tracing off).
     pub fn from_env() -> Result<Option<Settings>> {
@@ -96,8 +116,8 @@ impl Settings {
             }
         };
         let mut headers = BTreeMap::new();
-        for pair in set("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
-            .or_else(|| set("OTEL_EXPORTER_OTLP_HEADERS"))
+        for pair in set(HEADER_VARS[1])
+            .or_else(|| set(HEADER_VARS[0]))
             .unwrap_or_default()
             .split(',')
             .filter(|p| !p.trim().is_empty())

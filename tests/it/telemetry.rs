@@ -552,3 +552,83 @@ fn a_task_childs_run_is_under_its_parents_task_span() {
         attr(child_root, "kxen.session.id")
     );
 }
+
+/// A collector token in OTEL_EXPORTER_OTLP_HEADERS is a credential: a tool never sees it, and
+/// nothing kxen-agent records or exports holds it.
+#[test]
+fn the_collector_token_never_reaches_a_tool_or_the_session() {
+    let token = "collector-canary-93be1f04a7";
+    let env = TestEnv::new();
+    let rx = receiver(&env, "ok");
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let config = script_config(
+        &env,
+        &[
+            call("c1", "exec", json!({"command": "env; echo done"})),
+            answer("done"),
+        ],
+    );
+    let run = traced(
+        &env,
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{}", rx.port),
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                format!("x-collector-token={token}"),
+            ),
+        ],
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "env",
+            "--agent",
+            fixer(&env).to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+            "--pass-env",
+            "OTEL_EXPORTER_OTLP_HEADERS",
+        ],
+    );
+    // Even named in passEnv, the tool does not get it (like a model-provider key).
+    run.expect(0);
+    let done = finished(&run.jsonl()).clone();
+    let shown = env
+        .run(
+            "kxen-agent",
+            &[
+                "run",
+                "show",
+                done["sessionId"].as_str().unwrap(),
+                done["runId"].as_str().unwrap(),
+            ],
+        )
+        .jsonl()
+        .remove(0);
+    let output = shown["operations"][0]["output"]["text"].as_str().unwrap();
+    assert!(
+        output.contains("PATH=") && output.contains("done"),
+        "{output}"
+    );
+    assert!(
+        !output.contains("OTEL_EXPORTER_OTLP_HEADERS"),
+        "the tool saw the variable: {output}"
+    );
+    assert!(!run.stdout.contains(token) && !run.stderr.contains(token));
+    for file in files_under(&env.state_dir()) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(token),
+            "{}",
+            file.display()
+        );
+    }
+    assert!(!rx.spans().is_empty());
+    let raw = std::fs::read(rx.out.with_extension("jsonl.raw")).unwrap();
+    assert!(!String::from_utf8_lossy(&raw).contains(token));
+}

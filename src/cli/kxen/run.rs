@@ -88,6 +88,8 @@ impl RunArgs {
 
 /// Runs a new Session's first run; the exit code follows the run's status.
 pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<ExitStatus> {
+    // Before any tool or MCP server starts: a collector token is a credential.
+    crate::telemetry::protect_env()?;
     if args.resume.is_some() {
         return resume(state_flag, args, format);
     }
