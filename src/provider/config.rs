@@ -991,6 +991,19 @@ impl ModelConfig {
         Ok((name, p, dir))
     }
 
+    /// Every `[providers.NAME.price]`, by provider name (`session report` prices recorded
+    /// tokens with them; run records name the provider, never its rates).
+    pub fn prices(&self) -> impl Iterator<Item = (&str, &Price)> {
+        self.providers
+            .iter()
+            .filter_map(|(name, p)| p.price().map(|price| (name.as_str(), price)))
+    }
+
+    /// The provider name `[roles]` maps `role` to, if it does.
+    pub fn role_provider(&self, role: &str) -> Option<&str> {
+        self.roles.get(role).map(String::as_str)
+    }
+
     /// Whether `[roles]` maps `role` (an optional role such as `compaction` falls back when not).
     pub fn has_role(&self, role: &str) -> bool {
         self.exists && self.roles.contains_key(role)

@@ -4,6 +4,7 @@
 // Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
 #![allow(clippy::disallowed_methods)]
 
+mod action;
 mod agent_validate;
 mod approval;
 mod boundary;
@@ -34,6 +35,7 @@ mod mcp_hostile;
 mod mcp_http;
 mod mcp_npm;
 mod policy_check;
+mod report;
 mod run_anthropic;
 mod run_bad_input;
 mod run_cache_stable;
@@ -65,4 +67,5 @@ mod state_damage;
 mod task;
 mod task_bundle;
 mod task_leftovers;
+mod telemetry;
 mod workspace_resume;

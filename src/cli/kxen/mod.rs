@@ -12,9 +12,11 @@ mod init;
 mod lineage;
 mod remote;
 mod render;
+mod report;
 mod run;
 mod show;
 mod signals;
+mod trace;
 
 pub use run::RunArgs;
 
@@ -57,7 +59,7 @@ pub enum Command {
     /// Work with runtime permission policies.
     #[command(subcommand)]
     Policy(PolicyCommand),
-    /// Sessions: list, show, verify and diff (read-only); fork, export and import.
+    /// Sessions: list, show, verify, report and diff (read-only); fork, export and import.
     #[command(subcommand)]
     Session(SessionCommand),
     /// Run an agent on a task in a workspace (a new Session), or inspect runs.
@@ -177,6 +179,28 @@ pub enum SessionCommand {
     Verify {
         /// The Session id (`ses_…`).
         session: String,
+    },
+    /// Write one self-contained HTML page of the Session, readable offline (no script, font or
+    /// link to anything outside it): its runs as a timeline (attempts and resumes, model calls,
+    /// tool calls with duration and outcome, UNKNOWN and approval stops, compactions), tokens
+    /// and cost per model call as a chart, every edit as a diff, the `task` children as a tree,
+    /// and what `session verify` says. Read-only; works during a run. Text from models and tools
+    /// is escaped. A Session that fails verification still gets its report, then exit 10.
+    Report {
+        /// The Session id (`ses_…`).
+        session: String,
+        /// Where to write the page (mode 0600, replaced atomically); `-` is stdout. Default:
+        /// stdout when it is not a terminal, otherwise `SES.html` in the current directory.
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Also write a short Markdown summary (status, cost, tool calls, the exact `run
+        /// approve` / `run resolve` commands of what waits), e.g. for $GITHUB_STEP_SUMMARY.
+        #[arg(long, value_name = "FILE")]
+        summary: Option<PathBuf>,
+        /// A model config whose `[providers.NAME.price]` rates price the recorded tokens (runs
+        /// record the provider's name, not its rates). Without it, only tokens are shown.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// Write the Session into one self-contained, checksummed bundle (mode 0600, replaced
     /// atomically): its metadata, binding, lock, messages, runs, tool journals and the blobs they
@@ -528,6 +552,19 @@ fn dispatch(cli: Cli) -> Result<ExitStatus> {
         Command::Session(SessionCommand::Verify { session }) => {
             bundle::verify(&state()?, &session, format)
         }
+        Command::Session(SessionCommand::Report {
+            session,
+            output,
+            summary,
+            config,
+        }) => report::report(
+            &state()?,
+            &session,
+            output.as_deref(),
+            summary.as_deref(),
+            config.as_deref(),
+            format,
+        ),
         Command::Session(SessionCommand::Export { session, output }) => {
             bundle::export(&state()?, &session, &output, format)
         }

@@ -93,6 +93,8 @@ impl RunArgs {
 
 /// Runs a new Session's first run; the exit code follows the run's status.
 pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<ExitStatus> {
+    // Before any tool or MCP server starts: a collector token is a credential.
+    crate::telemetry::protect_env()?;
     if args.resume.is_some() {
         return resume(state_flag, args, format);
     }
@@ -169,7 +171,13 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
         plan: host.as_ref(),
         ..prepared.execution(signals::cancel_flag())
     };
-    let ending = agent_loop::execute(&execution, &prepared.run_id, &mut renderer)?;
+    let ending = super::trace::traced(
+        &state,
+        prepared.provider_info.as_ref(),
+        &mut renderer,
+        format,
+        |sink| agent_loop::execute(&execution, &prepared.run_id, sink),
+    )?;
     let hints = Hints::new(&state, state_flag.is_some(), resume_flags);
     let status = exit_status(&prepared.meta.id, &prepared.run_id, &ending, &hints);
     drop(prepared);
@@ -321,9 +329,21 @@ fn resume_here(
                 every,
                 calls: 0,
             };
-            agent_loop::execute(&execution, &resumed.run_id, &mut sink)?
+            super::trace::traced(
+                &state,
+                resumed.provider_info.as_ref(),
+                &mut sink,
+                format,
+                |sink| agent_loop::execute(&execution, &resumed.run_id, sink),
+            )?
         }
-        _ => agent_loop::execute(&execution, &resumed.run_id, &mut renderer)?,
+        _ => super::trace::traced(
+            &state,
+            resumed.provider_info.as_ref(),
+            &mut renderer,
+            format,
+            |sink| agent_loop::execute(&execution, &resumed.run_id, sink),
+        )?,
     };
     let hints = Hints::new(&state, state_flag.is_some(), resume_flags);
     let status = exit_status(&resumed.meta.id, &resumed.run_id, &ending, &hints);

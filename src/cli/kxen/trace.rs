@@ -1,0 +1,35 @@
+//! A run's events through the OpenTelemetry exporter, when the environment switches it on
+//! (`crate::telemetry`): the run itself is the same either way.
+
+use serde_json::Value;
+
+use crate::cli::output::{Diagnostics, Format};
+use crate::error::Result;
+use crate::run::events::EventSink;
+use crate::state::StateDir;
+use crate::telemetry::{Settings, export::Exporter, sink::TracingSink};
+
+/// Runs `execute` with `sink`, wrapped in a [`TracingSink`] when `OTEL_EXPORTER_OTLP_*` asks for
+/// traces. Tracing never fails the run: bad settings and lost spans are warnings.
+pub fn traced<T>(
+    state: &StateDir,
+    provider_info: Option<&Value>,
+    sink: &mut dyn EventSink,
+    format: Format,
+    execute: impl FnOnce(&mut dyn EventSink) -> Result<T>,
+) -> Result<T> {
+    let settings = match Settings::from_env() {
+        Ok(Some(s)) => s,
+        Ok(None) => return execute(sink),
+        Err(e) => {
+            Diagnostics::kxen(format).warning(&format!("telemetry is off: {}", e.message));
+            return execute(sink);
+        }
+    };
+    let mut traced = TracingSink::new(sink, Exporter::start(settings), provider_info, state);
+    let result = execute(&mut traced);
+    if let Some(warning) = traced.finish() {
+        Diagnostics::kxen(format).warning(&warning);
+    }
+    result
+}

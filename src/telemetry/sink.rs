@@ -1,0 +1,461 @@
+//! Spans from run events: [`TracingSink`] passes every event on to the sink it wraps and turns
+//! the run's life into spans, so the agent loop needs no tracing code.
+//!
+//! The tree: `invoke_agent` (one per attempt of the run: a resume is another one in the same
+//! trace) → `chat` (one per model call: from the moment the run waits for the model — its start,
+//! or the last tool of a turn finishing — to its answer) → `execute_tool` (from the journaled
+//! start to the outcome; a call held for approval is an `execute_tool` span with outcome
+//! `awaitingApproval`, a call refused without running one with `refused`). Every span carries
+//! `kxen.session.id` and `kxen.run.id`. Attribute values are ids, names, statuses and counts
+//! only: no task, prompt, argument or output.
+
+use std::collections::HashMap;
+
+use serde_json::Value as Json;
+
+use super::export::Exporter;
+use super::span::{self, Kind, Span, Status, Value};
+use crate::journal::ChildRef;
+use crate::run::events::{Event, EventSink};
+use crate::session::UsageRecord;
+use crate::state::StateDir;
+
+/// A span being measured.
+struct Open {
+    span_id: [u8; 8],
+    parent: Option<[u8; 8]>,
+    name: String,
+    kind: Kind,
+    start_ns: u64,
+    attributes: Vec<(&'static str, Value)>,
+}
+
+pub struct TracingSink<'a> {
+    inner: &'a mut dyn EventSink,
+    exporter: Exporter,
+    /// `gen_ai.provider.name` and `gen_ai.request.model` of the run's model calls.
+    provider: Option<String>,
+    model: Option<String>,
+    session_id: String,
+    run_id: String,
+    trace_id: [u8; 16],
+    run: Option<Open>,
+    /// Since when the run waits for the model (its start, or the end of a turn's last tool):
+    /// the start of the next `chat` span.
+    waiting_since: Option<u64>,
+    /// The assistant message of the last model call, and its span (the parent of its tools).
+    last_chat: Option<(String, [u8; 8])>,
+    tools: HashMap<String, Open>,
+    journal: Option<JournalTail>,
+    state: Option<StateDir>,
+    sent: u64,
+}
+
+impl<'a> TracingSink<'a> {
+    /// `provider_info` is the run record's description of the provider (`kind`, `model`).
+    /// `state` is where the run's journal is read to tell which model call a tool call belongs
+    /// to (events do not say).
+    pub fn new(
+        inner: &'a mut dyn EventSink,
+        exporter: Exporter,
+        provider_info: Option<&Json>,
+        state: &StateDir,
+    ) -> TracingSink<'a> {
+        let field = |key: &str| {
+            provider_info
+                .and_then(|p| p[key].as_str())
+                .map(str::to_string)
+        };
+        TracingSink {
+            inner,
+            exporter,
+            provider: field("kind"),
+            model: field("model"),
+            session_id: String::new(),
+            run_id: String::new(),
+            trace_id: [0; 16],
+            run: None,
+            waiting_since: None,
+            last_chat: None,
+            tools: HashMap::new(),
+            journal: None,
+            state: Some(state.clone()),
+            sent: 0,
+        }
+    }
+
+    fn open(&self, name: String, kind: Kind, parent: Option<[u8; 8]>) -> Open {
+        Open {
+            span_id: span::span_id(),
+            parent,
+            name,
+            kind,
+            start_ns: span::now_ns(),
+            attributes: vec![
+                ("kxen.session.id", Value::from(self.session_id.as_str())),
+                ("kxen.run.id", Value::from(self.run_id.as_str())),
+            ],
+        }
+    }
+
+    fn close(&mut self, open: Open, status: Status, message: &str) {
+        self.sent += 1;
+        self.exporter.send(Span {
+            trace_id: self.trace_id,
+            span_id: open.span_id,
+            parent: open.parent,
+            name: open.name,
+            kind: open.kind,
+            start_ns: open.start_ns,
+            end_ns: span::now_ns(),
+            attributes: open.attributes,
+            status,
+            status_message: message.to_string(),
+        });
+    }
+
+    /// Ends the model call that produced message `message_id` (if it is a new one): a `chat`
+    /// span from when the run began waiting for the model until now.
+    fn chat(&mut self, message_id: Option<&str>, usage: Option<UsageRecord>, finish: &str) {
+        if message_id.is_some() && self.last_chat.as_ref().map(|(m, _)| m.as_str()) == message_id {
+            return; // another call of the same model answer
+        }
+        let Some(start) = self.waiting_since.take() else {
+            return;
+        };
+        let parent = self.run.as_ref().map(|r| r.span_id);
+        let name = match &self.model {
+            Some(m) => format!("chat {m}"),
+            None => "chat".to_string(),
+        };
+        let mut chat = self.open(name, Kind::Client, parent);
+        chat.start_ns = start;
+        chat.attributes
+            .push(("gen_ai.operation.name", "chat".into()));
+        if let Some(p) = &self.provider {
+            chat.attributes
+                .push(("gen_ai.provider.name", p.clone().into()));
+        }
+        if let Some(m) = &self.model {
+            chat.attributes
+                .push(("gen_ai.request.model", m.clone().into()));
+        }
+        chat.attributes
+            .push(("gen_ai.response.finish_reasons", finish.into()));
+        if let Some(u) = usage {
+            chat.attributes
+                .push(("gen_ai.usage.input_tokens", Value::from(u.input_tokens)));
+            chat.attributes
+                .push(("gen_ai.usage.output_tokens", Value::from(u.output_tokens)));
+        }
+        self.last_chat = Some((message_id.unwrap_or_default().to_string(), chat.span_id));
+        self.close(chat, Status::Unset, "");
+    }
+
+    /// The assistant message (and its usage) that asked for operation `op_id`, from the
+    /// journal's `started` / `awaitingApproval` record.
+    fn message_of(&mut self, op_id: &str) -> (Option<String>, Option<UsageRecord>) {
+        if self.journal.is_none()
+            && let Some(state) = &self.state
+        {
+            let path = state.session(&self.session_id).run(&self.run_id).journal();
+            self.journal = Some(JournalTail::new(path));
+        }
+        match &mut self.journal {
+            Some(tail) => tail.lookup(op_id),
+            None => (None, None),
+        }
+    }
+
+    /// A tool call of the model answer `message_id` starts or stops: that answer's model call
+    /// ended (if it is a new one), and the run no longer waits for the model.
+    fn turn_of(&mut self, op_id: &str) {
+        let (message, usage) = self.message_of(op_id);
+        self.chat(message.as_deref(), usage, "tool_calls");
+        self.waiting_since = None;
+    }
+
+    fn tool_span(&self, op_id: Option<&str>, tool: &str) -> Open {
+        let parent = self
+            .last_chat
+            .as_ref()
+            .map(|(_, id)| *id)
+            .or(self.run.as_ref().map(|r| r.span_id));
+        let mut open = self.open(format!("execute_tool {tool}"), Kind::Internal, parent);
+        open.attributes
+            .push(("gen_ai.operation.name", "execute_tool".into()));
+        open.attributes.push(("gen_ai.tool.name", tool.into()));
+        if let Some(op) = op_id {
+            open.attributes.push(("kxen.op.id", op.into()));
+        }
+        open
+    }
+
+    /// A `task` call returned: its child's run, under the call's span.
+    fn child_spans(&mut self, op_id: &str, parent: [u8; 8]) {
+        let Some(child) = self
+            .journal
+            .as_ref()
+            .and_then(|j| j.children.get(op_id))
+            .cloned()
+        else {
+            return;
+        };
+        let Some(state) = &self.state else { return };
+        let mut spans = Vec::new();
+        super::children::spans(
+            state,
+            self.trace_id,
+            parent,
+            &child.session_id,
+            &child.run_id,
+            1,
+            &mut spans,
+        );
+        for span in spans {
+            self.sent += 1;
+            self.exporter.send(span);
+        }
+    }
+
+    /// Ends the attempt's span (and anything still open under it).
+    fn end_run(&mut self, status: &str, error: Option<&str>, extra: Vec<(&'static str, Value)>) {
+        // A final answer without text: its model call ends with the run.
+        self.chat(None, None, "stop");
+        let tools: Vec<Open> = self.tools.drain().map(|(_, o)| o).collect();
+        for mut tool in tools {
+            tool.attributes.push(("kxen.tool.phase", "started".into()));
+            self.close(tool, Status::Unset, "");
+        }
+        if let Some(mut run) = self.run.take() {
+            run.attributes.push(("kxen.run.status", status.into()));
+            run.attributes.extend(extra);
+            match error {
+                Some(e) => self.close(run, Status::Error, e),
+                None => self.close(run, Status::Unset, ""),
+            }
+        }
+    }
+
+    /// Ends what is open and sends what is queued (at most a short wait); the warning to show
+    /// when spans were lost.
+    pub fn finish(mut self) -> Option<String> {
+        if self.run.is_some() {
+            self.end_run("interrupted", None, Vec::new());
+        }
+        let sent = self.sent;
+        self.exporter.finish(sent)
+    }
+
+    fn observe(&mut self, event: &Event) {
+        match event {
+            Event::SessionCreated { session_id, .. } => self.session_id = session_id.clone(),
+            Event::SessionResumed { session_id, .. } => self.session_id = session_id.clone(),
+            Event::RunStarted {
+                session_id, run_id, ..
+            } => {
+                if self.run.is_some() {
+                    self.end_run("interrupted", None, Vec::new());
+                }
+                self.session_id = session_id.clone();
+                self.run_id = run_id.clone();
+                self.trace_id = span::trace_id(run_id);
+                let mut run = self.open("invoke_agent".into(), Kind::Internal, None);
+                run.attributes
+                    .push(("gen_ai.operation.name", "invoke_agent".into()));
+                if let Some(p) = &self.provider {
+                    run.attributes
+                        .push(("gen_ai.provider.name", p.clone().into()));
+                }
+                self.run = Some(run);
+                self.waiting_since = Some(span::now_ns());
+                self.journal = None;
+                self.last_chat = None;
+            }
+            Event::Compacted {
+                message_id, usage, ..
+            } => {
+                // A compaction summary is a model call of its own; the next one starts now.
+                let id = message_id.clone();
+                self.chat(Some(&id), *usage, "compaction");
+                self.waiting_since = Some(span::now_ns());
+            }
+            Event::ToolStarted { op_id, tool, .. } => {
+                self.turn_of(op_id);
+                let open = self.tool_span(Some(op_id), tool);
+                self.tools.insert(op_id.clone(), open);
+            }
+            Event::ToolFinished {
+                op_id,
+                tool,
+                is_error,
+                ..
+            } => {
+                let (mut open, outcome) =
+                    match op_id.as_deref().and_then(|op| self.tools.remove(op)) {
+                        Some(open) => (open, if *is_error { "error" } else { "ok" }),
+                        // Answered without running (refused, unknown tool, a cancel).
+                        None => (self.tool_span(op_id.as_deref(), tool), "refused"),
+                    };
+                open.attributes.push(("kxen.tool.outcome", outcome.into()));
+                if let Some(op) = op_id.as_deref() {
+                    self.child_spans(op, open.span_id);
+                }
+                let status = if *is_error {
+                    Status::Error
+                } else {
+                    Status::Unset
+                };
+                self.close(open, status, "");
+                if self.tools.is_empty() && self.run.is_some() {
+                    // The turn's tools are done (unless another call of the same answer starts
+                    // next): the run waits for the model again.
+                    self.waiting_since = Some(span::now_ns());
+                }
+            }
+            Event::RunApprovalRequired {
+                op_id, tool, rule, ..
+            } => {
+                self.turn_of(op_id);
+                let mut open = self.tool_span(Some(op_id), tool);
+                open.attributes
+                    .push(("kxen.tool.outcome", "awaitingApproval".into()));
+                open.attributes
+                    .push(("kxen.approval.rule", rule.as_str().into()));
+                self.close(open, Status::Unset, "");
+            }
+            Event::RunInputRequired { op_ids, .. } => {
+                let unknown = Value::from(op_ids.len() as u64);
+                self.end_run(
+                    "inputRequired",
+                    None,
+                    vec![("kxen.run.unknown_ops", unknown)],
+                );
+            }
+            Event::RunStopped { reason, .. } => {
+                let reason = Value::from(reason.as_str());
+                self.end_run(
+                    "inputRequired",
+                    None,
+                    vec![("kxen.run.stop_reason", reason)],
+                );
+            }
+            Event::RunFinished {
+                status,
+                reason,
+                turns,
+                usage,
+                ..
+            } => {
+                let mut extra = vec![
+                    ("kxen.run.turns", Value::from(*turns)),
+                    ("gen_ai.usage.input_tokens", Value::from(usage.input_tokens)),
+                    (
+                        "gen_ai.usage.output_tokens",
+                        Value::from(usage.output_tokens),
+                    ),
+                ];
+                if let Some(r) = reason {
+                    extra.push(("kxen.run.reason", r.as_str().into()));
+                }
+                let error = (status != "completed").then_some(status.as_str());
+                self.end_run(status, error, extra);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl EventSink for TracingSink<'_> {
+    fn emit(&mut self, event: Event) {
+        self.observe(&event);
+        self.inner.emit(event);
+    }
+}
+
+/// Reads a run's journal as it grows, keeping the assistant message (and its usage) of each
+/// operation: only new complete lines are read, so a long run costs its journal once.
+struct JournalTail {
+    path: std::path::PathBuf,
+    offset: u64,
+    ops: HashMap<String, (String, Option<UsageRecord>)>,
+    /// `task` operations: the child Session and run each one runs.
+    children: HashMap<String, ChildRef>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StartLine {
+    op_id: String,
+    message_id: String,
+    #[serde(default)]
+    assistant: Option<AssistantLine>,
+    #[serde(default)]
+    child: Option<ChildRef>,
+}
+
+#[derive(serde::Deserialize)]
+struct AssistantLine {
+    #[serde(default)]
+    usage: Option<UsageRecord>,
+}
+
+impl JournalTail {
+    fn new(path: std::path::PathBuf) -> JournalTail {
+        JournalTail {
+            path,
+            offset: 0,
+            ops: HashMap::new(),
+            children: HashMap::new(),
+        }
+    }
+
+    fn lookup(&mut self, op_id: &str) -> (Option<String>, Option<UsageRecord>) {
+        if !self.ops.contains_key(op_id) {
+            self.read_new();
+        }
+        match self.ops.get(op_id) {
+            Some((m, u)) => (Some(m.clone()), *u),
+            None => (None, None),
+        }
+    }
+
+    fn read_new(&mut self) {
+        use std::io::{Read, Seek, SeekFrom};
+        let Ok(mut file) = std::fs::File::open(&self.path) else {
+            return;
+        };
+        if file.seek(SeekFrom::Start(self.offset)).is_err() {
+            return;
+        }
+        let mut bytes = Vec::new();
+        if file.read_to_end(&mut bytes).is_err() {
+            return;
+        }
+        // Only complete lines: a line being written is read next time.
+        let Some(end) = bytes.iter().rposition(|&b| b == b'\n') else {
+            return;
+        };
+        self.offset += end as u64 + 1;
+        for line in bytes[..end].split(|&b| b == b'\n') {
+            if !(line.starts_with(br#"{"phase":"started""#)
+                || line.starts_with(br#"{"phase":"awaitingApproval""#))
+            {
+                continue;
+            }
+            if let Ok(start) = serde_json::from_slice::<StartLine>(line) {
+                if let Some(child) = start.child {
+                    self.children.insert(start.op_id.clone(), child);
+                }
+                let usage = start.assistant.and_then(|a| a.usage);
+                let entry = self
+                    .ops
+                    .entry(start.op_id)
+                    .or_insert((start.message_id, None));
+                if usage.is_some() {
+                    entry.1 = usage;
+                }
+            }
+        }
+    }
+}
