@@ -220,8 +220,12 @@ impl<'a> TracingSink<'a> {
 
     /// Ends the attempt's span (and anything still open under it).
     fn end_run(&mut self, status: &str, error: Option<&str>, extra: Vec<(&'static str, Value)>) {
-        // A final answer without text: its model call ends with the run.
-        self.chat(None, None, "stop");
+        // A completed run ended with the model's final answer: that call ends with the run. A
+        // run that stopped (input required, a cancel, a budget) may never have called it.
+        if status == "completed" {
+            self.chat(None, None, "stop");
+        }
+        self.waiting_since = None;
         let tools: Vec<Open> = self.tools.drain().map(|(_, o)| o).collect();
         for mut tool in tools {
             tool.attributes.push(("kxen.tool.phase", "started".into()));

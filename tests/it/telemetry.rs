@@ -483,6 +483,17 @@ fn a_run_killed_and_resumed_stays_one_trace() {
         .filter(|s| !ids.contains(&s["parentSpanId"].as_str().unwrap()))
         .count();
     assert_eq!(orphans, 1, "{spans:#?}");
+    // The attempt that stopped at the UNKNOWN call never called the model: no `chat` span.
+    let chats: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"].as_str().unwrap().starts_with("chat"))
+        .collect();
+    assert_eq!(chats.len(), 2, "{chats:#?}");
+    assert!(
+        chats
+            .iter()
+            .all(|c| c["parentSpanId"] != roots[0]["spanId"])
+    );
 }
 
 /// A `task` child's run is in the parent's trace, under the parent's `execute_tool task` span.
