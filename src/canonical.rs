@@ -2,7 +2,7 @@
 //!
 //! It reproduces Python's `json.dumps(value, sort_keys=True, ensure_ascii=True)` exactly, because
 //! DWP contract ids, journal lines and manifest bytes written by other DWP tooling are defined by
-//! it (dwp-details.md §10):
+//! it (docs/dwp-spec.md, "Output conventions"):
 //! - keys sorted by code point (UTF-8 byte order is code point order);
 //! - non-ASCII escaped as `\uXXXX` in lowercase hex, surrogate pairs above U+FFFF;
 //! - integers as integers; floats in Python's `repr`: shortest round-trip digits, fixed notation
@@ -11,7 +11,7 @@
 //!   which is why this module exists.
 //!
 //! DCPAgent definition hashes are *not* made here: they use compact JSON in schema order
-//! (kxen-agent.md §3), which is serde_json's own output for the ordered definition struct.
+//! (docs/spec.md §3), which is serde_json's own output for the ordered definition struct.
 
 use serde_json::Value;
 

@@ -1,7 +1,7 @@
 //! The one error type of the crate.
 //!
 //! Every failure a user can cause maps to exactly one [`ErrorKind`], and every kind maps to one
-//! documented exit code (kxen-agent.md §2). Errors carry the file or id involved in their message
+//! documented exit code (docs/spec.md §2). Errors carry the file or id involved in their message
 //! and, where there is a next step, a hint naming the exact command to run.
 
 use std::fmt;
@@ -52,7 +52,7 @@ impl ErrorKind {
         ErrorKind::Canceled,
     ];
 
-    /// The process exit code of kxen-agent.md §2.
+    /// The process exit code of docs/spec.md §2.
     pub fn exit_code(self) -> i32 {
         match self {
             ErrorKind::Failed => 1,
@@ -337,7 +337,7 @@ pub enum ExitStatus {
 }
 
 impl ExitStatus {
-    /// The process exit code (0, or the kind's code of kxen-agent.md §2).
+    /// The process exit code (0, or the kind's code of docs/spec.md §2).
     pub fn code(self) -> i32 {
         match self {
             ExitStatus::Success => 0,

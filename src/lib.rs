@@ -1,7 +1,7 @@
 //! kxen: the library behind the `kxen-agent` and `dwp` binaries.
 //!
-//! `kxen-agent` runs DCPAgents durably next to git (spec: `kxen-agent.md`); `dwp` is the Deep Work
-//! Plan 7 resources-and-abilities layer (spec: `dwp.md`). Everything but argument parsing and
+//! `kxen-agent` runs DCPAgents durably next to git (spec: `docs/spec.md`); `dwp` is the Deep Work
+//! Plan 7 resources-and-abilities layer (spec: `docs/dwp-spec.md`). Everything but argument parsing and
 //! rendering lives here; only the [`cli`] module prints.
 
 // Unsafe code only where libc is needed, each place with its own narrow, commented `allow`.

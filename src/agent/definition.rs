@@ -1,4 +1,4 @@
-//! The DCPAgent definition (kxen-agent.md §3) as serde types.
+//! The DCPAgent definition (docs/spec.md §3) as serde types.
 //!
 //! Deserializing *is* validating: every rule of §3 runs inside the visitors of [`super::rules`],
 //! so a value of [`AgentDefinition`] is always valid, whether it came from YAML, from a lock in

@@ -1,4 +1,4 @@
-//! The `DcpAgentLock`: what a Session fixes for life (kxen-agent.md §1, §4).
+//! The `DcpAgentLock`: what a Session fixes for life (docs/spec.md §1, §4).
 //!
 //! Built once at Session creation from a validated definition and the merged policy; never
 //! rebuilt on resume. [`DcpAgentLock::verify`] re-derives everything derivable (a damaged lock is

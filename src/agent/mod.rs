@@ -1,4 +1,4 @@
-//! DCPAgent definitions (kxen-agent.md §3): parsing, validation, the canonical form and its hash.
+//! DCPAgent definitions (docs/spec.md §3): parsing, validation, the canonical form and its hash.
 //!
 //! [`load_definition`] and [`parse_definition`] are the only ways in. Bad input of any kind
 //! (empty, binary, oversized, alias bombs, wrong types, unknown or duplicate keys) ends in one

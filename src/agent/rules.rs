@@ -1,4 +1,4 @@
-//! The validation rules of kxen-agent.md §3, run inside serde visitors.
+//! The validation rules of docs/spec.md §3, run inside serde visitors.
 //!
 //! Why visitors: `serde_norway` attaches the field path (`spec.instructions[2]`) and the
 //! line/column of the value being deserialized to any error raised *while* that value is visited.

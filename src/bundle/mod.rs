@@ -1,5 +1,5 @@
 //! Session bundles: one self-contained, credential-free JSON file that moves a Session between
-//! runners (kxen-agent.md §11; format in `docs/state-format.md`, "Bundles").
+//! runners (docs/spec.md §11; format in `docs/state-format.md`, "Bundles").
 //!
 //! A bundle is "these files, checksummed": the exact text of the Session's state files
 //! (`session.json`, `messages.jsonl`, each `runs/<run>/run.json` and `journal.jsonl`), the blobs

@@ -102,7 +102,7 @@ pub fn note(text: &str) {
 /// `{"type":"error","kind","message"[,"hints"]}` line on stdout so log consumers see why a
 /// command stopped.
 ///
-/// `dwp` labels its errors and warnings `ERROR:` and `WARNING:` (dwp-details.md fixes those words
+/// `dwp` labels its errors and warnings `ERROR:` and `WARNING:` (docs/dwp-spec.md ("Diagnostics") fixes those words
 /// and its goldens pin them), and writes no JSON error line; [`Diagnostics::DWP`] says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Diagnostics {

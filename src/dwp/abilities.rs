@@ -1,4 +1,4 @@
-//! Effective abilities (dwp.md §6, §8; dwp-details.md §4, §5.8).
+//! Effective abilities (docs/dwp-spec.md, "Host abilities", "Addon descriptors and detection", "The abilities document").
 //!
 //! effective = host-declared (`--caps`, then the `host` records, per ability) ∪ the
 //! `provides_abilities` of every addon that is enabled, validly described, detected and on the
@@ -102,7 +102,7 @@ impl EffectiveAbilities {
         self.abilities.get(ability).copied().unwrap_or(false)
     }
 
-    /// The `dwp abilities` document (dwp-details.md §5.8).
+    /// The `dwp abilities` document (docs/dwp-spec.md, "The abilities document").
     pub fn to_json(&self) -> Value {
         let addons: Map<String, Value> = self
             .addons
@@ -204,7 +204,7 @@ pub fn effective(
             ));
         } else if det.detected {
             // Detected on the wrong or an unreadable interface: one warning even when the addon
-            // provides no ability (dwp-details.md §9.4).
+            // provides no ability (docs/dwp-spec.md, "Where dwp departs from the reference", item 4).
             warnings.push(format!("addon {key}: {reason}"));
         }
         verdicts.insert(

@@ -1,4 +1,4 @@
-//! Four-quantity accounting (dwp.md §5, dwp-details.md §3 and §9.7).
+//! Four-quantity accounting (docs/dwp-spec.md, "Four-quantity accounting" and "Where dwp departs from the reference", item 7).
 //!
 //! Instruction bytes, provider tokens, money and wall-clock time are four separate quantities,
 //! each from its own source and never converted into one another. A quantity without a source

@@ -1,4 +1,4 @@
-//! Back-fill on upgrade (dwp-details.md §6.6): propose registry entries for addons that are
+//! Back-fill on upgrade (docs/dwp-spec.md, "Back-fill"): propose registry entries for addons that are
 //! already installed but not yet recorded.
 //!
 //! A recorded decision (enabled or disabled) is never touched. This is an explicit request, so it

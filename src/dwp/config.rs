@@ -1,5 +1,5 @@
 //! `dwp-config/v1`: the one reader and the one writer of `.dwp/config.json` and
-//! `~/.dwp/config.json` (dwp.md §7, dwp-details.md §6).
+//! `~/.dwp/config.json` (docs/dwp-spec.md, "Configuration and the addon registry").
 //!
 //! The reader is fail-closed and never aborts: a file that cannot be read, or a value that is
 //! malformed, contributes nothing and yields exactly one warning naming the file, the key and the
@@ -8,7 +8,7 @@
 //! The writer reconciles one key of the repository file atomically and keeps every other key. It
 //! refuses (file left byte-for-byte unchanged) to write through a symlink, to overwrite a file it
 //! cannot parse, or to replace an `addons`/`host` value that is not an object. The refusals exit 2,
-//! the exit code other DWP tooling uses for a refused config write (dwp-details.md §6.4).
+//! the exit code other DWP tooling uses for a refused config write (docs/dwp-spec.md, "Config commands").
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -248,8 +248,8 @@ impl Config {
         }
     }
 
-    /// `host`, resolved per ability: the repository file beats the user file (dwp-details.md
-    /// §9.1). An ability outside the closed set, or a non-boolean value, is dropped with a warning.
+    /// `host`, resolved per ability: the repository file beats the user file (docs/dwp-spec.md,
+    /// "Where dwp departs from the reference", item 1). An ability outside the closed set, or a non-boolean value, is dropped with a warning.
     pub fn host(&self, warnings: &mut Vec<String>) -> BTreeMap<String, HostRecord> {
         let mut out = BTreeMap::new();
         for (file, doc) in self.with_docs() {
@@ -358,7 +358,7 @@ pub fn is_note(note: &str) -> bool {
     (1..=200).contains(&n) && !note.contains(['\n', '\r'])
 }
 
-/// What is wrong with one registry entry, first problem only (dwp-details.md §6.3).
+/// What is wrong with one registry entry, first problem only (docs/dwp-spec.md, "Reading a config file").
 fn entry_problem(entry: &Value) -> Option<String> {
     let Some(obj) = entry.as_object() else {
         return Some("entry is not an object".into());

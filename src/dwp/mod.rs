@@ -1,6 +1,6 @@
 //! Deep Work Plan 7: the committed addon registry, addon descriptors, read-only detection and
-//! effective abilities (spec: `dwp.md` §6–§8, `dwp-details.md` §4–§7); plan records, the
-//! per-task context manifest and accounting (`dwp.md` §1–§5, `dwp-details.md` §1–§3).
+//! effective abilities (spec: `docs/dwp-spec.md`, "Host abilities" through "Addon descriptors and detection"); plan records, the
+//! per-task context manifest and accounting (`docs/dwp-spec.md`, "Files and the plan folder" through "Four-quantity accounting").
 
 pub mod abilities;
 pub mod accounting;

@@ -1,5 +1,5 @@
-//! `dwp onboard`: make a repository ready for a committed registry (dwp.md §7,
-//! dwp-details.md §6.7).
+//! `dwp onboard`: make a repository ready for a committed registry (docs/dwp-spec.md,
+//! "Configuration and the addon registry" and "Onboarding and deferral").
 //!
 //! Consent is the command line: nothing is enabled unless the developer names it. The steps are
 //! idempotent — a second run with the same arguments changes nothing — and every check runs

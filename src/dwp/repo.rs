@@ -1,4 +1,4 @@
-//! Finding the repository a `dwp` command works on (dwp.md §1, dwp-details.md §6.1).
+//! Finding the repository a `dwp` command works on (docs/dwp-spec.md, "Plan folder layout", "Config files and precedence").
 //!
 //! Order: `--plan DIR` (the parent of the `.dwp` that holds `plans/<DIR>`), else `--repo DIR`,
 //! else the git checkout containing the current directory ([`crate::git::checkout_root`]), else

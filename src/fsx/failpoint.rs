@@ -17,7 +17,7 @@ pub const ALL: &[&str] = &[
     "session.create.after-lock",
     "session.create.before-rename",
     "session.create.after-rename",
-    // The durable tool boundary (kxen-agent.md §8), in the order the loop reaches them.
+    // The durable tool boundary (docs/spec.md §8), in the order the loop reaches them.
     "tool.after-assistant-message",
     "tool.after-started",
     "tool.after-side-effect",

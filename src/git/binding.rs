@@ -1,5 +1,5 @@
 //! The workspace binding a Session stores, how it is captured and how a resume verifies it
-//! (kxen-agent.md §7).
+//! (docs/spec.md §7).
 
 use std::path::{Path, PathBuf};
 
@@ -134,7 +134,7 @@ pub fn capture(workspace: &Path) -> Result<(WorkspaceBinding, Vec<String>)> {
     Ok((binding, warnings))
 }
 
-/// Verifies that `workspace` is still the Session's workspace before a resume (kxen-agent.md §7).
+/// Verifies that `workspace` is still the Session's workspace before a resume (docs/spec.md §7).
 ///
 /// - the identity must match, computed by the rule the Session was created with (so a
 ///   repository that gained a remote or its first commit later is still recognized);

@@ -2,7 +2,7 @@
 //!
 //! gix is pre-1.0 and changes between releases (STYLE.md); keeping it behind this module means an
 //! upgrade touches these files only. What it provides:
-//! - [`capture`]: the [`WorkspaceBinding`] a new Session stores (kxen-agent.md §7);
+//! - [`capture`]: the [`WorkspaceBinding`] a new Session stores (docs/spec.md §7);
 //! - [`verify`]: the checks every resume runs against that binding, including `--rebind-workspace`;
 //! - [`add_worktree`] / [`remove_worktree`]: worktrees for `session fork --worktree NAME` (§11);
 //! - [`normalize_remote`]: the credential-free, transport-independent name of a remote;

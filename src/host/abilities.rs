@@ -1,5 +1,5 @@
 //! The DWP host abilities kxen-agent can truthfully declare for a Session made with a given
-//! model config, policy and agent (`kxen-agent host abilities`, dwp.md §6).
+//! model config, policy and agent (`kxen-agent host abilities`, docs/dwp-spec.md, "Host abilities").
 //!
 //! Each ability is true only when the runtime exercises it for such a Session:
 //! - `stop_agent`: a cancel (SIGINT/SIGTERM) stops the run cooperatively — always.

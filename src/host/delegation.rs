@@ -1,4 +1,4 @@
-//! The `delegation` records of a plan run's `task` children (dwp-details.md §1.4, journal-event
+//! The `delegation` records of a plan run's `task` children (docs/dwp-spec.md, "Journal event types", journal-event
 //! v7): `launched` when a child is about to run, then exactly one of `completed`, `failed` or
 //! `cancelled` when its run ends. Transport `headless` (the child runs in this process, without
 //! a terminal), `via: "kxen-agent"`, the child's run id as `delegation_id`, the sha256 of the

@@ -1,4 +1,4 @@
-//! The host meter and the limit check of a plan run (dwp.md §6, dwp-details.md §5).
+//! The host meter and the limit check of a plan run (docs/dwp-spec.md, "Host abilities", "The resource frame").
 //!
 //! **What a sample says.** Before each model call ([`PlanHost::before_call`]) and when a run's
 //! end is recorded ([`PlanHost::before_final`]) the host writes, when the value changed, an

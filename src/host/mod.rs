@@ -1,4 +1,5 @@
-//! kxen-agent as a DWP 7 host (spec README "How the two halves meet", dwp.md §6): the abilities
+//! kxen-agent as a DWP 7 host (docs/dwp-spec.md, "kxen-agent as a DWP host" and "Host
+//! abilities"): the abilities
 //! it can truthfully declare ([`abilities`]), runs bound to a plan task with the task's context
 //! manifest as their first input ([`binding`]), the host meter and limit check of such runs
 //! ([`meter`]) and the `delegation` records of their `task` children ([`delegation`]). The

@@ -1,4 +1,4 @@
-//! The durable tool journal of one run (kxen-agent.md §8).
+//! The durable tool journal of one run (docs/spec.md §8).
 //!
 //! Every tool call is an *operation* that moves `Started → OutcomeKnown → Settled`, or
 //! `Started → OutcomeUnknown → Resolved → Settled`; a call whose policy rule is `ask` starts

@@ -358,7 +358,7 @@ pub struct ToolOutcome {
     pub fence: Option<crate::sandbox::FenceRecord>,
 }
 
-/// The child Session a `task` operation runs (kxen-agent.md §9, `task`): both ids are chosen
+/// The child Session a `task` operation runs (docs/spec.md §9, `task`): both ids are chosen
 /// before `Started` is written; the child is created after it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -1,4 +1,4 @@
-//! The policy file: closed JSON schema of kxen-agent.md §4.
+//! The policy file: closed JSON schema of docs/spec.md §4.
 
 use std::io::Read;
 use std::path::Path;

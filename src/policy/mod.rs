@@ -1,4 +1,4 @@
-//! The runtime policy (kxen-agent.md §4): what the caller, outside the agent, permits.
+//! The runtime policy (docs/spec.md §4): what the caller, outside the agent, permits.
 //!
 //! A policy file ([`PolicyFile`], closed JSON schema) and the CLI flags ([`PolicyFlags`]) merge
 //! into one [`MergedPolicy`], whose hash a Session locks for life: every later execution

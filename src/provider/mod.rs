@@ -1,4 +1,4 @@
-//! Model providers (MRM, kxen-agent.md §10): the runtime's model-role map and the clients behind
+//! Model providers (MRM, docs/spec.md §10): the runtime's model-role map and the clients behind
 //! it.
 //!
 //! A [`ModelConfig`] (TOML, see [`config`]) maps role names (`execution`, `planning`, …) to

@@ -1,4 +1,4 @@
-//! The agent loop with the durable tool boundary (kxen-agent.md §8).
+//! The agent loop with the durable tool boundary (docs/spec.md §8).
 //!
 //! Per model response: the assistant message is appended to the Session; then, per tool call,
 //! `Started` is made durable BEFORE the tool runs, `OutcomeKnown` right after it returns, then

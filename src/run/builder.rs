@@ -1,4 +1,4 @@
-//! The Builder (kxen-agent.md §4): without `--agent`, one tool-less, time-limited call to the
+//! The Builder (docs/spec.md §4): without `--agent`, one tool-less, time-limited call to the
 //! `planning` model role turns the task into a DCPAgent definition.
 //!
 //! The Builder cannot run tools, grant permissions or pick a provider: its only output is text

@@ -1,4 +1,4 @@
-//! `task` children: subagents as nested durable runs (kxen-agent.md §9 `task`, issue 15).
+//! `task` children: subagents as nested durable runs (docs/spec.md §9 `task`, issue 15).
 //!
 //! A `task` call of a parent run is one journal operation of the parent whose `started` record
 //! names the child Session and run ([`ChildRef`], ids chosen before the record is written): the

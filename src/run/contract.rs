@@ -1,4 +1,4 @@
-//! The output contract (kxen-agent.md §6): with `format: json` the final output MUST be one JSON
+//! The output contract (docs/spec.md §6): with `format: json` the final output MUST be one JSON
 //! object holding every required field, or the run fails naming what is missing. Beyond the
 //! spec, it must also match the definition's `output.schema` and the run's `--output-schema`
 //! ([`crate::agent::schema`]), or the run fails naming the first violations by JSON pointer.

@@ -1,5 +1,5 @@
 //! `kxen-agent run resolve SES RUN OP --output TEXT [--is-error]`: an operator records the
-//! verified outcome of an operation whose outcome is UNKNOWN (kxen-agent.md §8).
+//! verified outcome of an operation whose outcome is UNKNOWN (docs/spec.md §8).
 //!
 //! Bound to that exact operation id, under the run lease; the operation is never re-executed, and
 //! the next `--resume` gives the model exactly this output as the tool's result.

@@ -1,4 +1,4 @@
-//! `kxen-agent --resume SES [--task …]`: continue a Session (kxen-agent.md §6).
+//! `kxen-agent --resume SES [--task …]`: continue a Session (docs/spec.md §6).
 //!
 //! [`prepare`] follows the spec's order, one step a function: take the Session's run lease
 //! (`take_lease`); under it check the lock's integrity (exit 10), the policy for drift and the

@@ -1,4 +1,4 @@
-//! Final output settlement, two-phase (kxen-agent.md §6): persist the terminal result, then append
+//! Final output settlement, two-phase (docs/spec.md §6): persist the terminal result, then append
 //! the final message idempotently (by id), then mark the run settled. A crash between the steps
 //! is finished by [`finish`] without calling the model or any tool.
 

@@ -1,6 +1,6 @@
 //! `passEnv` names: valid environment variable names that are never a model-provider credential.
 //!
-//! Provider keys reach only the model client (kxen-agent.md §10); a policy that tried to hand one
+//! Provider keys reach only the model client (docs/spec.md §10); a policy that tried to hand one
 //! to tool subprocesses is refused outright (exit 4) rather than filtered, so the mistake is seen.
 
 /// Model-provider credential variables, upper case. Checked case-insensitively, together with

@@ -1,4 +1,4 @@
-//! `session fork SES --at MSG [--before] [--worktree NAME]` (kxen-agent.md §11).
+//! `session fork SES --at MSG [--before] [--worktree NAME]` (docs/spec.md §11).
 //!
 //! A fork is a new, complete Session: the parent's lock unchanged, its conversation up to the fork
 //! point (message ids kept, so the common prefix is visible by id), no runs, and lineage

@@ -1,4 +1,4 @@
-//! The run lease: one active run per Session across processes (kxen-agent.md §11).
+//! The run lease: one active run per Session across processes (docs/spec.md §11).
 //!
 //! The lease is an OS lock on `lease.lock` (the kernel drops it when the holder dies, so a killed
 //! process never leaves a stale lease) plus `lease.json` naming the holder, written after the lock

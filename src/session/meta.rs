@@ -18,7 +18,7 @@ pub struct SessionMeta {
     pub format_version: u32,
     pub id: String,
     pub created_at: String,
-    /// The workspace binding captured at creation (kxen-agent.md §7; written by `git::capture`).
+    /// The workspace binding captured at creation (docs/spec.md §7; written by `git::capture`).
     pub workspace: WorkspaceBinding,
     /// Lineage, set by `session fork`: the Session this one was forked from.
     pub parent_id: Option<String>,

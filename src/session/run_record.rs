@@ -17,7 +17,7 @@ use crate::state::RunPaths;
 
 pub const FORMAT_VERSION: u32 = 1;
 
-/// kxen-agent.md §6.
+/// docs/spec.md §6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum RunStatus {

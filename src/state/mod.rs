@@ -1,6 +1,6 @@
 //! Where kxen-agent keeps its state, and the names of every file in it.
 //!
-//! Resolution order (kxen-agent.md §2): `--state-dir` > `$KXEN_AGENT_STATE_DIR` >
+//! Resolution order (docs/spec.md §2): `--state-dir` > `$KXEN_AGENT_STATE_DIR` >
 //! `$XDG_STATE_HOME/kxen-agent` > `~/.local/state/kxen-agent`. Resolving never touches the disk:
 //! read-only commands must not create the directory; commands that write call
 //! [`StateDir::ensure`] first. The layout is documented in `docs/state-format.md`.

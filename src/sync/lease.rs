@@ -1,4 +1,4 @@
-//! The cross-machine run lease: `refs/kxen/leases/<ses>` on the remote (kxen-agent.md §11).
+//! The cross-machine run lease: `refs/kxen/leases/<ses>` on the remote (docs/spec.md §11).
 //!
 //! The local run lease (`session::Lease`) is an OS lock: it cannot see a runner on another
 //! machine. The remote's refs can: `git push` sends the value it expects a ref to have, and the

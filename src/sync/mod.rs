@@ -1,4 +1,4 @@
-//! Sessions through git remotes (kxen-agent.md §11): `session push`, `session pull`,
+//! Sessions through git remotes (docs/spec.md §11): `session push`, `session pull`,
 //! `session list --remote`, and the cross-machine lease of `--resume SES --remote NAME`.
 //!
 //! The repository's remote already is a replicated, authenticated store with compare-and-swap on

@@ -1,4 +1,4 @@
-//! The tools an agent can touch (kxen-agent.md §9): `read`, `glob`, `grep`, `lsp`, `write`,
+//! The tools an agent can touch (docs/spec.md §9): `read`, `glob`, `grep`, `lsp`, `write`,
 //! `edit`, `exec`, `task`, all listed in [`REGISTRY`] and nowhere else.
 //!
 //! A tool's capability name is its tool name. Running a call is two steps: [`Registry::admit`]

@@ -1,4 +1,4 @@
-//! [`REGISTRY`]: the one list of what an agent can touch (kxen-agent.md §9).
+//! [`REGISTRY`]: the one list of what an agent can touch (docs/spec.md §9).
 //!
 //! Every tool is one [`Entry`]: its name (its capability name, or a [`ToolName::Pattern`] such
 //! as `mcp__<server>__*` for a family of tools), its description, its argument schema, its
@@ -169,7 +169,7 @@ pub enum SideEffect {
     Delegate,
 }
 
-/// The policy switch that must be on before a tool is permitted (kxen-agent.md §4).
+/// The policy switch that must be on before a tool is permitted (docs/spec.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gate {
     /// `allowShell` / `--allow-shell`.

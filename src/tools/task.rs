@@ -1,4 +1,4 @@
-//! `task {description, prompt}`: a subagent (kxen-agent.md §9; capability `task`, permitted only
+//! `task {description, prompt}`: a subagent (docs/spec.md §9; capability `task`, permitted only
 //! with `allowShell`, since the child may run whatever its parent may).
 //!
 //! The call runs a child DCPRun in a child Session of its own (`forkKind: "task"`), with its own

@@ -1,4 +1,4 @@
-//! Workspace verification on `--resume` (kxen-agent.md §7) with real repositories: HEAD may
+//! Workspace verification on `--resume` (docs/spec.md §7) with real repositories: HEAD may
 //! advance but not rewind or switch branch; a moved workspace needs `--rebind-workspace`, which
 //! only accepts the same repository and records a `workspaceRebound` history entry.
 

@@ -1,4 +1,4 @@
-//! `dwp config …`: show and change the addon registry (dwp-details.md §6.4).
+//! `dwp config …`: show and change the addon registry (docs/dwp-spec.md, "Config commands").
 
 use clap::{Args, Subcommand};
 

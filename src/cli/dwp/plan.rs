@@ -1,5 +1,5 @@
 //! `dwp manifest`, `dwp freshness`, `dwp accounting`: read-only views of one plan's records
-//! (dwp-details.md §2, §3). None of them takes a lock; only `manifest --out` writes a file.
+//! (docs/dwp-spec.md, "The context manifest", "Four-quantity accounting"). None of them takes a lock; only `manifest --out` writes a file.
 
 use std::path::PathBuf;
 

@@ -1,4 +1,4 @@
-//! `dwp resources …`: the resource frame (dwp-details.md §5). `capabilities` prints the declared
+//! `dwp resources …`: the resource frame (docs/dwp-spec.md, "The resource frame"). `capabilities` prints the declared
 //! host set; every other verb works on one plan.
 //!
 //! Every `--plan` verb computes the effective abilities first (their warnings go to stderr even

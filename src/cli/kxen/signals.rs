@@ -1,4 +1,4 @@
-//! Cooperative cancellation (kxen-agent.md §11): the first SIGINT or SIGTERM asks the running loop
+//! Cooperative cancellation (docs/spec.md §11): the first SIGINT or SIGTERM asks the running loop
 //! to stop (a flag it polls: a model call in flight is abandoned, a tool in flight gets its
 //! cleanup window); a second one exits at once with 130. Everything durable is already consistent
 //! at any instant, so exiting mid-way only leaves what recovery handles.

@@ -1,4 +1,4 @@
-//! Read-only detection of an addon (dwp.md §8, dwp-details.md §7.3).
+//! Read-only detection of an addon (docs/dwp-spec.md, "Detection and interface").
 //!
 //! A detect command runs without a shell (argv split on spaces — the descriptor rule leaves no
 //! quoting to interpret), resolved on PATH (a relative PATH entry is refused, so a checkout can

@@ -1,5 +1,5 @@
-//! Addon descriptors (`addon-descriptor/v1`) and read-only detection (dwp.md §8,
-//! dwp-details.md §7).
+//! Addon descriptors (`addon-descriptor/v1`) and read-only detection (docs/dwp-spec.md,
+//! "Addon descriptors and detection").
 //!
 //! The eight descriptors ship inside the binary (from `templates/addons/<key>/addon.json`).
 //! `DWP_ADDONS_DIR` may name a directory holding `<key>/addon.json` files to use instead (packs

@@ -1,4 +1,4 @@
-//! Descriptor validation (dwp-details.md §7.2): every error, in the reference's emission order.
+//! Descriptor validation (docs/dwp-spec.md, "Descriptor validation"): every error, in the reference's emission order.
 
 use regex::Regex;
 use serde_json::{Map, Value};

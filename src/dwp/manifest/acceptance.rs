@@ -1,4 +1,4 @@
-//! The closure decision per criterion (dwp-details.md §2.4).
+//! The closure decision per criterion (docs/dwp-spec.md, "Acceptance closure").
 //!
 //! A controlled criterion (control kind `regression`/`discrimination`) closes only on an
 //! executed (`observed`), in-window `control_pair` whose verdict is `discriminating`; an ordinary

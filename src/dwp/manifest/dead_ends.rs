@@ -1,4 +1,4 @@
-//! The dead-end digest (dwp-details.md §2.6): what was tried and failed, kept so nobody retries
+//! The dead-end digest (docs/dwp-spec.md, "Dead ends"): what was tried and failed, kept so nobody retries
 //! it blindly.
 //!
 //! An entry leaves only on a recorded fact: the same run fingerprint later passed (a failed gate

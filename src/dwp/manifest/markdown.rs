@@ -1,4 +1,4 @@
-//! `--md`: the same facts as the JSON manifest, as Markdown for a prompt (dwp-details.md §2.10).
+//! `--md`: the same facts as the JSON manifest, as Markdown for a prompt (docs/dwp-spec.md, "Markdown rendering").
 //! Markdown is not ASCII-escaped; `—` is written raw.
 
 use serde_json::Value;

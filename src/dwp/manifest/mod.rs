@@ -1,4 +1,4 @@
-//! The per-task context manifest (dwp.md §4, dwp-details.md §2).
+//! The per-task context manifest (docs/dwp-spec.md, "The context manifest").
 //!
 //! A view derived from the live contract, the whole journal (archives + live), the evidence
 //! sidecar and the bytes of the task's touched surface — nothing else: no clock, no environment,
@@ -310,7 +310,7 @@ pub fn to_bytes(doc: &Value) -> String {
     out
 }
 
-/// Each declared invariant with its latest evaluation (dwp-details.md §2.4b).
+/// Each declared invariant with its latest evaluation (docs/dwp-spec.md, "Invariant state").
 fn invariants(contract: &Contract, events: &[Event]) -> Vec<Value> {
     let reference = events
         .iter()
@@ -362,7 +362,7 @@ fn invariants(contract: &Contract, events: &[Event]) -> Vec<Value> {
         .collect()
 }
 
-/// The next-action ladder (dwp-details.md §2.3): fixed order, first match wins. An ordinary
+/// The next-action ladder (docs/dwp-spec.md, "Next-action ladder"): fixed order, first match wins. An ordinary
 /// passed gate is never shown as closing a controlled criterion: controlled entries only close
 /// through their control pair. Steps that need a ledger act name the DWP ledger verb; `dwp`
 /// itself records no approvals, starts or gates.
@@ -475,7 +475,7 @@ fn next_action(
     })
 }
 
-/// When more than this manifest should be loaded (dwp-details.md §2.8).
+/// When more than this manifest should be loaded (docs/dwp-spec.md, "History triggers").
 fn history_triggers(contract: &Contract, events: &[Event], task: &str) -> Value {
     let mut out = vec![json!({"trigger": "none", "loads": "this manifest alone"})];
     if let Some(handoff) = contract.handoff() {

@@ -1,8 +1,8 @@
-//! The task's touched surface (dwp-details.md §2.5): every declared file's sha256, directories
+//! The task's touched surface (docs/dwp-spec.md, "Touched surface"): every declared file's sha256, directories
 //! expanded to the files beneath them.
 //!
 //! §2.5 hashes an absolute entry like a relative one, but the manifest reads nothing outside the
-//! plan and its repository (dwp.md §4): an absolute entry inside the repository is hashed; an
+//! plan and its repository (docs/dwp-spec.md, "The context manifest"): an absolute entry inside the repository is hashed; an
 //! entry that resolves outside the repository root (an absolute path elsewhere, `..`, or a
 //! symlink pointing out) is not read, stays `null` like a missing file, and is reported as
 //! outside the repository rather than as missing on disk.

@@ -1,4 +1,4 @@
-//! The plan contract (plan-contract v6/v7, dwp-details.md §1.3): validation and `contract_id`.
+//! The plan contract (plan-contract v6/v7, docs/dwp-spec.md, "The contract"): validation and `contract_id`.
 //!
 //! The contract is kept as the parsed JSON document (`raw`) because the manifest echoes parts of
 //! it verbatim and its id is a hash of its canonical bytes; the typed fields below are the parts
@@ -156,7 +156,7 @@ impl Contract {
 }
 
 /// `contract_id`: lowercase hex SHA-256 of the compact canonical JSON of the document without
-/// its `contract_id` key (dwp-details.md §1.3, §10).
+/// its `contract_id` key (docs/dwp-spec.md, "Contract top level and contract_id", "Compact canonical JSON").
 pub fn compute_id(doc: &Map<String, Value>) -> String {
     let mut body = doc.clone();
     body.remove("contract_id");

@@ -2,7 +2,7 @@
 //!
 //! It is a sidecar, not authoritative: a line that does not parse or lacks a seq and a
 //! fingerprint is skipped, and a later line for the same seq overrides an earlier one
-//! (dwp-details.md §2.1). The fingerprint is read from `run_fingerprint`, or `fingerprint` as
+//! (docs/dwp-spec.md, "Manifest inputs"). The fingerprint is read from `run_fingerprint`, or `fingerprint` as
 //! older ledgers named it.
 
 use std::collections::HashMap;

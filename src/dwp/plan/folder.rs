@@ -1,4 +1,4 @@
-//! Finding a plan folder and its live contract (dwp-details.md §1.1).
+//! Finding a plan folder and its live contract (docs/dwp-spec.md, "Plan folder layout").
 
 use std::path::{Path, PathBuf};
 
@@ -140,7 +140,7 @@ impl Plan {
     }
 }
 
-/// The repository root of a plan folder (dwp-details.md §1.1).
+/// The repository root of a plan folder (docs/dwp-spec.md, "Plan folder layout").
 pub fn repo_root_of(dir: &Path) -> PathBuf {
     let abs = normalize(&std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()));
     let plans = abs.parent();

@@ -1,4 +1,4 @@
-//! The plan journal (journal-event v6/v7, dwp-details.md §1.4): reading and strict validation.
+//! The plan journal (journal-event v6/v7, docs/dwp-spec.md, "The journal"): reading and strict validation.
 //!
 //! Events are read from the rolled archives `journal-archive-NNNNNN-NNNNNN.ndjson` in seq order,
 //! then the live `journal.ndjson`. Only the live file may end in a torn line (a crash mid-append):

@@ -1,7 +1,7 @@
 //! Plan records: the folder, the live contract, the journal and the evidence sidecar.
 //!
 //! Plans written by other DWP tooling (v6 and v7) must read unchanged, so every format here
-//! mirrors the published schemas exactly (dwp-details.md §1) and everything hashed goes through
+//! mirrors the published schemas exactly (docs/dwp-spec.md, "Files and the plan folder", "The contract", "The journal") and everything hashed goes through
 //! [`crate::canonical`].
 
 mod check;

@@ -1,4 +1,4 @@
-//! Counter families and the journal-observable counters (dwp-details.md §5.1).
+//! Counter families and the journal-observable counters (docs/dwp-spec.md, "Counter families").
 //!
 //! A limit is only enforced when it names a real metering source: either the plan's own records
 //! (wall-clock span, gate retries, dispatch calls) or an observed host-meter sample. Units outside

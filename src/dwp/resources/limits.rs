@@ -1,4 +1,4 @@
-//! Exhaustion and recovery (dwp-details.md §5.4): `LIMIT:` observations, the hold they cause,
+//! Exhaustion and recovery (docs/dwp-spec.md, "Exhaustion and recovery"): `LIMIT:` observations, the hold they cause,
 //! and recording them exactly once.
 
 use std::collections::BTreeMap;
@@ -75,7 +75,7 @@ pub fn statement(exhausted: bool, limit: &str, detail: Option<&str>) -> String {
 /// An identical record (same statement, trust, helper identity and contract id) that is not
 /// older than the limit's latest opposite record is an identical replay: nothing is appended and
 /// its seq is reported. Unlike the reference, re-exhausting after a recovery records a new
-/// exhaustion, so the hold comes back (dwp-details.md §9.9).
+/// exhaustion, so the hold comes back (docs/dwp-spec.md, "Where dwp departs from the reference", item 9).
 pub fn decide(
     journal: &Journal,
     contract: &Contract,

@@ -1,4 +1,4 @@
-//! The resource frame (dwp.md §6, dwp-details.md §5): what a plan's declared limits have used,
+//! The resource frame (docs/dwp-spec.md, "Host abilities", "The resource frame"): what a plan's declared limits have used,
 //! what is reserved, whether dispatch must be refused or held, and which routing postures the
 //! grants and abilities allow.
 //!
@@ -35,7 +35,7 @@ impl Abilities {
     }
 }
 
-/// The actor identity of every `LIMIT:` and `RESERVATION:` observation (dwp-details.md §1.4):
+/// The actor identity of every `LIMIT:` and `RESERVATION:` observation (docs/dwp-spec.md, "The journal"):
 /// the reference tooling's helper identity, kept so content deduplication and readers agree
 /// across tools.
 pub const HELPER_IDENTITY: &str = "dwp resources.py";

@@ -1,4 +1,4 @@
-//! The observation grammars the resource frame reads and writes (dwp-details.md §1.4) and the
+//! The observation grammars the resource frame reads and writes (docs/dwp-spec.md, "The journal") and the
 //! content-deduplicated append both `LIMIT:` and `RESERVATION:` records share.
 
 use std::sync::OnceLock;

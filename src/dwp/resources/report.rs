@@ -1,4 +1,4 @@
-//! `dwp resources report` (dwp-details.md §5.2, §5.3): per limit, where its counter comes from,
+//! `dwp resources report` (docs/dwp-spec.md, "Report rows and effective mode", "Pending, reserve and refusal"): per limit, where its counter comes from,
 //! its effective mode, spent, pending, reserve, dispatch ceiling, whether it is over the ceiling,
 //! and the first refusal.
 
@@ -179,7 +179,7 @@ fn row(limit: &Limit, counters: &JournalCounters, pending: f64, abilities: &Abil
     }
 }
 
-/// The effective mode, first match wins (dwp-details.md §5.2), and the spent value it allows.
+/// The effective mode, first match wins (docs/dwp-spec.md, "Report rows and effective mode"), and the spent value it allows.
 /// The first word (`advisory`, `enforced`, `enforced-pending-only`) is what consumers branch on.
 fn mode(
     limit: &Limit,

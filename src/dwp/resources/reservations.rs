@@ -1,4 +1,4 @@
-//! Reservations and their settlement exactly once (dwp-details.md §5.3, §5.5).
+//! Reservations and their settlement exactly once (docs/dwp-spec.md, "Pending, reserve and refusal", "Reservation settlement").
 //!
 //! An authorized `adaptation` with a `resource_impact` reserves budget: pending spend keyed
 //! `seq-<its seq>`. A cancelled child's reservation is settled once, as `released` (it never

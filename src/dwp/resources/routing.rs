@@ -1,4 +1,4 @@
-//! `dwp resources routing` (dwp-details.md §5.6): the model and parallel postures. A posture
+//! `dwp resources routing` (docs/dwp-spec.md, "Routing postures"): the model and parallel postures. A posture
 //! needs its contract grant AND the matching effective ability — abilities are not permissions —
 //! and states permissions, never efficacy.
 

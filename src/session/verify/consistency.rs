@@ -438,7 +438,7 @@ fn check_journal_refs(
     Ok(())
 }
 
-/// The run's status must be one its journal allows (kxen-agent.md §6, §8):
+/// The run's status must be one its journal allows (docs/spec.md §6, §8):
 /// - a terminal run has its result (of the same status), no UNKNOWN operation left, and every
 ///   operation settled — its journal is complete (a journal that lost its last lines leaves an
 ///   operation short of `settled`);
