@@ -23,10 +23,11 @@ use serde_json::{Value, json};
 
 use crate::process;
 
-/// The protocol version we ask for; a server may answer with another one we also speak.
-pub const PROTOCOL_VERSION: &str = "2025-06-18";
+/// The protocol version we ask for (the newest); a server may answer with another one we also
+/// speak.
+pub const PROTOCOL_VERSION: &str = "2025-11-25";
 /// Versions whose stdio transport and tool methods are what this client implements.
-pub const SUPPORTED_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];
+pub const SUPPORTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 /// After a `notifications/cancelled`, how long the server gets to answer before it is killed.
 pub const CLEANUP_WINDOW: Duration = Duration::from_secs(2);
 /// The largest message line accepted from a server (the model sees at most 64 KiB anyway).
@@ -231,6 +232,8 @@ pub struct Client {
     pub server_info: Value,
     /// Set once the server broke: every later request fails fast.
     dead: Option<String>,
+    /// Whether the server declared the `tools` capability (without it, its listing is empty).
+    has_tools: bool,
     /// The server's `TMPDIR`; dropped (removed) after the server is killed.
     _tmp: tempfile::TempDir,
 }
@@ -290,6 +293,7 @@ impl Client {
             protocol_version: String::new(),
             server_info: Value::Null,
             dead: None,
+            has_tools: true,
             _tmp: spec.tmp,
         };
         let init = client
@@ -310,9 +314,7 @@ impl Client {
                 SUPPORTED_VERSIONS.join(", ")
             ));
         }
-        if init["capabilities"].get("tools").is_none() {
-            return Err("the server offers no tools (no `tools` capability)".into());
-        }
+        client.has_tools = offers_tools(&init);
         client.protocol_version = version.to_string();
         client.server_info = init["serverInfo"].clone();
         let until = Instant::now() + client.timeout;
@@ -322,8 +324,11 @@ impl Client {
         Ok(client)
     }
 
-    /// `tools/list`, every page.
+    /// `tools/list`, every page; empty, without asking, for a server that offers no tools.
     pub fn list_tools(&mut self) -> Result<Vec<Value>, String> {
+        if !self.has_tools {
+            return Ok(Vec::new());
+        }
         list_pages(|params| self.request("tools/list", params, None))
     }
 
@@ -643,6 +648,13 @@ fn write_polling(
         }
     }
     Ok(())
+}
+
+/// Whether an `initialize` result declares the `tools` capability. A server without it offers
+/// no tools: its listing is empty (the protocol says not to ask it for one), which is no error —
+/// a capability that needs one of its tools is refused like any missing tool.
+pub(crate) fn offers_tools(init: &Value) -> bool {
+    init["capabilities"].get("tools").is_some()
 }
 
 /// Every page of `tools/list`, asked with `request` (either transport).

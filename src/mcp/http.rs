@@ -1,4 +1,5 @@
-//! A blocking MCP client over Streamable HTTP (MCP 2025-03-26 and 2025-06-18, "Transports"):
+//! A blocking MCP client over Streamable HTTP (MCP 2025-03-26, 2025-06-18 and 2025-11-25,
+//! "Transports"):
 //! every JSON-RPC message is one POST to the server's endpoint; the answer to a request comes
 //! back as a JSON body or as an SSE stream ([`super::sse`]) carrying it.
 //!
@@ -35,7 +36,7 @@ use super::sse::Events;
 
 /// The protocol versions whose HTTP transport is Streamable HTTP (2024-11-05's HTTP+SSE
 /// transport is another protocol).
-pub const HTTP_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26"];
+pub const HTTP_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 /// The largest JSON answer body, and the largest event of an SSE answer.
 const MAX_BODY: usize = 16 * 1024 * 1024;
 /// The most bytes of one SSE answer (notifications and keep-alives included).
@@ -108,6 +109,8 @@ pub struct HttpClient {
     dead: Option<String>,
     /// Set when the server answered 404 to the session: no `DELETE` for it.
     expired: bool,
+    /// Whether the server declared the `tools` capability (without it, its listing is empty).
+    has_tools: bool,
 }
 
 impl HttpClient {
@@ -141,6 +144,7 @@ impl HttpClient {
             server_info: Value::Null,
             dead: None,
             expired: false,
+            has_tools: true,
         };
         client.handshake()?;
         Ok(client)
@@ -170,9 +174,7 @@ impl HttpClient {
                 HTTP_VERSIONS.join(", ")
             ));
         }
-        if init["capabilities"].get("tools").is_none() {
-            return Err("the server offers no tools (no `tools` capability)".into());
-        }
+        self.has_tools = super::client::offers_tools(&init);
         self.protocol_version = version.to_string();
         self.server_info = init["serverInfo"].clone();
         self.wire.session = session;
@@ -185,6 +187,9 @@ impl HttpClient {
 
     /// `tools/list`, every page. A session the server forgot is started again once.
     pub fn list_tools(&mut self) -> Result<Vec<Value>, String> {
+        if !self.has_tools {
+            return Ok(Vec::new());
+        }
         match super::client::list_pages(|params| self.request("tools/list", params, None)) {
             Err(_) if self.expired => {
                 self.handshake()?;

@@ -292,6 +292,61 @@ fn denied_patterns_win_and_a_missing_required_tool_is_refused() {
     assert!(run.stderr.contains("[mcp.servers.other]"), "{}", run.stderr);
 }
 
+/// A server that declares no `tools` capability (fixtures/mcp/no_tools.py) has an empty
+/// listing: `policy check` says so and exits 0; a required tool of it is refused (exit 6).
+#[test]
+fn a_server_without_tools_has_an_empty_listing() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp/no_tools.py");
+    let cfg = config(
+        &env,
+        &[answer("done")],
+        &format!(
+            "[mcp.servers.empty]\ncommand = [{py:?}, {:?}]\n",
+            script.to_str().unwrap()
+        ),
+    );
+    let cfg_arg = cfg.to_str().unwrap();
+    let check = env.run(
+        "kxen-agent",
+        &[
+            "--format",
+            "text",
+            "policy",
+            "check",
+            "--allow-mcp",
+            "--config",
+            cfg_arg,
+        ],
+    );
+    check.expect(0);
+    assert!(
+        check.stdout.contains("empty") && check.stdout.contains("no tools"),
+        "{}",
+        check.stdout
+    );
+    let json = env.run(
+        "kxen-agent",
+        &["policy", "check", "--allow-mcp", "--config", cfg_arg],
+    );
+    json.expect(0);
+    assert!(
+        json.stdout.contains(r#""name":"empty","tools":[]"#),
+        "{}",
+        json.stdout
+    );
+    let agent = text_agent(&env, "mcp__empty__anything", "");
+    let run = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    run.expect(6);
+    assert!(
+        run.stderr.contains("has no tool `anything` (it has: none)"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn a_broken_server_is_one_clear_error_naming_it_and_no_session() {
     let Some(_py) = python() else { return };

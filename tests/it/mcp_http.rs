@@ -195,7 +195,7 @@ fn a_scripted_run_calls_an_http_tool_and_the_model_sees_its_result() {
         assert!(
             log[1..]
                 .iter()
-                .all(|l| l.ends_with("session=yes version=2025-06-18")),
+                .all(|l| l.ends_with("session=yes version=2025-11-25")),
             "{log:?}"
         );
         assert!(log.iter().any(|l| l.starts_with("DELETE ")), "{log:?}");
