@@ -60,6 +60,8 @@ pub struct Spawn<'a> {
     pub home: &'a std::path::Path,
     /// The server's own `TMPDIR` (in `env`), removed when the server is gone.
     pub tmp: tempfile::TempDir,
+    /// How the server's own requests are answered (and what we declare in `initialize`).
+    pub answerer: super::inbound::Answerer,
 }
 
 /// Why a request got no result. Whether the request may have acted is the caller's question:
@@ -234,6 +236,9 @@ pub struct Client {
     dead: Option<String>,
     /// Whether the server declared the `tools` capability (without it, its listing is empty).
     has_tools: bool,
+    answerer: super::inbound::Answerer,
+    /// What the server asked of us (elicitations) since the last `tools/call` began.
+    exchanges: Vec<String>,
     /// The server's `TMPDIR`; dropped (removed) after the server is killed.
     _tmp: tempfile::TempDir,
 }
@@ -294,6 +299,8 @@ impl Client {
             server_info: Value::Null,
             dead: None,
             has_tools: true,
+            answerer: spec.answerer,
+            exchanges: Vec::new(),
             _tmp: spec.tmp,
         };
         let init = client
@@ -301,7 +308,7 @@ impl Client {
                 "initialize",
                 json!({
                     "protocolVersion": PROTOCOL_VERSION,
-                    "capabilities": {},
+                    "capabilities": client.answerer.capabilities(),
                     "clientInfo": {"name": "kxen-agent", "version": env!("CARGO_PKG_VERSION")},
                 }),
                 None,
@@ -339,11 +346,17 @@ impl Client {
         arguments: &Value,
         cancel: &AtomicBool,
     ) -> Result<Value, Failure> {
+        self.exchanges.clear();
         self.request(
             "tools/call",
             json!({"name": tool, "arguments": arguments}),
             Some(cancel),
         )
+    }
+
+    /// What the server asked of us during the last `tools/call` (one line per elicitation).
+    pub fn take_exchanges(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.exchanges)
     }
 
     /// Whether the server is unusable (it broke, timed out or was killed).
@@ -477,16 +490,12 @@ impl Client {
                 }
                 Err(RecvTimeoutError::Timeout) => continue,
             };
-            if let Some(method) = message.get("method").and_then(Value::as_str) {
-                if let Some(req_id) = message.get("id") {
-                    // A request from the server (ping, sampling, roots…): we answer ping and
-                    // refuse the rest, as the protocol allows.
-                    let reply = if method == "ping" {
-                        json!({"jsonrpc": "2.0", "id": req_id, "result": {}})
-                    } else {
-                        json!({"jsonrpc": "2.0", "id": req_id, "error": {
-                            "code": -32601, "message": format!("kxen-agent does not support {method}")}})
-                    };
+            if message.get("method").and_then(Value::as_str).is_some() {
+                if message.get("id").is_some() {
+                    // A request from the server, answered at once ([`super::inbound`]).
+                    let answered = self.answerer.answer(&message);
+                    self.exchanges.extend(answered.record);
+                    let reply = answered.reply;
                     let until = cleanup_until.unwrap_or(deadline);
                     if let Err(failure) = self.send(&reply, until, None) {
                         // The server stopped reading while our request was pending: it was

@@ -15,8 +15,11 @@
 //!   client POSTs `notifications/cancelled` and waits [`CLEANUP_WINDOW`] for the answer.
 //! - Whether a failed request may have acted: refused before it was sent (no connection, a
 //!   redirect, a 4xx) it did not; sent and then no answer (the connection dropped, the deadline
-//!   passed, the stream ended without the answer or broke) it may have: a `tools/call` then is
-//!   UNKNOWN ([`Failure`]).
+//!   passed, the stream ended without the answer or broke and could not be resumed) it may
+//!   have: a `tools/call` then is UNKNOWN ([`Failure`]). A stream that ends after an event id
+//!   is resumed first (`stream_answer`).
+//! - Requests the server sends us are answered at once ([`super::inbound`]), on the stream of a
+//!   POST and on the standalone stream opened after the handshake (`listen`).
 //! - The bearer token (`bearer_token_env`) is read at connect time and lives only in this
 //!   value's memory and the `Authorization` header; every message made of what a server sent is
 //!   redacted ([`crate::redact`], and the token itself) before it leaves this module.
@@ -27,11 +30,13 @@
 use std::io::BufReader;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::client::{CLEANUP_WINDOW, Failure, PROTOCOL_VERSION};
+use super::inbound::Answerer;
 use super::sse::Events;
 
 /// The protocol versions whose HTTP transport is Streamable HTTP (2024-11-05's HTTP+SSE
@@ -51,6 +56,15 @@ pub const GOODBYE: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_millis(50);
 /// How much longer than the caller the thread of a request may wait (see `round_trip`).
 const THREAD_SLACK: Duration = Duration::from_secs(1);
+/// How long the handshake waits for the standalone event stream to open.
+const LISTEN_WAIT: Duration = Duration::from_secs(1);
+/// The longest the standalone event stream is read (one connection; a run needing more
+/// connects again after a failure).
+const LISTEN_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+/// The reconnection delay when the server gave none (`retry`).
+const DEFAULT_RETRY_MS: u64 = 1000;
+/// Resumptions in a row that bring no new event before the stream is given up.
+const MAX_IDLE_RESUMES: u32 = 3;
 /// How much of an error body is shown.
 const EXCERPT: usize = 300;
 
@@ -61,6 +75,8 @@ pub struct Connect<'a> {
     /// The bearer token (read from `bearer_token_env` by the caller at connect time).
     pub token: Option<String>,
     pub timeout: Duration,
+    /// How the server's own requests are answered (and what we declare in `initialize`).
+    pub answerer: Answerer,
 }
 
 /// What is sent with every message. Cloned into the thread that makes a request.
@@ -71,6 +87,9 @@ struct Wire {
     token: Option<String>,
     session: Option<String>,
     version: Option<String>,
+    answerer: Arc<Answerer>,
+    /// What the server asked of us (elicitations) since the last `tools/call` began.
+    exchanges: Arc<Mutex<Vec<String>>>,
 }
 
 /// What one POST brought back.
@@ -111,6 +130,8 @@ pub struct HttpClient {
     expired: bool,
     /// Whether the server declared the `tools` capability (without it, its listing is empty).
     has_tools: bool,
+    /// Set to stop the thread reading the standalone event stream ([`Self::listen`]).
+    listening: Option<Arc<AtomicBool>>,
 }
 
 impl HttpClient {
@@ -137,6 +158,8 @@ impl HttpClient {
                 token: spec.token,
                 session: None,
                 version: None,
+                answerer: Arc::new(spec.answerer),
+                exchanges: Arc::default(),
             },
             next_id: 0,
             timeout: spec.timeout,
@@ -145,6 +168,7 @@ impl HttpClient {
             dead: None,
             expired: false,
             has_tools: true,
+            listening: None,
         };
         client.handshake()?;
         Ok(client)
@@ -160,7 +184,7 @@ impl HttpClient {
                 "initialize",
                 json!({
                     "protocolVersion": PROTOCOL_VERSION,
-                    "capabilities": {},
+                    "capabilities": self.wire.answerer.capabilities(),
                     "clientInfo": {"name": "kxen-agent", "version": env!("CARGO_PKG_VERSION")},
                 }),
                 None,
@@ -182,7 +206,74 @@ impl HttpClient {
         let until = Instant::now() + self.timeout;
         self.notify("notifications/initialized", json!({}), until)
             .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+        self.listen();
         Ok(())
+    }
+
+    /// Opens the standalone event stream (a GET on the endpoint), where a server sends the
+    /// requests that belong to no request of ours (an SDK server's `elicitation/create` or
+    /// `roots/list` made outside a call's own stream): a thread answers each one
+    /// ([`super::inbound`]) until the stream ends or this client is dropped. A server that
+    /// offers no such stream (405, or anything but an event stream) simply has none. Waits at
+    /// most [`LISTEN_WAIT`] for the stream to open, so a request the server sends right after
+    /// is not lost.
+    fn listen(&mut self) {
+        self.stop_listening();
+        let stop = Arc::new(AtomicBool::new(false));
+        let wire = self.wire.clone();
+        let stopped = Arc::clone(&stop);
+        let (opened, is_open) = mpsc::channel();
+        std::thread::spawn(move || {
+            let until = Instant::now() + LISTEN_LIFETIME;
+            let mut call = wire
+                .agent
+                .get(wire.endpoint.as_str())
+                .config()
+                .timeout_global(Some(LISTEN_LIFETIME))
+                .build()
+                .header("Accept", "text/event-stream");
+            for (name, value) in wire.headers() {
+                call = call.header(name, value);
+            }
+            let response = match call.call() {
+                Ok(r) if r.status().is_success() && is_event_stream(&r) => r,
+                _ => {
+                    let _ = opened.send(());
+                    return;
+                }
+            };
+            let _ = opened.send(());
+            let reader = response
+                .into_body()
+                .into_with_config()
+                .limit(u64::MAX)
+                .reader();
+            let mut events = Events::new(BufReader::new(reader), MAX_BODY, u64::MAX as usize);
+            while let Ok(Some(event)) = events.next_event() {
+                if stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(value) = serde_json::from_str::<Value>(&event.data) else {
+                    continue;
+                };
+                for message in messages(value) {
+                    if message.get("method").is_some() && message.get("id").is_some() {
+                        let answered = wire.answerer.answer(&message);
+                        wire.exchanges().extend(answered.record);
+                        let body = serde_json::to_vec(&answered.reply).expect("serializes");
+                        let _ = wire.post(&body, None, until.min(Instant::now() + GOODBYE * 30));
+                    }
+                }
+            }
+        });
+        let _ = is_open.recv_timeout(LISTEN_WAIT);
+        self.listening = Some(stop);
+    }
+
+    fn stop_listening(&mut self) {
+        if let Some(stop) = self.listening.take() {
+            stop.store(true, Ordering::SeqCst);
+        }
     }
 
     /// `tools/list`, every page. A session the server forgot is started again once.
@@ -206,11 +297,17 @@ impl HttpClient {
         arguments: &Value,
         cancel: &AtomicBool,
     ) -> Result<Value, Failure> {
+        self.wire.exchanges().clear();
         self.request(
             "tools/call",
             json!({"name": tool, "arguments": arguments}),
             Some(cancel),
         )
+    }
+
+    /// What the server asked of us during the last `tools/call` (one line per elicitation).
+    pub fn take_exchanges(&mut self) -> Vec<String> {
+        std::mem::take(&mut *self.wire.exchanges())
     }
 
     /// Whether this client is given up (a later call connects again).
@@ -372,8 +469,10 @@ fn scrub(text: &str, token: Option<&str>) -> String {
 }
 
 impl Drop for HttpClient {
-    /// Ends the session the server named, if it still knows it.
+    /// Ends the session the server named, if it still knows it (which also ends its event
+    /// streams, and with them the thread reading the standalone one).
     fn drop(&mut self) {
+        self.stop_listening();
         if self.wire.session.is_none() || self.expired {
             return;
         }
@@ -392,6 +491,10 @@ impl Drop for HttpClient {
 }
 
 impl Wire {
+    fn exchanges(&self) -> MutexGuard<'_, Vec<String>> {
+        self.exchanges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The headers of every message but the `Content-Type` and `Accept` of a POST.
     fn headers(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
@@ -530,61 +633,152 @@ impl Wire {
         Ok(next)
     }
 
-    /// Reads the SSE answer to request `id`: server requests in it are answered (ping) or
-    /// refused, notifications and other ids are skipped.
+    /// Reads the SSE answer to request `id`: server requests in it are answered
+    /// ([`super::inbound`]), notifications and other ids are skipped. A stream that ends or
+    /// breaks before the answer, after the server gave an event id, is resumed as the transport
+    /// says: after the server's `retry` delay, a GET with `Last-Event-ID` (see [`Self::resume`]).
     fn stream_answer(
         &self,
         response: ureq::http::Response<ureq::Body>,
         id: u64,
         until: Instant,
     ) -> Result<Value, PostError> {
-        let reader = response
-            .into_body()
-            .into_with_config()
-            .limit(u64::MAX)
-            .reader();
-        let mut events = Events::new(BufReader::new(reader), MAX_BODY, MAX_STREAM);
+        let mut response = response;
+        let mut last_id: Option<String> = None;
+        let mut retry: Option<u64> = None;
+        let mut idle_resumes = 0;
+        loop {
+            let reader = response
+                .into_body()
+                .into_with_config()
+                .limit(u64::MAX)
+                .reader();
+            let mut events = Events::new(BufReader::new(reader), MAX_BODY, MAX_STREAM);
+            let ended = match self.read_answer(&mut events, id, until) {
+                Ok(answer) => return Ok(answer),
+                Err(ended) => ended,
+            };
+            retry = events.retry().or(retry);
+            let progressed = events
+                .last_event_id()
+                .is_some_and(|e| last_id.as_deref() != Some(e));
+            if let Some(e) = events.last_event_id() {
+                last_id = Some(e.to_string());
+            }
+            let why = match ended {
+                StreamEnd::Fatal(error) => return Err(error),
+                StreamEnd::Resumable(why) => why,
+            };
+            let Some(event_id) = last_id.clone() else {
+                return Err(PostError::Broken(format!(
+                    "{why}, and the server gave no event id to resume it from"
+                )));
+            };
+            idle_resumes = if progressed { 0 } else { idle_resumes + 1 };
+            if idle_resumes > MAX_IDLE_RESUMES {
+                return Err(PostError::Broken(format!(
+                    "{why}; {MAX_IDLE_RESUMES} resumptions in a row brought no new event"
+                )));
+            }
+            let delay = Duration::from_millis(retry.unwrap_or(DEFAULT_RETRY_MS));
+            if Instant::now() + delay >= until {
+                return Err(PostError::Broken(format!(
+                    "{why}; no time was left to resume it after the server's retry delay ({} ms)",
+                    delay.as_millis()
+                )));
+            }
+            std::thread::sleep(delay);
+            response = self.resume(&event_id, until).map_err(|e| {
+                PostError::Broken(format!(
+                    "{why}; resuming it after event {} failed: {e}",
+                    crate::text::preview(&format!("{event_id:?}"), 60)
+                ))
+            })?;
+        }
+    }
+
+    /// GET the endpoint with `Last-Event-ID: after`: the server replays what followed that
+    /// event on a new SSE stream. Anything but a 2xx event stream means the stream cannot be
+    /// resumed.
+    fn resume(
+        &self,
+        after: &str,
+        until: Instant,
+    ) -> Result<ureq::http::Response<ureq::Body>, String> {
+        let remaining = until.saturating_duration_since(Instant::now());
+        let mut call = self
+            .agent
+            .get(self.endpoint.as_str())
+            .config()
+            .timeout_global(Some(remaining))
+            .build()
+            .header("Accept", "text/event-stream")
+            .header("Last-Event-ID", after);
+        for (name, value) in self.headers() {
+            call = call.header(name, value);
+        }
+        let response = call.call().map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let event_stream = is_event_stream(&response);
+        if !(200..300).contains(&status) || !event_stream {
+            return Err(format!(
+                "the server answered HTTP {status}{}",
+                if event_stream {
+                    ""
+                } else {
+                    " without an event stream"
+                }
+            ));
+        }
+        Ok(response)
+    }
+
+    /// Reads `events` until the answer to request `id`, answering the server's requests.
+    fn read_answer<R: std::io::BufRead>(
+        &self,
+        events: &mut Events<R>,
+        id: u64,
+        until: Instant,
+    ) -> Result<Value, StreamEnd> {
         loop {
             let event = match events.next_event() {
                 Ok(Some(event)) => event,
                 Ok(None) => {
-                    return Err(PostError::Broken(
+                    return Err(StreamEnd::Resumable(
                         "the server's event stream ended without the answer".into(),
                     ));
                 }
-                Err(why) => return Err(PostError::Broken(why)),
+                Err(why) if events.read_failed() => return Err(StreamEnd::Resumable(why)),
+                Err(why) => return Err(StreamEnd::Fatal(PostError::Broken(why))),
             };
             if event.name != "message" || event.data.trim().is_empty() {
                 continue;
             }
             let message: Value = serde_json::from_str(&event.data).map_err(|_| {
-                PostError::Broken(format!(
+                StreamEnd::Fatal(PostError::Broken(format!(
                     "the server's event stream carried something that is not JSON: {}",
                     crate::text::preview(&event.data, 120)
-                ))
+                )))
             })?;
             for message in messages(message) {
                 if let Some(method) = message.get("method").and_then(Value::as_str) {
-                    if let Some(req_id) = message.get("id") {
-                        // A request of the server (ping, sampling, roots…): ping is answered,
-                        // the rest refused, as the protocol allows.
-                        let reply = if method == "ping" {
-                            json!({"jsonrpc": "2.0", "id": req_id, "result": {}})
-                        } else {
-                            json!({"jsonrpc": "2.0", "id": req_id, "error": {
-                                "code": -32601,
-                                "message": format!("kxen-agent does not support {method}")}})
-                        };
-                        let body = serde_json::to_vec(&reply).expect("serializes");
-                        self.post(&body, None, until).map_err(|e| match e {
-                            PostError::NotSent(why)
-                            | PostError::Refused(why)
-                            | PostError::Broken(why) => PostError::Broken(format!(
-                                "answering the server's {method} request failed: {why}"
-                            )),
-                            PostError::Expired => PostError::Broken(
-                                "the server forgot the session while a request was running".into(),
-                            ),
+                    if message.get("id").is_some() {
+                        // A request of the server, answered at once ([`super::inbound`]).
+                        let answered = self.answerer.answer(&message);
+                        self.exchanges().extend(answered.record);
+                        let body = serde_json::to_vec(&answered.reply).expect("serializes");
+                        self.post(&body, None, until).map_err(|e| {
+                            StreamEnd::Fatal(match e {
+                                PostError::NotSent(why)
+                                | PostError::Refused(why)
+                                | PostError::Broken(why) => PostError::Broken(format!(
+                                    "answering the server's {method} request failed: {why}"
+                                )),
+                                PostError::Expired => PostError::Broken(
+                                    "the server forgot the session while a request was running"
+                                        .into(),
+                                ),
+                            })
                         })?;
                     }
                     continue; // a notification (progress, logging…): nothing uses them
@@ -597,6 +791,27 @@ impl Wire {
             }
         }
     }
+}
+
+/// Why an SSE stream brought no answer.
+enum StreamEnd {
+    /// It ended, or the connection broke: resumable if the server gave an event id.
+    Resumable(String),
+    /// The server broke the protocol or a limit: never resumed.
+    Fatal(PostError),
+}
+
+/// Whether `response` is an SSE stream (`Content-Type: text/event-stream`).
+fn is_event_stream(response: &ureq::http::Response<ureq::Body>) -> bool {
+    response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| {
+            t.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
 }
 
 /// The messages of one JSON value: itself, or the items of a batch (2025-03-26).

@@ -5,6 +5,7 @@
 //! - [`client`]: the protocol over stdio (JSON-RPC lines; why not `rmcp` is written there).
 //! - [`http`]: the protocol over Streamable HTTP (a `url` server), with [`sse`] for answers that
 //!   come as an event stream.
+//! - [`inbound`]: the answers to a server's own requests (ping, elicitation, roots, sampling).
 //! - [`servers`]: the servers of one execution, started on demand, restarted after a crash, and
 //!   the conversion of a `tools/call` result into a tool output.
 //! - [`grant`]: the intersection of a definition's MCP capabilities with the policy and the
@@ -18,6 +19,7 @@ pub mod client;
 pub mod config;
 pub mod grant;
 pub mod http;
+pub mod inbound;
 pub mod servers;
 pub mod sse;
 

@@ -61,6 +61,13 @@ impl Peer {
             Peer::Http(c) => c.is_dead(),
         }
     }
+
+    fn take_exchanges(&mut self) -> Vec<String> {
+        match self {
+            Peer::Stdio(c) => c.take_exchanges(),
+            Peer::Http(c) => c.take_exchanges(),
+        }
+    }
 }
 
 /// Why a server could not be started or connected to.
@@ -104,6 +111,8 @@ pub struct Servers {
     policy_pass_env: BTreeMap<String, Vec<String>>,
     homes: ServerHomes,
     workspace_root: PathBuf,
+    /// The policy's `mcpElicitation`: how servers asking for user input are answered.
+    elicitation: crate::policy::McpElicitation,
     running: Mutex<BTreeMap<String, Peer>>,
     /// Random; server `NAME`'s processes carry `KXEN_MCP_SERVER_ID=<mark>.NAME`
     /// ([`orphans::MCP_SERVER_VAR`]) and `KXEN_ATTEMPT_ID=<mark>`.
@@ -127,6 +136,7 @@ impl Servers {
             configs,
             homes,
             workspace_root,
+            elicitation: policy.mcp_elicitation,
             running: Mutex::new(BTreeMap::new()),
             mark: orphans::new_attempt_mark(),
             mark_claimed: AtomicBool::new(false),
@@ -203,20 +213,40 @@ impl Servers {
             }
         };
         let result = client.call_tool(tool, arguments, cancel);
+        // What the server asked of us during the call goes into the outcome (journaled with
+        // it), whatever the outcome is.
+        let exchanges = client.take_exchanges();
+        let mut out = self.outcome(&mut running, server, name, result);
+        for line in exchanges {
+            out.text
+                .push_str(if out.text.is_empty() { "" } else { "\n" });
+            out.text.push_str(&line);
+        }
+        out
+    }
+
+    /// The tool output of `tools/call` `result` of `name` on `server`.
+    fn outcome(
+        &self,
+        running: &mut BTreeMap<String, Peer>,
+        server: &str,
+        name: &str,
+        result: std::result::Result<Value, Failure>,
+    ) -> ToolOutput {
         match result {
             Ok(result) => convert(&result),
             Err(Failure::Rpc(why)) => {
                 ToolOutput::error(format!("MCP server `{server}` refused the call: {why}"))
             }
             Err(Failure::NotSent(why)) => {
-                self.retire(&mut running, server);
+                self.retire(running, server);
                 ToolOutput::error(format!(
                     "MCP server `{server}` did not get the call, so it was not run (not sent): \
                      {why}"
                 ))
             }
             Err(failure) => {
-                self.retire(&mut running, server);
+                self.retire(running, server);
                 let mut out = ToolOutput::error(format!(
                     "MCP server `{server}` gave no answer to `{name}` ({failure}); the call may \
                      have acted. The server is restarted for later calls."
@@ -246,8 +276,9 @@ impl Servers {
         let Some(config) = self.configs.get(server) else {
             return Err(format!("the runtime config defines no [mcp.servers.{server}]").into());
         };
+        let answerer = super::inbound::Answerer::new(self.elicitation);
         if let Some(url) = &config.url {
-            return connect(server, url, config);
+            return connect(server, url, config, answerer);
         }
         let Some(argv) = config.command.as_deref().filter(|a| !a.is_empty()) else {
             return Err(String::from("its entry has neither `command` nor `url`").into());
@@ -309,6 +340,7 @@ impl Servers {
             workspace: &self.workspace_root,
             home: &home,
             tmp,
+            answerer: answerer.with_root(&self.workspace_root),
         })?;
         Ok(Peer::Stdio(client))
     }
@@ -320,6 +352,7 @@ fn connect(
     server: &str,
     url: &str,
     config: &ServerConfig,
+    answerer: super::inbound::Answerer,
 ) -> std::result::Result<Peer, StartFailure> {
     let token = match &config.bearer_token_env {
         None => None,
@@ -341,6 +374,7 @@ fn connect(
         url,
         token,
         timeout: Duration::from_millis(config.timeout_ms()),
+        answerer,
     })?;
     Ok(Peer::Http(client))
 }

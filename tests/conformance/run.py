@@ -29,8 +29,6 @@ CONFORMANCE_VERSION = "0.1.16"
 # Scenarios kxen-agent does not pass yet, each with the reason. Everything else must pass.
 OAUTH = "no OAuth client yet (issue 32 item 3)"
 EXPECTED_FAILURES = {
-    "elicitation-sep1034-client-defaults": "no elicitation answers (issue 32 item 4)",
-    "sse-retry": "a cut stream is not resumed (issue 32 item 6)",
     "auth/metadata-default": OAUTH,
     "auth/metadata-var1": OAUTH,
     "auth/metadata-var2": OAUTH,
