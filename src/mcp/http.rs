@@ -77,6 +77,8 @@ pub struct Connect<'a> {
     pub timeout: Duration,
     /// How the server's own requests are answered (and what we declare in `initialize`).
     pub answerer: Answerer,
+    /// The OAuth client to authorize with when the server asks for it (a 401).
+    pub oauth: Option<super::oauth::Client>,
 }
 
 /// What is sent with every message. Cloned into the thread that makes a request.
@@ -106,6 +108,9 @@ enum PostError {
     NotSent(String),
     /// The server refused the message with a 4xx status: it did not run it.
     Refused(String),
+    /// HTTP 401: the server wants (another) token; it did not run the request. Carries its
+    /// `WWW-Authenticate` header.
+    Unauthorized { why: String, challenge: String },
     /// HTTP 404 while a session is held: the server forgot the session (did not run it).
     Expired,
     /// The message was sent and no answer came (the connection dropped, the stream ended or
@@ -132,6 +137,9 @@ pub struct HttpClient {
     has_tools: bool,
     /// Set to stop the thread reading the standalone event stream ([`Self::listen`]).
     listening: Option<Arc<AtomicBool>>,
+    oauth: Option<super::oauth::Client>,
+    /// The `WWW-Authenticate` of the last 401.
+    challenge: Option<String>,
 }
 
 impl HttpClient {
@@ -169,6 +177,8 @@ impl HttpClient {
             expired: false,
             has_tools: true,
             listening: None,
+            oauth: spec.oauth,
+            challenge: None,
         };
         client.handshake()?;
         Ok(client)
@@ -179,17 +189,23 @@ impl HttpClient {
         self.wire.version = None;
         self.dead = None;
         self.expired = false;
-        let (init, session) = self
-            .round_trip(
-                "initialize",
-                json!({
-                    "protocolVersion": PROTOCOL_VERSION,
-                    "capabilities": self.wire.answerer.capabilities(),
-                    "clientInfo": {"name": "kxen-agent", "version": env!("CARGO_PKG_VERSION")},
-                }),
-                None,
-            )
-            .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+        let params = json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": self.wire.answerer.capabilities(),
+            "clientInfo": {"name": "kxen-agent", "version": env!("CARGO_PKG_VERSION")},
+        });
+        self.challenge = None;
+        let first = self.round_trip("initialize", params.clone(), None);
+        let (init, session) = match (first, self.challenge.take(), self.oauth.clone()) {
+            (Err(Failure::Rpc(_)), Some(challenge), Some(oauth)) => {
+                // The server wants a token: authorize, then ask again (once).
+                self.authorize(&challenge, &oauth)?;
+                self.dead = None;
+                self.round_trip("initialize", params, None)
+            }
+            (first, _, _) => first,
+        }
+        .map_err(|f| format!("the initialize handshake failed: {f}"))?;
         let version = init["protocolVersion"].as_str().unwrap_or_default();
         if !HTTP_VERSIONS.contains(&version) {
             return Err(format!(
@@ -207,6 +223,26 @@ impl HttpClient {
         self.notify("notifications/initialized", json!({}), until)
             .map_err(|f| format!("the initialize handshake failed: {f}"))?;
         self.listen();
+        Ok(())
+    }
+
+    /// Gets a token with the configured OAuth client after a 401 with `challenge`
+    /// ([`super::oauth`]); it replaces the one held (in memory only).
+    fn authorize(&mut self, challenge: &str, oauth: &super::oauth::Client) -> Result<(), String> {
+        let until = Instant::now() + self.timeout;
+        let parsed = super::oauth::parse_challenge(challenge);
+        let token = super::oauth::client_credentials(
+            &self.wire.agent,
+            &self.wire.endpoint,
+            &parsed,
+            oauth,
+            until,
+        )
+        .map_err(|why| {
+            let why = scrub(&why, oauth.secret.as_deref());
+            format!("OAuth authorization failed: {}", self.scrub(&why))
+        })?;
+        self.wire.token = Some(token.access_token);
         Ok(())
     }
 
@@ -422,6 +458,12 @@ impl HttpClient {
         match error {
             PostError::NotSent(why) => Failure::NotSent(self.scrub(&why)),
             PostError::Refused(why) => Failure::Rpc(self.scrub(&why)),
+            PostError::Unauthorized { why, challenge } => {
+                // Not run. A later call connects (and authorizes) again.
+                self.challenge = Some(challenge);
+                self.dead = Some("the server refused the token".into());
+                Failure::Rpc(self.scrub(&why))
+            }
             PostError::Expired => {
                 self.expired = true;
                 self.dead = Some("the server forgot the session".into());
@@ -555,6 +597,22 @@ impl Wire {
                 .unwrap_or_default()
                 .trim()
                 .to_ascii_lowercase();
+            if status == 401 {
+                let challenge = response
+                    .headers()
+                    .get("www-authenticate")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                let text = error_body(response);
+                return Err(PostError::Unauthorized {
+                    why: format!(
+                        "the server answered HTTP 401 (not authorized){text} (the request was \
+                         not run)"
+                    ),
+                    challenge,
+                });
+            }
             if !(200..300).contains(&status) {
                 let text = error_body(response);
                 let why = format!("the server answered HTTP {status}{text}");
@@ -771,6 +829,7 @@ impl Wire {
                             StreamEnd::Fatal(match e {
                                 PostError::NotSent(why)
                                 | PostError::Refused(why)
+                                | PostError::Unauthorized { why, .. }
                                 | PostError::Broken(why) => PostError::Broken(format!(
                                     "answering the server's {method} request failed: {why}"
                                 )),

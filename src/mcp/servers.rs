@@ -369,12 +369,39 @@ fn connect(
             }
         },
     };
+    let oauth = match &config.oauth {
+        None => None,
+        Some(oauth) => {
+            let secret = match &oauth.client_secret_env {
+                None => None,
+                Some(var) => match crate::own_env::var_os(var).and_then(|v| v.into_string().ok()) {
+                    Some(secret) if !secret.is_empty() => Some(secret),
+                    _ => {
+                        return Err(StartFailure {
+                            why: format!(
+                                "the environment variable {var} (oauth.client_secret_env) is not set"
+                            ),
+                            setup: Some(format!(
+                                "export {var}=… (the client secret) before running, or remove \
+                                 client_secret_env from [mcp.servers.{server}.oauth]"
+                            )),
+                        });
+                    }
+                },
+            };
+            Some(super::oauth::Client {
+                config: oauth.clone(),
+                secret,
+            })
+        }
+    };
     let client = HttpClient::connect(Connect {
         server,
         url,
         token,
         timeout: Duration::from_millis(config.timeout_ms()),
         answerer,
+        oauth,
     })?;
     Ok(Peer::Http(client))
 }

@@ -91,11 +91,23 @@ def main():
         turns.append({"text": "done"})
         write(os.path.join(tmp, "turns.jsonl"), "".join(json.dumps(t) + "\n" for t in turns))
         config = os.path.join(tmp, "config.toml")
+        server = f"[mcp.servers.conf]\nurl = {json.dumps(url)}\ntimeout_ms = 20000\n"
+        child_env = dict(os.environ)
+        context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+        if context.get("client_secret"):
+            # A pre-registered client with a secret: the unattended client_credentials grant,
+            # the secret in the environment (a config holds no secret).
+            server += (
+                "[mcp.servers.conf.oauth]\n"
+                f"client_id = {json.dumps(context['client_id'])}\n"
+                'client_secret_env = "KXEN_CONFORMANCE_CLIENT_SECRET"\n'
+                'grant = "client_credentials"\n'
+            )
+            child_env["KXEN_CONFORMANCE_CLIENT_SECRET"] = context["client_secret"]
         write(
             config,
             '[providers.model]\nkind = "script"\npath = "turns.jsonl"\n\n'
-            '[roles]\nexecution = "model"\nplanning = "model"\n\n'
-            f"[mcp.servers.conf]\nurl = {json.dumps(url)}\ntimeout_ms = 20000\n",
+            '[roles]\nexecution = "model"\nplanning = "model"\n\n' + server,
         )
         policy = os.path.join(tmp, "policy.json")
         write(policy, json.dumps({"allowMcp": True, **POLICIES.get(scenario, {})}))
@@ -120,8 +132,21 @@ def main():
                 binary, *common, "run", "--workspace", repo, "--task", "conformance",
                 "--agent", agent, "--config", config, "--policy", policy,
             ]
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+        done = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, env=child_env
+        )
         sys.stdout.write(done.stdout)
+        # A credential never lands in the state dir: the client secret, or a token the
+        # conformance authorization server issued (`cc-token-…`).
+        canaries = [c for c in (context.get("client_secret"), "cc-token-") if c]
+        for root, _, files in os.walk(os.path.join(tmp, "state")):
+            for name in files:
+                with open(os.path.join(root, name), "rb") as f:
+                    data = f.read()
+                for canary in canaries:
+                    if canary.encode() in data:
+                        print(f"client.py: a credential is in {name}", file=sys.stderr)
+                        return 1
         if tool is not None and done.returncode == 0:
             # The run finished; the tool call must have come back as a known, successful outcome.
             finished = [

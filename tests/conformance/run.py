@@ -48,7 +48,6 @@ EXPECTED_FAILURES = {
     "auth/offline-access-scope": OAUTH,
     "auth/offline-access-not-supported": OAUTH,
     "auth/client-credentials-jwt": OAUTH,
-    "auth/client-credentials-basic": OAUTH,
     "auth/cross-app-access-complete-flow": OAUTH,
 }
 

@@ -1,5 +1,7 @@
 //! The MCP conformance suite (npm `@modelcontextprotocol/conformance`) against kxen-agent: the
-//! scenarios without authorization, through the repository's own driver
+//! scenarios without authorization and the unattended OAuth one (`client_credentials`; the
+//! driver also checks that neither the secret nor a token reached the state dir), through the
+//! repository's own driver
 //! (tests/conformance/run.py, which `.ci/run` also runs for every client scenario). The driver
 //! exits 0 only when each scenario passes or fails exactly as its EXPECTED_FAILURES says.
 //! `.ci/run` installs Node >= 22 and the suite; without them this test fails, never skips.
@@ -17,6 +19,7 @@ fn the_core_client_scenarios_do_what_the_driver_expects() {
             "tools_call",
             "elicitation-sep1034-client-defaults",
             "sse-retry",
+            "auth/client-credentials-basic",
         ])
         .env("KXEN_AGENT", env!("CARGO_BIN_EXE_kxen-agent"))
         .output()
@@ -28,5 +31,7 @@ fn the_core_client_scenarios_do_what_the_driver_expects() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("pass tools_call"), "{stdout}");
+    for scenario in ["tools_call", "sse-retry", "auth/client-credentials-basic"] {
+        assert!(stdout.contains(&format!("pass {scenario} ")), "{stdout}");
+    }
 }
