@@ -302,8 +302,12 @@ mod tests {
                 "not both",
             ),
             (
-                "url = \"https://x.example/mcp\"\n[oauth]\nclient_id = \"ci\"\ngrant = \"authorization_code\"\n",
+                "url = \"https://x.example/mcp\"\n[oauth]\nclient_id = \"ci\"\ngrant = \"implicit\"\n",
                 "not supported",
+            ),
+            (
+                "url = \"https://x.example/mcp\"\n[oauth]\ngrant = \"client_credentials\"\n",
+                "needs the client_id",
             ),
             (
                 "url = \"http://x.example/mcp\"\n[oauth]\nclient_id = \"ci\"\ngrant = \"client_credentials\"\n",

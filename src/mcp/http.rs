@@ -197,9 +197,10 @@ impl HttpClient {
         self.challenge = None;
         let first = self.round_trip("initialize", params.clone(), None);
         let (init, session) = match (first, self.challenge.take(), self.oauth.clone()) {
-            (Err(Failure::Rpc(_)), Some(challenge), Some(oauth)) => {
+            (Err(Failure::Rpc(refused)), Some(challenge), Some(oauth)) => {
                 // The server wants a token: authorize, then ask again (once).
-                self.authorize(&challenge, &oauth)?;
+                self.authorize(&challenge, &oauth)
+                    .map_err(|why| format!("the initialize handshake failed: {refused}; {why}"))?;
                 self.dead = None;
                 self.round_trip("initialize", params, None)
             }
@@ -231,17 +232,12 @@ impl HttpClient {
     fn authorize(&mut self, challenge: &str, oauth: &super::oauth::Client) -> Result<(), String> {
         let until = Instant::now() + self.timeout;
         let parsed = super::oauth::parse_challenge(challenge);
-        let token = super::oauth::client_credentials(
-            &self.wire.agent,
-            &self.wire.endpoint,
-            &parsed,
-            oauth,
-            until,
-        )
-        .map_err(|why| {
-            let why = scrub(&why, oauth.secret.as_deref());
-            format!("OAuth authorization failed: {}", self.scrub(&why))
-        })?;
+        let token =
+            super::oauth::authorize(&self.wire.agent, &self.wire.endpoint, &parsed, oauth, until)
+                .map_err(|why| {
+                let why = scrub(&why, oauth.secret.as_deref());
+                format!("OAuth authorization failed: {}", self.scrub(&why))
+            })?;
         self.wire.token = Some(token.access_token);
         Ok(())
     }

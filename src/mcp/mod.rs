@@ -22,6 +22,7 @@ pub mod grant;
 pub mod http;
 pub mod inbound;
 pub mod oauth;
+pub mod oauth_code;
 pub mod servers;
 pub mod sse;
 

@@ -1,6 +1,7 @@
-//! OAuth 2.1 for a Streamable HTTP server, the unattended part: the `client_credentials` grant
-//! of a pre-registered client (`[mcp.servers.NAME.oauth]`), found the way the MCP authorization
-//! spec says.
+//! OAuth 2.1 for a Streamable HTTP server, found the way the MCP authorization spec says: the
+//! unattended `client_credentials` grant of a pre-registered client, or the authorization-code
+//! grant a person approves in a browser ([`super::oauth_code`]), for a server with or without
+//! an `[mcp.servers.NAME.oauth]` table.
 //!
 //! 1. The server answers a request without a valid token with 401 and a
 //!    `WWW-Authenticate: Bearer resource_metadata="…", scope="…"` challenge.
@@ -10,7 +11,8 @@
 //!    origin, a prefix of the endpoint's path): a mismatch is refused, no token is asked for.
 //! 3. The authorization server's metadata (RFC 8414, then OpenID discovery) for its
 //!    `token_endpoint` and the client authentications it takes.
-//! 4. A token request: `grant_type=client_credentials`, the `resource` parameter (RFC 8707) and
+//! 4. A token (`client_credentials`, or the authorization code): the `resource` parameter
+//!    (RFC 8707) and
 //!    the scope (the config's, else the challenge's, else `scopes_supported`, else none), the
 //!    client authenticated with `client_secret_basic` (the default), `client_secret_post` when
 //!    that is all the server takes, or `none` without a secret.
@@ -22,9 +24,8 @@
 //! involved must be `https://` (or `http://` on this machine), so a token or secret never
 //! crosses the network in cleartext.
 //!
-//! Not here yet (issue 32): the authorization-code grant with PKCE and a loopback redirect
-//! (`mcp login`), dynamic client registration, refresh tokens and a token store, step-up on
-//! `403 insufficient_scope`, `private_key_jwt`.
+//! Not here yet (issue 32): `mcp login` and a token store, refresh tokens, Client ID Metadata
+//! Documents, step-up on `403 insufficient_scope`, `private_key_jwt`.
 
 use std::time::{Duration, Instant};
 
@@ -39,11 +40,15 @@ const MAX_DOCUMENT: u64 = 1024 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OAuthConfig {
-    pub client_id: String,
+    /// A pre-registered client (absent: dynamic registration, authorization code only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
     /// The variable holding the client secret (its name only; absent: a public client).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_secret_env: Option<String>,
-    /// The grant: `client_credentials` (the only one implemented so far).
+    /// The grant: `authorization_code` (the default: a person approves, in a browser) or
+    /// `client_credentials` (unattended; needs `client_id`).
+    #[serde(default = "default_grant")]
     pub grant: String,
     /// The scopes to ask for (absent: the server's challenge, else its `scopes_supported`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -51,20 +56,47 @@ pub struct OAuthConfig {
 }
 
 /// The grants an `oauth` table may name.
-pub const GRANTS: &[&str] = &["client_credentials"];
+pub const GRANTS: &[&str] = &["authorization_code", "client_credentials"];
+
+fn default_grant() -> String {
+    "authorization_code".into()
+}
+
+impl Default for OAuthConfig {
+    /// No table: the authorization-code grant, the client registered dynamically.
+    fn default() -> OAuthConfig {
+        OAuthConfig {
+            client_id: None,
+            client_secret_env: None,
+            grant: default_grant(),
+            scopes: Vec::new(),
+        }
+    }
+}
 
 impl OAuthConfig {
     /// Why the table is invalid, or `None` (`at` names it).
     pub fn error(&self, at: &str) -> Option<String> {
-        if self.client_id.is_empty() {
+        if self.client_id.as_deref() == Some("") {
             return Some(format!("{at}.oauth: client_id must not be empty"));
         }
         if !GRANTS.contains(&self.grant.as_str()) {
             return Some(format!(
-                "{at}.oauth: grant {:?} is not supported; kxen-agent speaks {} (the \
-                 authorization-code grant and `mcp login` are not implemented yet)",
+                "{at}.oauth: grant {:?} is not supported; kxen-agent speaks {}",
                 self.grant,
                 GRANTS.join(", ")
+            ));
+        }
+        if self.grant == "client_credentials" && self.client_id.is_none() {
+            return Some(format!(
+                "{at}.oauth: grant \"client_credentials\" needs the client_id of a registered \
+                 client"
+            ));
+        }
+        if self.client_id.is_none() && self.client_secret_env.is_some() {
+            return Some(format!(
+                "{at}.oauth: client_secret_env without client_id: a secret belongs to a \
+                 registered client"
             ));
         }
         match &self.client_secret_env {
@@ -129,9 +161,9 @@ pub struct Token {
     pub access_token: String,
 }
 
-/// Runs the flow of the module doc for `endpoint` after a 401 with `challenge`; every error
-/// says which step failed (secrets scrubbed by the caller).
-pub fn client_credentials(
+/// Runs the flow of the module doc for `endpoint` after a 401 with `challenge`, with the
+/// client's grant; every error says which step failed (secrets scrubbed by the caller).
+pub fn authorize(
     agent: &ureq::Agent,
     endpoint: &url::Url,
     challenge: &Challenge,
@@ -173,15 +205,40 @@ pub fn client_credentials(
         .as_array()
         .map(|m| m.iter().filter_map(Value::as_str).collect())
         .unwrap_or_else(|| vec!["client_secret_basic"]);
-    request_token(
+    if client.config.grant == "client_credentials" {
+        let mut form = url::form_urlencoded::Serializer::new(String::new());
+        form.append_pair("grant_type", "client_credentials");
+        form.append_pair("resource", resource);
+        if let Some(scope) = &scope {
+            form.append_pair("scope", scope);
+        }
+        let identity = Identity {
+            client_id: client.config.client_id.clone().unwrap_or_default(),
+            secret: client.secret.clone(),
+            method: None,
+        };
+        return request_token(agent, &token_endpoint, &identity, form, &methods, until);
+    }
+    super::oauth_code::authorization_code(
         agent,
-        &token_endpoint,
-        client,
-        resource,
-        scope.as_deref(),
-        &methods,
+        &super::oauth_code::Flow {
+            meta: &meta,
+            token_endpoint: &token_endpoint,
+            resource,
+            scope: scope.as_deref(),
+            methods: &methods,
+            client,
+        },
         until,
     )
+}
+
+/// Who the client is at the token endpoint.
+pub(crate) struct Identity {
+    pub client_id: String,
+    pub secret: Option<String>,
+    /// The authentication the registration named (`token_endpoint_auth_method`), if any.
+    pub method: Option<String>,
 }
 
 /// The protected-resource metadata: its URL and the document.
@@ -268,45 +325,54 @@ fn first_document(
     Err(format!("no {what} found: tried {}", tried.join(", ")))
 }
 
-/// The token request (module doc, step 4).
-fn request_token(
+/// POSTs `form` (the grant's fields) to the token endpoint, the client authenticated as its
+/// registration says, else as the server takes it: `client_secret_basic` (the default),
+/// `client_secret_post`, or only `client_id` without a secret.
+pub(crate) fn request_token(
     agent: &ureq::Agent,
     token_endpoint: &url::Url,
-    client: &Client,
-    resource: &str,
-    scope: Option<&str>,
+    identity: &Identity,
+    mut form: url::form_urlencoded::Serializer<'_, String>,
     methods: &[&str],
     until: Instant,
 ) -> Result<Token, String> {
-    let mut form = url::form_urlencoded::Serializer::new(String::new());
-    form.append_pair("grant_type", "client_credentials");
-    form.append_pair("resource", resource);
-    if let Some(scope) = scope {
-        form.append_pair("scope", scope);
-    }
-    let id = &client.config.client_id;
-    let mut basic = None;
-    match &client.secret {
-        Some(secret) if methods.contains(&"client_secret_basic") => {
-            // RFC 6749 §2.3.1: each part form-encoded, then base64.
-            let enc =
-                |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
-            let pair = format!("{}:{}", enc(id), enc(secret));
-            basic = Some(base64::engine::general_purpose::STANDARD.encode(pair));
-        }
-        Some(secret) if methods.contains(&"client_secret_post") => {
-            form.append_pair("client_id", id);
-            form.append_pair("client_secret", secret);
-        }
-        Some(_) => {
+    let id = &identity.client_id;
+    let method = match (&identity.secret, identity.method.as_deref()) {
+        (None, _) => "none",
+        (Some(_), Some(m)) => m,
+        (Some(_), None) if methods.contains(&"client_secret_basic") => "client_secret_basic",
+        (Some(_), None) if methods.contains(&"client_secret_post") => "client_secret_post",
+        (Some(_), None) if methods.contains(&"none") => "none",
+        (Some(_), None) => {
             return Err(format!(
                 "the token endpoint takes none of the client authentications kxen-agent \
                  speaks with a secret (client_secret_basic, client_secret_post); it takes: {}",
                 methods.join(", ")
             ));
         }
-        None => {
+    };
+    let secret = identity.secret.as_deref().unwrap_or_default();
+    let mut basic = None;
+    match method {
+        "client_secret_basic" => {
+            // RFC 6749 §2.3.1: each part form-encoded, then base64.
+            let enc =
+                |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+            let pair = format!("{}:{}", enc(id), enc(secret));
+            basic = Some(base64::engine::general_purpose::STANDARD.encode(pair));
+        }
+        "client_secret_post" => {
             form.append_pair("client_id", id);
+            form.append_pair("client_secret", secret);
+        }
+        "none" => {
+            form.append_pair("client_id", id);
+        }
+        other => {
+            return Err(format!(
+                "the client's registration asks for token endpoint authentication {other:?}, \
+                 which kxen-agent does not speak"
+            ));
         }
     }
     let mut call = agent
@@ -375,7 +441,7 @@ fn check_resource(endpoint: &url::Url, resource: &str) -> Result<(), String> {
 }
 
 /// A URL a secret or token may go to: `https://`, or `http://` on this machine.
-fn safe_url(url: &url::Url, what: &str) -> Result<(), String> {
+pub(crate) fn safe_url(url: &url::Url, what: &str) -> Result<(), String> {
     match url.scheme() {
         "https" => Ok(()),
         "http" if crate::provider::http::is_loopback(url.as_str()) => Ok(()),
@@ -387,7 +453,7 @@ fn safe_url(url: &url::Url, what: &str) -> Result<(), String> {
     }
 }
 
-fn remaining(until: Instant) -> Result<Duration, String> {
+pub(crate) fn remaining(until: Instant) -> Result<Duration, String> {
     let left = until.saturating_duration_since(Instant::now());
     if left.is_zero() {
         Err("the time (timeout_ms) ran out during authorization".into())

@@ -369,7 +369,15 @@ fn connect(
             }
         },
     };
-    let oauth = match &config.oauth {
+    // Without a table (and without a static token), a server that asks for OAuth gets the
+    // authorization-code grant with dynamic registration, when a person is at hand.
+    let default_oauth = super::oauth::OAuthConfig::default();
+    let table = match (&config.oauth, &config.bearer_token_env) {
+        (Some(oauth), _) => Some(oauth),
+        (None, None) => Some(&default_oauth),
+        (None, Some(_)) => None,
+    };
+    let oauth = match table {
         None => None,
         Some(oauth) => {
             let secret = match &oauth.client_secret_env {

@@ -94,16 +94,27 @@ def main():
         server = f"[mcp.servers.conf]\nurl = {json.dumps(url)}\ntimeout_ms = 20000\n"
         child_env = dict(os.environ)
         context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
-        if context.get("client_secret"):
-            # A pre-registered client with a secret: the unattended client_credentials grant,
-            # the secret in the environment (a config holds no secret).
+        if context.get("client_id"):
+            # A pre-registered client: its secret in the environment (a config holds no
+            # secret); the unattended client_credentials grant where the scenario is about it,
+            # else the authorization code.
+            grant = (
+                "client_credentials"
+                if scenario.startswith("auth/client-credentials")
+                else "authorization_code"
+            )
             server += (
                 "[mcp.servers.conf.oauth]\n"
                 f"client_id = {json.dumps(context['client_id'])}\n"
-                'client_secret_env = "KXEN_CONFORMANCE_CLIENT_SECRET"\n'
-                'grant = "client_credentials"\n'
+                f"grant = {json.dumps(grant)}\n"
             )
-            child_env["KXEN_CONFORMANCE_CLIENT_SECRET"] = context["client_secret"]
+            if context.get("client_secret"):
+                server += 'client_secret_env = "KXEN_CONFORMANCE_CLIENT_SECRET"\n'
+                child_env["KXEN_CONFORMANCE_CLIENT_SECRET"] = context["client_secret"]
+        if scenario.startswith("auth/"):
+            # The authorization-code grant needs a person with a browser; the suite's
+            # authorization server approves at once, so a browser that follows redirects will do.
+            child_env["BROWSER"] = f"{sys.executable} {os.path.join(HERE, 'browser.py')}"
         write(
             config,
             '[providers.model]\nkind = "script"\npath = "turns.jsonl"\n\n'
@@ -137,8 +148,8 @@ def main():
         )
         sys.stdout.write(done.stdout)
         # A credential never lands in the state dir: the client secret, or a token the
-        # conformance authorization server issued (`cc-token-…`).
-        canaries = [c for c in (context.get("client_secret"), "cc-token-") if c]
+        # conformance authorization server issued (`cc-token-…`, `test-token-…`).
+        canaries = [c for c in (context.get("client_secret"), "cc-token-", "test-token-") if c]
         for root, _, files in os.walk(os.path.join(tmp, "state")):
             for name in files:
                 with open(os.path.join(root, name), "rb") as f:

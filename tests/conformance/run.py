@@ -27,28 +27,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CONFORMANCE_VERSION = "0.1.16"
 
 # Scenarios kxen-agent does not pass yet, each with the reason. Everything else must pass.
-OAUTH = "no OAuth client yet (issue 32 item 3)"
+# Each is a part of OAuth (issue 32 item 3) not implemented yet; docs/mcp.md says what works.
 EXPECTED_FAILURES = {
-    "auth/metadata-default": OAUTH,
-    "auth/metadata-var1": OAUTH,
-    "auth/metadata-var2": OAUTH,
-    "auth/metadata-var3": OAUTH,
-    "auth/basic-cimd": OAUTH,
-    "auth/scope-from-www-authenticate": OAUTH,
-    "auth/scope-from-scopes-supported": OAUTH,
-    "auth/scope-omitted-when-undefined": OAUTH,
-    "auth/scope-step-up": OAUTH,
-    "auth/scope-retry-limit": OAUTH,
-    "auth/token-endpoint-auth-basic": OAUTH,
-    "auth/token-endpoint-auth-post": OAUTH,
-    "auth/token-endpoint-auth-none": OAUTH,
-    "auth/pre-registration": OAUTH,
-    "auth/2025-03-26-oauth-metadata-backcompat": OAUTH,
-    "auth/2025-03-26-oauth-endpoint-fallback": OAUTH,
-    "auth/offline-access-scope": OAUTH,
-    "auth/offline-access-not-supported": OAUTH,
-    "auth/client-credentials-jwt": OAUTH,
-    "auth/cross-app-access-complete-flow": OAUTH,
+    "auth/basic-cimd": "Client ID Metadata Documents (issue 32 item 3)",
+    "auth/scope-step-up": "step-up on 403 insufficient_scope (issue 32 item 3)",
+    "auth/scope-retry-limit": "step-up on 403 insufficient_scope (issue 32 item 3)",
+    "auth/2025-03-26-oauth-metadata-backcompat": "2025-03-26 authorization discovery (issue 32 item 3)",
+    "auth/2025-03-26-oauth-endpoint-fallback": "2025-03-26 root-endpoint fallback (issue 32 item 3)",
+    "auth/offline-access-scope": "offline_access and refresh tokens (issue 32 item 3)",
+    "auth/client-credentials-jwt": "private_key_jwt client authentication (issue 32 item 3)",
+    "auth/cross-app-access-complete-flow": "the enterprise cross-app access extension (issue 32 item 3)",
 }
 
 

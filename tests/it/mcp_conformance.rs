@@ -1,6 +1,7 @@
 //! The MCP conformance suite (npm `@modelcontextprotocol/conformance`) against kxen-agent: the
-//! scenarios without authorization and the unattended OAuth one (`client_credentials`; the
-//! driver also checks that neither the secret nor a token reached the state dir), through the
+//! scenarios without authorization, the unattended OAuth one (`client_credentials`) and the
+//! authorization-code one with discovery and dynamic registration (the driver also checks that
+//! neither a secret nor a token reached the state dir), through the
 //! repository's own driver
 //! (tests/conformance/run.py, which `.ci/run` also runs for every client scenario). The driver
 //! exits 0 only when each scenario passes or fails exactly as its EXPECTED_FAILURES says.
@@ -20,6 +21,7 @@ fn the_core_client_scenarios_do_what_the_driver_expects() {
             "elicitation-sep1034-client-defaults",
             "sse-retry",
             "auth/client-credentials-basic",
+            "auth/metadata-default",
         ])
         .env("KXEN_AGENT", env!("CARGO_BIN_EXE_kxen-agent"))
         .output()
@@ -31,7 +33,14 @@ fn the_core_client_scenarios_do_what_the_driver_expects() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    for scenario in ["tools_call", "sse-retry", "auth/client-credentials-basic"] {
+    for scenario in [
+        "initialize",
+        "tools_call",
+        "elicitation-sep1034-client-defaults",
+        "sse-retry",
+        "auth/client-credentials-basic",
+        "auth/metadata-default",
+    ] {
         assert!(stdout.contains(&format!("pass {scenario} ")), "{stdout}");
     }
 }
