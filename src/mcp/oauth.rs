@@ -170,18 +170,33 @@ pub fn authorize(
     client: &Client,
     until: Instant,
 ) -> Result<Token, String> {
-    let (prm_url, prm) = protected_resource(agent, endpoint, challenge, until)?;
-    let resource = prm["resource"].as_str().ok_or_else(|| {
-        format!("the protected-resource metadata at {prm_url} names no `resource`")
-    })?;
-    check_resource(endpoint, resource)?;
-    let issuer = prm["authorization_servers"][0].as_str().ok_or_else(|| {
-        format!("the protected-resource metadata at {prm_url} names no authorization server")
-    })?;
-    let issuer = url::Url::parse(issuer)
-        .map_err(|e| format!("its authorization server {issuer:?} is not a URL: {e}"))?;
-    safe_url(&issuer, "the authorization server")?;
-    let (as_url, meta) = authorization_server(agent, &issuer, until)?;
+    let (resource, prm, as_url, meta) = match protected_resource(agent, endpoint, challenge, until)
+    {
+        Ok((prm_url, prm)) => {
+            let resource = prm["resource"].as_str().ok_or_else(|| {
+                format!("the protected-resource metadata at {prm_url} names no `resource`")
+            })?;
+            check_resource(endpoint, resource)?;
+            let issuer = prm["authorization_servers"][0].as_str().ok_or_else(|| {
+                format!(
+                    "the protected-resource metadata at {prm_url} names no authorization server"
+                )
+            })?;
+            let issuer = url::Url::parse(issuer)
+                .map_err(|e| format!("its authorization server {issuer:?} is not a URL: {e}"))?;
+            safe_url(&issuer, "the authorization server")?;
+            let (as_url, meta) = authorization_server(agent, &issuer, until)?;
+            (Some(resource.to_string()), prm, as_url, meta)
+        }
+        Err(no_prm) => {
+            // A 2025-03-26 server: no protected-resource metadata; the server's origin is its
+            // own authorization server, with the default endpoints when it has no metadata.
+            let (as_url, meta) = legacy_authorization_server(agent, endpoint, until)
+                .map_err(|why| format!("{no_prm}; {why}"))?;
+            (None, Value::Null, as_url, meta)
+        }
+    };
+    let resource = resource.as_deref();
     let token_endpoint = meta["token_endpoint"].as_str().ok_or_else(|| {
         format!("the authorization-server metadata at {as_url} has no token_endpoint")
     })?;
@@ -208,7 +223,9 @@ pub fn authorize(
     if client.config.grant == "client_credentials" {
         let mut form = url::form_urlencoded::Serializer::new(String::new());
         form.append_pair("grant_type", "client_credentials");
-        form.append_pair("resource", resource);
+        if let Some(resource) = resource {
+            form.append_pair("resource", resource);
+        }
         if let Some(scope) = &scope {
             form.append_pair("scope", scope);
         }
@@ -285,6 +302,34 @@ fn authorization_server(
         ]
     };
     first_document(agent, &candidates, "authorization-server metadata", until)
+}
+
+/// The authorization server of a 2025-03-26 server (no protected-resource metadata): its
+/// origin's RFC 8414 metadata, else the spec's default endpoints there (`/authorize`, `/token`,
+/// `/register`).
+fn legacy_authorization_server(
+    agent: &ureq::Agent,
+    endpoint: &url::Url,
+    until: Instant,
+) -> Result<(String, Value), String> {
+    let origin = endpoint.origin().ascii_serialization();
+    let url = format!("{origin}/.well-known/oauth-authorization-server");
+    match first_document(
+        agent,
+        std::slice::from_ref(&url),
+        "authorization-server metadata",
+        until,
+    ) {
+        Ok(found) => Ok(found),
+        Err(_) => Ok((
+            format!("{origin} (the 2025-03-26 default endpoints)"),
+            serde_json::json!({
+                "authorization_endpoint": format!("{origin}/authorize"),
+                "token_endpoint": format!("{origin}/token"),
+                "registration_endpoint": format!("{origin}/register"),
+            }),
+        )),
+    }
 }
 
 /// The first of `urls` that answers 200 with a JSON object.

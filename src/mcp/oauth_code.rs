@@ -29,7 +29,8 @@ const MAX_REGISTRATION: u64 = 1024 * 1024;
 pub struct Flow<'a> {
     pub meta: &'a Value,
     pub token_endpoint: &'a url::Url,
-    pub resource: &'a str,
+    /// Absent for a 2025-03-26 server (no protected-resource metadata).
+    pub resource: Option<&'a str>,
     pub scope: Option<&'a str>,
     pub methods: &'a [&'a str],
     pub client: &'a Client,
@@ -91,8 +92,10 @@ pub fn authorization_code(
             .append_pair("redirect_uri", &redirect_uri)
             .append_pair("code_challenge", &challenge)
             .append_pair("code_challenge_method", "S256")
-            .append_pair("state", &state)
-            .append_pair("resource", flow.resource);
+            .append_pair("state", &state);
+        if let Some(resource) = flow.resource {
+            query.append_pair("resource", resource);
+        }
         if let Some(scope) = flow.scope {
             query.append_pair("scope", scope);
         }
@@ -103,8 +106,10 @@ pub fn authorization_code(
     form.append_pair("grant_type", "authorization_code")
         .append_pair("code", &code)
         .append_pair("redirect_uri", &redirect_uri)
-        .append_pair("code_verifier", &verifier)
-        .append_pair("resource", flow.resource);
+        .append_pair("code_verifier", &verifier);
+    if let Some(resource) = flow.resource {
+        form.append_pair("resource", resource);
+    }
     request_token(
         agent,
         flow.token_endpoint,

@@ -32,8 +32,6 @@ EXPECTED_FAILURES = {
     "auth/basic-cimd": "Client ID Metadata Documents (issue 32 item 3)",
     "auth/scope-step-up": "step-up on 403 insufficient_scope (issue 32 item 3)",
     "auth/scope-retry-limit": "step-up on 403 insufficient_scope (issue 32 item 3)",
-    "auth/2025-03-26-oauth-metadata-backcompat": "2025-03-26 authorization discovery (issue 32 item 3)",
-    "auth/2025-03-26-oauth-endpoint-fallback": "2025-03-26 root-endpoint fallback (issue 32 item 3)",
     "auth/offline-access-scope": "offline_access and refresh tokens (issue 32 item 3)",
     "auth/client-credentials-jwt": "private_key_jwt client authentication (issue 32 item 3)",
     "auth/cross-app-access-complete-flow": "the enterprise cross-app access extension (issue 32 item 3)",
