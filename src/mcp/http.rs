@@ -56,6 +56,9 @@ pub const GOODBYE: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_millis(50);
 /// How much longer than the caller the thread of a request may wait (see `round_trip`).
 const THREAD_SLACK: Duration = Duration::from_secs(1);
+/// How many times one request is authorized again (a 401, or a 403 asking for more scope)
+/// before its refusal stands.
+const MAX_AUTHORIZATIONS: u32 = 2;
 /// How long the handshake waits for the standalone event stream to open.
 const LISTEN_WAIT: Duration = Duration::from_secs(1);
 /// The longest the standalone event stream is read (one connection; a run needing more
@@ -357,7 +360,25 @@ impl HttpClient {
         params: Value,
         cancel: Option<&AtomicBool>,
     ) -> Result<Value, Failure> {
-        self.round_trip(method, params, cancel).map(|(v, _)| v)
+        // A request refused for want of a token (401) or of scope (403 insufficient_scope) did
+        // not run: it is sent again after authorizing, at most MAX_AUTHORIZATIONS times.
+        let mut authorizations = 0;
+        loop {
+            self.challenge = None;
+            let result = self.round_trip(method, params.clone(), cancel);
+            match (&result, self.challenge.take(), self.oauth.clone()) {
+                (Err(Failure::Rpc(refused)), Some(challenge), Some(oauth))
+                    if authorizations < MAX_AUTHORIZATIONS =>
+                {
+                    authorizations += 1;
+                    let refused = refused.clone();
+                    self.authorize(&challenge, &oauth)
+                        .map_err(|why| Failure::Rpc(format!("{refused}; {why}")))?;
+                    self.dead = None;
+                }
+                _ => return result.map(|(v, _)| v),
+            }
+        }
     }
 
     /// Sends request `method` and waits for its answer (module doc): the result and the
@@ -593,19 +614,22 @@ impl Wire {
                 .unwrap_or_default()
                 .trim()
                 .to_ascii_lowercase();
-            if status == 401 {
-                let challenge = response
-                    .headers()
-                    .get("www-authenticate")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default()
-                    .to_string();
+            let challenge = response
+                .headers()
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            let step_up = status == 403 && challenge.contains("insufficient_scope");
+            if status == 401 || step_up {
                 let text = error_body(response);
+                let what = if step_up {
+                    "403 (the token lacks a scope)"
+                } else {
+                    "401 (not authorized)"
+                };
                 return Err(PostError::Unauthorized {
-                    why: format!(
-                        "the server answered HTTP 401 (not authorized){text} (the request was \
-                         not run)"
-                    ),
+                    why: format!("the server answered HTTP {what}{text} (the request was not run)"),
                     challenge,
                 });
             }
