@@ -87,6 +87,7 @@ fn run_agent(root: &Path, url: &str, calls: usize, window: Option<u64>) {
         agent: Some(agent),
         policy: PolicyFlags::default(),
         config: Some(config),
+        plan_dir: None,
     };
     support::run_to_end(&support::session(&state, &request));
 }

@@ -111,6 +111,7 @@ fn run_agent(root: &Path, repo: &Path, calls: usize, policy: Option<&Path>, roun
             ..Default::default()
         },
         config: Some(config),
+        plan_dir: None,
     };
     let prepared = support::session(&state, &request);
     let secs = support::run_to_end(&prepared);
@@ -155,6 +156,7 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
     let cancel = AtomicBool::new(false);
     let attempt = "att_bench".to_string();
     let args = serde_json::json!({"command": "true"});
+    let run_fence = kxen::sandbox::RunFence::new(fence, repo, None, Some(&state));
     let start = Instant::now();
     for i in 0..calls {
         let op_id = format!("op_bench{i}");
@@ -170,11 +172,10 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
                 attempt: &attempt,
                 op_id: &op_id,
             },
-            fence,
+            fence: run_fence.clone(),
             mcp: None,
             lsp: None,
             task: None,
-            protected: &[],
         };
         let call = kxen::tools::REGISTRY
             .admit("exec", &args, &capabilities)

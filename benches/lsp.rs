@@ -83,7 +83,8 @@ fn ours(root: &Path, entry: &ServerConfig, warm: usize) -> (f64, f64) {
     let configs = BTreeMap::from([("python".to_string(), entry.clone())]);
     let main = root.join("main.py");
     let t = Instant::now();
-    let servers = Servers::new(configs, root.to_path_buf());
+    let fence = kxen::sandbox::RunFence::new(Default::default(), root, None, None);
+    let servers = Servers::new(configs, fence);
     let out = servers.run(
         &Query {
             operation: Operation::Diagnostics,

@@ -328,6 +328,7 @@ fn run_agent(root: &Path, entry: &str, calls: usize) -> (f64, usize, usize) {
             ..PolicyFlags::default()
         },
         config: Some(config),
+        plan_dir: None,
     };
     let prepared = support::session(&state, &request);
     // The server is already running (it was started and listed at creation), so the timer
@@ -404,7 +405,7 @@ fn kxen_start(root: &Path, config: &str) -> f64 {
             root: root.join("mcp-home"),
             once_exists: root.to_path_buf(),
         },
-        root.to_path_buf(),
+        kxen::sandbox::RunFence::new(Default::default(), root, None, None),
     );
     let start = Instant::now();
     let tools = servers.list_tools("fx").unwrap();

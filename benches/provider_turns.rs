@@ -120,6 +120,7 @@ fn run_agent_with(root: &Path, url: &str, calls: usize, extra: &str) -> (Vec<f64
         agent: Some(agent),
         policy: PolicyFlags::default(),
         config: Some(config),
+        plan_dir: None,
     };
     let prepared = support::session(&state, &request);
     let run_id = prepared.run_id.clone();

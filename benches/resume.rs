@@ -220,6 +220,7 @@ fn child_resume(root: &Path) -> f64 {
             rebind: false,
             policy: PolicyFlags::default(),
             config: Some(f.config.clone()),
+            plan_dir: None,
         },
     )
     .unwrap();
@@ -243,13 +244,17 @@ fn build(root: &Path, turns: usize, records: usize) -> (usize, usize) {
     std::fs::write(&agent, "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: bench}\nspec:\n  objective: o\n  instructions: [i]\n  capabilities: {required: [read]}\n  execution: {maxTurns: 1024, maxPureRetries: 0}\n").unwrap();
     let config = support::script_config(root, "{\"text\":\"x\"}\n", "");
     let state = StateDir::at(root.join("state"));
-    let draft = create::prepare(&NewRunRequest {
-        workspace: repo,
-        task: "bench".into(),
-        agent: Some(agent),
-        policy: PolicyFlags::default(),
-        config: Some(config),
-    })
+    let draft = create::prepare(
+        &state,
+        &NewRunRequest {
+            workspace: repo,
+            task: "bench".into(),
+            agent: Some(agent),
+            policy: PolicyFlags::default(),
+            config: Some(config),
+            plan_dir: None,
+        },
+    )
     .unwrap();
     let task = draft.new.task.clone();
     let (prepared, _) = create::create(&state, draft).unwrap();

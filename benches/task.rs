@@ -259,11 +259,12 @@ fn creation(dir: &Path) {
             ..PolicyFlags::default()
         },
         config: Some(config.clone()),
+        plan_dir: None,
     };
     let start = Instant::now();
     let mut parent = None;
     for _ in 0..N {
-        let draft = create::prepare(&request).unwrap();
+        let draft = create::prepare(&state, &request).unwrap();
         let (prepared, _) = create::create(&state, draft).unwrap();
         parent = Some((prepared.meta.id.clone(), prepared.run_id.clone()));
     }

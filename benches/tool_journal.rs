@@ -66,6 +66,7 @@ fn run_agent(root: &Path, calls: usize) -> (f64, usize, usize) {
         agent: Some(agent),
         policy: PolicyFlags::default(),
         config: Some(config),
+        plan_dir: None,
     };
     let prepared = support::session(&state, &request);
     let secs = support::run_to_end(&prepared);

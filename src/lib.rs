@@ -21,6 +21,7 @@ pub mod error;
 pub mod fsx;
 pub mod git;
 pub mod hash;
+pub mod hooks;
 pub mod host;
 pub mod ids;
 pub mod journal;

@@ -120,7 +120,7 @@ pub fn script_config(root: &Path, turns: &str, extra: &str) -> PathBuf {
 /// A new Session for `request` (its MCP tools granted when the policy allows MCP), written and
 /// ready to execute its first run.
 pub fn session(state: &StateDir, request: &NewRunRequest) -> Prepared {
-    let mut draft = create::prepare(request).unwrap();
+    let mut draft = create::prepare(state, request).unwrap();
     create::grant_mcp(&mut draft, state).unwrap();
     create::create(state, draft).unwrap().0
 }

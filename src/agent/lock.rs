@@ -40,6 +40,10 @@ pub struct DcpAgentLock {
     /// language servers the `lsp` tool may start (a changed set is drift on resume).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub lsp_servers: std::collections::BTreeMap<String, String>,
+    /// The hash of the runtime config's `[[hooks.*]]` tables ([`crate::hooks`]): a resume with
+    /// other hooks is drift. Absent when no hook is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks_hash: Option<String>,
 }
 
 impl DcpAgentLock {
@@ -101,6 +105,7 @@ impl DcpAgentLock {
             mcp_tools: Vec::new(),
             mcp_servers: std::collections::BTreeMap::new(),
             lsp_servers: std::collections::BTreeMap::new(),
+            hooks_hash: None,
         })
     }
 

@@ -142,7 +142,9 @@ pub fn capture(workspace: &Path) -> Result<(WorkspaceBinding, Vec<String>)> {
 /// - the recorded HEAD must be the current HEAD or one of its ancestors;
 /// - a different root is refused unless `rebind`, and a rebind still needs all of the above.
 ///
-/// Every mismatch is a `Conflict` (exit 5). A workspace that vanished is `NotFound` (exit 3).
+/// Every mismatch is a `Conflict` (exit 5). A workspace that vanished is `NotFound` (exit 3). A
+/// pointer file a fenced command could have planted (a `commondir`, a `.git` between the
+/// Session's directory and its repository root) is `Policy` (exit 6, docs/git-trust.md).
 pub fn verify(stored: &WorkspaceBinding, workspace: &Path, rebind: bool) -> Result<Verified> {
     if !workspace.exists() {
         if workspace == stored.root {
@@ -160,7 +162,14 @@ pub fn verify(stored: &WorkspaceBinding, workspace: &Path, rebind: bool) -> Resu
             stored.root.display()
         )));
     }
-    let seen = Observed::of(workspace)?;
+    // At the bound place, a `.git` that appeared between the Session's directory and its
+    // repository root is refused (exit 6) rather than taken for another repository.
+    let at_bound = workspace
+        .canonicalize()
+        .is_ok_and(|w| w == stored.root)
+        .then_some(stored.repository_root.as_deref())
+        .flatten();
+    let seen = Observed::of_bound(workspace, at_bound)?;
     seen.check_locks()?;
     let mut warnings = Vec::new();
     let root = bound_root(stored, &seen, &mut warnings)?;
@@ -427,6 +436,12 @@ struct GitState {
 
 impl Observed {
     fn of(workspace: &Path) -> Result<Observed> {
+        Self::of_bound(workspace, None)
+    }
+
+    /// [`Observed::of`] for a workspace bound to the repository root `bound` (see
+    /// `layout::derive_bound`).
+    fn of_bound(workspace: &Path, bound: Option<&Path>) -> Result<Observed> {
         let meta =
             std::fs::metadata(workspace).map_err(|e| Error::io("open workspace", workspace, e))?;
         if !meta.is_dir() {
@@ -436,7 +451,7 @@ impl Observed {
             )));
         }
         let root = canonical(workspace)?;
-        let Some(repo) = repo::discover(&root)? else {
+        let Some(repo) = repo::discover_bound(&root, bound)? else {
             return Ok(Observed { root, git: None });
         };
         let Some(workdir) = repo.workdir() else {

@@ -15,12 +15,15 @@
 //! for `core.fsmonitor`, `pager.*` and `filter.*.required`, `/dev/null` for `core.hooksPath`), forbid every transport
 //! (`protocol.allow=never`) and submodule recursion. Then we read the config again with the
 //! overrides and **refuse** (exit 6) if any such key still has a value (a key `-c` cannot spell,
-//! say): fail closed. Consequences worth knowing: filters do not run when a worktree is checked
+//! say): fail closed. Every command is pinned to the repository's trusted layout
+//! ([`super::layout`]: `GIT_DIR`, `GIT_COMMON_DIR`, `GIT_WORK_TREE`), so a pointer file planted
+//! in the workspace cannot send it to another git directory and its config. Consequences worth knowing: filters do not run when a worktree is checked
 //! out (git-lfs files stay pointers), and `git status` compares content without clean filters.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use super::layout::{self, Layout};
 use crate::error::{Error, Result};
 
 /// Overrides passed to every git command, whatever the repository's config says.
@@ -79,8 +82,9 @@ pub(super) fn neutral_value(key: &str) -> Option<&'static str> {
     }
 }
 
-/// `git` with the controlled environment and `overrides` as `-c` options, in `dir`.
-fn base_command(dir: &Path, overrides: &[String]) -> Command {
+/// `git` with the controlled environment and `overrides` as `-c` options, in `dir`, pinned to
+/// `layout` (no pointer file is followed; see [`super::layout`]).
+fn base_command(dir: &Path, layout: Option<&Layout>, overrides: &[String]) -> Command {
     let mut cmd = Command::new("git");
     cmd.env_clear()
         .env("PATH", crate::own_env::var_os("PATH").unwrap_or_default())
@@ -101,13 +105,22 @@ fn base_command(dir: &Path, overrides: &[String]) -> Command {
     {
         cmd.args(["-c", o]);
     }
+    if let Some(layout) = layout {
+        layout.apply(&mut cmd);
+    }
     cmd.current_dir(dir).stdin(Stdio::null());
     cmd
 }
 
 /// The effective config in `dir` with `overrides`, as `(key, value)` in git's order.
-fn config_list(dir: &Path, overrides: &[String]) -> Result<Vec<(String, String)>> {
-    let output = base_command(dir, overrides)
+// Allowed: kxen-agent's own git, with a cleared environment and every program-running key neutralized (module doc); never an agent's program.
+#[allow(clippy::disallowed_methods)]
+fn config_list(
+    dir: &Path,
+    layout: Option<&Layout>,
+    overrides: &[String],
+) -> Result<Vec<(String, String)>> {
+    let output = base_command(dir, layout, overrides)
         .args(["config", "--list", "-z"])
         .output()
         .map_err(|e| {
@@ -141,9 +154,9 @@ fn config_list(dir: &Path, overrides: &[String]) -> Result<Vec<(String, String)>
 
 /// The `-c` overrides that neutralize every program the config in `dir` names; refuses (exit
 /// 6) when one cannot be neutralized.
-fn neutralizing_overrides(dir: &Path) -> Result<Vec<String>> {
+fn neutralizing_overrides(dir: &Path, layout: Option<&Layout>) -> Result<Vec<String>> {
     let mut overrides: Vec<String> = Vec::new();
-    for (key, value) in config_list(dir, &[])? {
+    for (key, value) in config_list(dir, layout, &[])? {
         if let Some(neutral) = neutral_value(&key)
             && value != neutral
         {
@@ -155,7 +168,7 @@ fn neutralizing_overrides(dir: &Path) -> Result<Vec<String>> {
     }
     // Check what git now sees: the last value of every program key must be neutral.
     let mut last: Vec<(String, String)> = Vec::new();
-    for (key, value) in config_list(dir, &overrides)? {
+    for (key, value) in config_list(dir, layout, &overrides)? {
         match last.iter_mut().find(|(k, _)| *k == key) {
             Some(entry) => entry.1 = value,
             None => last.push((key, value)),
@@ -181,9 +194,12 @@ fn neutralizing_overrides(dir: &Path) -> Result<Vec<String>> {
 
 /// Runs `git ARGS…` in `dir` with every repository-configured program neutralized (module
 /// docs); returns stdout, or an `External` error (exit 9) with git's stderr.
+// Allowed: kxen-agent's own git, with a cleared environment and every program-running key neutralized (module doc); never an agent's program.
+#[allow(clippy::disallowed_methods)]
 pub(crate) fn run(dir: &Path, args: &[&str]) -> Result<String> {
-    let overrides = neutralizing_overrides(dir)?;
-    let mut cmd = base_command(dir, &overrides);
+    let layout = layout::derive(dir)?;
+    let overrides = neutralizing_overrides(dir, layout.as_ref())?;
+    let mut cmd = base_command(dir, layout.as_ref(), &overrides);
     cmd.args(args);
     let shown = format!("git {}", args.join(" "));
     let output = cmd.output().map_err(|e| {
@@ -204,8 +220,9 @@ pub(crate) fn run(dir: &Path, args: &[&str]) -> Result<String> {
 /// [`run`]'s command for callers that only need the exit status (`git ls-files
 /// --error-unmatch`): the same environment and neutralizing overrides.
 pub(crate) fn command(dir: &Path, args: &[&str]) -> Result<Command> {
-    let overrides = neutralizing_overrides(dir)?;
-    let mut cmd = base_command(dir, &overrides);
+    let layout = layout::derive(dir)?;
+    let overrides = neutralizing_overrides(dir, layout.as_ref())?;
+    let mut cmd = base_command(dir, layout.as_ref(), &overrides);
     cmd.args(args);
     Ok(cmd)
 }

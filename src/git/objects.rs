@@ -39,9 +39,16 @@ pub struct ObjectStore {
 }
 
 impl ObjectStore {
-    /// The repository containing `workspace`; exit 3 outside git.
+    /// The repository containing `workspace`; exit 3 outside git, exit 6 when a planted pointer
+    /// file would lead elsewhere ([`super::layout`]).
     pub fn open(workspace: &Path) -> Result<ObjectStore> {
-        let Some(repo) = super::repo::discover(workspace)? else {
+        Self::open_bound(workspace, None)
+    }
+
+    /// [`ObjectStore::open`] for a Session's workspace bound to the working tree `bound_root`
+    /// (its binding's repository root): a `.git` that appeared in between is refused.
+    pub fn open_bound(workspace: &Path, bound_root: Option<&Path>) -> Result<ObjectStore> {
+        let Some(repo) = super::repo::discover_bound(workspace, bound_root)? else {
             return Err(Error::not_found(format!(
                 "{} is not inside a git repository: Session snapshots live in the workspace's \
                  repository",
@@ -53,13 +60,12 @@ impl ObjectStore {
             .workdir()
             .unwrap_or_else(|| repo.git_dir())
             .to_path_buf();
-        let repo = gix::open_opts(&dir, gix::open::Options::isolated()).map_err(|e| {
-            Error::external(format!(
-                "cannot open the git repository at {}: {e}",
-                dir.display()
-            ))
-        })?;
-        Ok(ObjectStore { repo, dir })
+        // Opened again at the directory git runs in, and checked again: a pointer planted since
+        // the discovery is refused rather than followed.
+        let opened = super::repo::open_gix(&dir)?;
+        repo.layout()
+            .check_gix(opened.git_dir(), opened.common_dir())?;
+        Ok(ObjectStore { repo: opened, dir })
     }
 
     /// Where `git` commands for this repository run.

@@ -7,11 +7,14 @@
 
 use std::path::{Path, PathBuf};
 
+use super::layout::{self, Layout};
 use crate::error::{Error, Result};
 
 /// An open repository.
 pub(crate) struct Repo {
     inner: gix::Repository,
+    /// The trusted layout, which gix's own discovery was checked against.
+    layout: Layout,
 }
 
 /// HEAD as far as a binding cares.
@@ -24,15 +27,43 @@ pub(crate) struct HeadState {
 }
 
 /// Finds the repository containing `dir` (any subdirectory works), or `None` outside git.
+///
+/// gix follows `.git` files and `commondir` itself, so what it found is compared with the
+/// trusted layout ([`layout::derive`]) and refused (exit 6) when a pointer led it elsewhere.
 pub(crate) fn discover(dir: &Path) -> Result<Option<Repo>> {
+    discover_bound(dir, None)
+}
+
+/// [`discover`] for a Session's directory bound to the working tree `bound_root`
+/// ([`layout::derive_bound`]).
+pub(crate) fn discover_bound(dir: &Path, bound_root: Option<&Path>) -> Result<Option<Repo>> {
+    let trusted = layout::derive_bound(dir, bound_root)?;
+    let Some(inner) = discover_gix(dir)? else {
+        return Ok(None);
+    };
+    checked(inner, trusted, dir).map(Some)
+}
+
+/// `inner` with the trusted layout `trusted` of `dir`, if gix found the same directories.
+fn checked(inner: gix::Repository, trusted: Option<Layout>, dir: &Path) -> Result<Repo> {
+    let Some(layout) = trusted else {
+        return Err(Error::external(format!(
+            "git found a repository at {} for {}, where kxen-agent finds none",
+            inner.git_dir().display(),
+            dir.display()
+        )));
+    };
+    layout.check_gix(inner.git_dir(), inner.common_dir())?;
+    Ok(Repo { inner, layout })
+}
+
+fn discover_gix(dir: &Path) -> Result<Option<gix::Repository>> {
     let options = gix::sec::trust::Mapping {
         full: gix::open::Options::isolated(),
         reduced: gix::open::Options::isolated(),
     };
     match gix::ThreadSafeRepository::discover_opts(dir, Default::default(), options) {
-        Ok(repo) => Ok(Some(Repo {
-            inner: repo.to_thread_local(),
-        })),
+        Ok(repo) => Ok(Some(repo.to_thread_local())),
         Err(err) => {
             use gix::discover::upwards::Error as Up;
             match err.downcast_any_ref::<Up>() {
@@ -52,14 +83,19 @@ pub(crate) fn discover(dir: &Path) -> Result<Option<Repo>> {
 
 /// Opens the repository whose working tree (or git dir) is exactly `dir`.
 pub(crate) fn open(dir: &Path) -> Result<Repo> {
-    gix::open_opts(dir, gix::open::Options::isolated())
-        .map(|inner| Repo { inner })
-        .map_err(|e| {
-            Error::external(format!(
-                "cannot open the git repository at {}: {e}",
-                dir.display()
-            ))
-        })
+    let trusted = layout::derive(dir)?;
+    let inner = open_gix(dir)?;
+    checked(inner, trusted, dir)
+}
+
+/// gix's repository at exactly `dir`, not yet checked against the trusted layout.
+pub(crate) fn open_gix(dir: &Path) -> Result<gix::Repository> {
+    gix::open_opts(dir, gix::open::Options::isolated()).map_err(|e| {
+        Error::external(format!(
+            "cannot open the git repository at {}: {e}",
+            dir.display()
+        ))
+    })
 }
 
 /// The repository containing `dir`; exit 3 outside git.
@@ -71,6 +107,11 @@ pub(crate) fn open_or_discover(dir: &Path) -> Result<Repo> {
 }
 
 impl Repo {
+    /// Where the repository's files are, as trusted ([`layout`]).
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
     /// The remote the current branch tracks (`branch.<name>.remote`), if any.
     pub(crate) fn upstream_remote(&self) -> Option<String> {
         let branch = self.head().ok()?.branch?;

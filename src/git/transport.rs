@@ -18,11 +18,18 @@
 //! run (`core.hooksPath=/dev/null`, `--no-verify`), and only the `https`, `http`, `ssh`, `git`
 //! and `file` transports are allowed (`protocol.allow=never` otherwise: no `ext::` commands, no
 //! remote helpers picked by a planted URL).
+//!
+//! Where the transport goes is decided by trusted files only (docs/git-trust.md): every command
+//! is pinned to the repository's trusted layout ([`super::layout`]), the keys that steer it must
+//! come from the repository's `config` or the user's own, and a local remote inside a directory
+//! a fenced command can write is refused ([`super::trust`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use super::cli::neutral_value;
+use super::layout::{self, Layout};
+use super::trust::{self, Entry};
 use crate::error::{Error, Result};
 
 /// Environment variables a transport may need, passed through when set.
@@ -73,7 +80,7 @@ fn untrusted(scope: &str) -> bool {
     matches!(scope, "local" | "worktree")
 }
 
-fn base(dir: &Path, overrides: &[String]) -> Command {
+fn base(dir: &Path, layout: &Layout, overrides: &[String]) -> Command {
     let mut cmd = Command::new("git");
     cmd.env_clear()
         .env("PATH", crate::own_env::var_os("PATH").unwrap_or_default())
@@ -89,6 +96,7 @@ fn base(dir: &Path, overrides: &[String]) -> Command {
             cmd.env(name, v);
         }
     }
+    layout.apply(&mut cmd);
     cmd.arg("--no-pager");
     for o in FIXED
         .iter()
@@ -101,10 +109,12 @@ fn base(dir: &Path, overrides: &[String]) -> Command {
     cmd
 }
 
-/// `(scope, key, value)` of the effective config, in git's order.
-fn scoped_config(dir: &Path, overrides: &[String]) -> Result<Vec<(String, String, String)>> {
-    let output = base(dir, overrides)
-        .args(["config", "--list", "--show-scope", "-z"])
+/// The effective config with scope and origin, in git's order.
+// Allowed: kxen-agent's own git transport, with the repository's program-running keys neutralized (module doc); never an agent's program.
+#[allow(clippy::disallowed_methods)]
+fn scoped_config(dir: &Path, layout: &Layout, overrides: &[String]) -> Result<Vec<Entry>> {
+    let output = base(dir, layout, overrides)
+        .args(["config", "--list", "--show-scope", "--show-origin", "-z"])
         .output()
         .map_err(|e| {
             Error::external(format!(
@@ -122,56 +132,65 @@ fn scoped_config(dir: &Path, overrides: &[String]) -> Result<Vec<(String, String
     }
     let mut out = Vec::new();
     let mut parts = output.stdout.split(|&b| b == 0);
-    while let (Some(scope), Some(entry)) = (parts.next(), parts.next()) {
-        let scope = String::from_utf8_lossy(scope).into_owned();
+    while let (Some(scope), Some(origin), Some(entry)) = (parts.next(), parts.next(), parts.next())
+    {
         let entry = String::from_utf8_lossy(entry);
-        let (k, v) = match entry.split_once('\n') {
+        let (key, value) = match entry.split_once('\n') {
             Some((k, v)) => (k.to_string(), v.to_string()),
             None => (entry.into_owned(), "true".to_string()),
         };
-        out.push((scope, k, v));
+        out.push(Entry {
+            scope: String::from_utf8_lossy(scope).into_owned(),
+            origin: String::from_utf8_lossy(origin).into_owned(),
+            key,
+            value,
+        });
     }
     Ok(out)
 }
 
 /// The overrides that neutralize every program named by the repository's own config while
-/// keeping the trusted values of the same keys; refuses (exit 6) when one cannot be neutralized.
-fn overrides(dir: &Path) -> Result<Vec<String>> {
-    let config = scoped_config(dir, &[])?;
+/// keeping the trusted values of the same keys; refuses (exit 6) when one cannot be neutralized,
+/// when a key that steers the transport comes from a file a fenced command could write, or when
+/// `remote` is a local repository inside a writable root ([`super::trust`]).
+fn overrides(dir: &Path, layout: &Layout, remote: &Remote) -> Result<Vec<String>> {
+    let config = scoped_config(dir, layout, &[])?;
+    trust::check_origins(&config, layout, dir)?;
+    trust::check_local_remote(&config, &remote.name, dir, &remote.roots)?;
     let mut keys: Vec<String> = Vec::new();
-    for (scope, key, _) in &config {
-        if untrusted(scope) && neutral_value(key).is_some() && !keys.contains(key) {
-            keys.push(key.clone());
+    for e in &config {
+        if untrusted(&e.scope) && neutral_value(&e.key).is_some() && !keys.contains(&e.key) {
+            keys.push(e.key.clone());
         }
     }
     let mut out = Vec::new();
     for key in &keys {
         let neutral = neutral_value(key).unwrap_or("");
         out.push(format!("{key}={neutral}"));
-        for (scope, k, v) in &config {
-            if k == key && !untrusted(scope) && scope != "command" {
-                out.push(format!("{key}={v}"));
+        for e in &config {
+            if e.key == *key && !untrusted(&e.scope) && e.scope != "command" {
+                out.push(format!("{key}={}", e.value));
             }
         }
     }
     // What git now sees: the last value of each program key is neutral or a trusted one.
     let trusted: Vec<(String, String)> = config
         .iter()
-        .filter(|(s, _, _)| !untrusted(s))
-        .map(|(_, k, v)| (k.to_ascii_lowercase(), v.clone()))
+        .filter(|e| !untrusted(&e.scope))
+        .map(|e| (e.key.to_ascii_lowercase(), e.value.clone()))
         .collect();
     let mut last: Vec<(String, String)> = Vec::new();
     // With nothing to neutralize the second read would be the first one again (same command
     // line): check the first.
     let after = if out.is_empty() {
-        config.clone()
+        config
     } else {
-        scoped_config(dir, &out)?
+        scoped_config(dir, layout, &out)?
     };
-    for (_, key, value) in after {
-        match last.iter_mut().find(|(k, _)| *k == key) {
-            Some(entry) => entry.1 = value,
-            None => last.push((key, value)),
+    for e in after {
+        match last.iter_mut().find(|(k, _)| *k == e.key) {
+            Some(entry) => entry.1 = e.value,
+            None => last.push((e.key, e.value)),
         }
     }
     for (key, value) in last {
@@ -196,14 +215,20 @@ fn overrides(dir: &Path) -> Result<Vec<String>> {
 
 /// Runs a transport command `git ARGS…` in `dir`; returns its output whatever the exit status
 /// (the caller reads rejections from it), or exit 9 if git cannot be started.
-pub(crate) fn run(dir: &Path, args: &[&str]) -> Result<Output> {
-    run_with(dir, &[], args)
+pub(crate) fn run(dir: &Path, remote: &Remote, args: &[&str]) -> Result<Output> {
+    run_with(dir, remote, &[], args)
 }
 
 /// [`run`] with `extra` (`key=value`) set for this command, after the neutralizing overrides.
-fn run_with(dir: &Path, extra: &[&str], args: &[&str]) -> Result<Output> {
-    let overrides = overrides(dir)?;
-    let mut cmd = base(dir, &overrides);
+// Allowed: kxen-agent's own git transport, with the repository's program-running keys neutralized (module doc); never an agent's program.
+#[allow(clippy::disallowed_methods)]
+fn run_with(dir: &Path, remote: &Remote, extra: &[&str], args: &[&str]) -> Result<Output> {
+    // Fail closed: a transport of ours always runs in a repository whose layout is known.
+    let layout = layout::derive(dir)?.ok_or_else(|| {
+        Error::not_found(format!("{} is not inside a git repository", dir.display()))
+    })?;
+    let overrides = overrides(dir, &layout, remote)?;
+    let mut cmd = base(dir, &layout, &overrides);
     for e in extra {
         cmd.args(["-c", e]);
     }
@@ -218,9 +243,34 @@ fn run_with(dir: &Path, extra: &[&str], args: &[&str]) -> Result<Output> {
     })
 }
 
+/// A configured remote every transport command of ours goes to by name, with the directories
+/// it must not lie in ([`super::trust::check_local_remote`], checked by every command on the
+/// config that command reads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remote {
+    name: String,
+    roots: Vec<PathBuf>,
+}
+
+impl Remote {
+    /// The remote's name in the repository's config.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl std::fmt::Display for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
 /// The remote to use: `name` if given, else the upstream remote of the current branch, else
-/// `origin`. It must be configured in the repository (exit 3 otherwise).
-pub fn resolve_remote(dir: &Path, name: Option<&str>) -> Result<String> {
+/// `origin`. It must be configured in the repository (exit 3 otherwise). `writable` are the
+/// directories a fenced command can write besides the repository itself (kxen-agent's state
+/// dir): a local remote inside them, or inside the repository's working tree or git
+/// directories, is refused by every transport command.
+pub fn resolve_remote(dir: &Path, name: Option<&str>, writable: &[PathBuf]) -> Result<Remote> {
     let repo = super::repo::open_or_discover(dir)?;
     let names = repo.remote_names();
     let chosen = match name {
@@ -241,7 +291,12 @@ pub fn resolve_remote(dir: &Path, name: Option<&str>) -> Result<String> {
         ))
         .with_hint("name a configured remote with --remote NAME (see `git remote -v`)"));
     }
-    Ok(chosen)
+    let mut roots = repo.layout().roots();
+    roots.extend(writable.iter().cloned());
+    Ok(Remote {
+        name: chosen,
+        roots,
+    })
 }
 
 /// One ref update of a push.
@@ -266,7 +321,7 @@ pub enum Pushed {
 }
 
 /// Pushes `updates` to `remote` in one atomic transaction (one connection).
-pub fn push(dir: &Path, remote: &str, updates: &[RefUpdate]) -> Result<Pushed> {
+pub fn push(dir: &Path, remote: &Remote, updates: &[RefUpdate]) -> Result<Pushed> {
     let mut args: Vec<String> = [
         "push",
         "--porcelain",
@@ -286,12 +341,12 @@ pub fn push(dir: &Path, remote: &str, updates: &[RefUpdate]) -> Result<Pushed> {
             ));
         }
     }
-    args.push(remote.to_string());
+    args.push(remote.name.clone());
     for u in updates {
         args.push(format!("{}:{}", u.new.as_deref().unwrap_or(""), u.dst));
     }
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run(dir, &argv)?;
+    let out = run(dir, remote, &argv)?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     if out.status.success() {
@@ -330,7 +385,7 @@ pub fn push(dir: &Path, remote: &str, updates: &[RefUpdate]) -> Result<Pushed> {
 /// of the clone while the other claimers in it fetch into their own scratch refs, and one git
 /// can meet a ref whose new objects it has not rescanned yet. The second fetch sees them;
 /// damage that is really there fails it again.
-pub fn fetch(dir: &Path, remote: &str, src: &str, dst: &str) -> Result<bool> {
+pub fn fetch(dir: &Path, remote: &Remote, src: &str, dst: &str) -> Result<bool> {
     let spec = format!("+{src}:{dst}");
     let args = [
         "fetch",
@@ -338,15 +393,15 @@ pub fn fetch(dir: &Path, remote: &str, src: &str, dst: &str) -> Result<bool> {
         "--no-tags",
         "--no-write-fetch-head",
         "--no-recurse-submodules",
-        remote,
+        &remote.name,
         &spec,
     ];
     let keep_pack = ["fetch.unpackLimit=1"];
-    let mut out = run_with(dir, &keep_pack, &args)?;
+    let mut out = run_with(dir, remote, &keep_pack, &args)?;
     if !out.status.success()
         && String::from_utf8_lossy(&out.stderr).contains("did not send all necessary objects")
     {
-        out = run_with(dir, &keep_pack, &args)?;
+        out = run_with(dir, remote, &keep_pack, &args)?;
     }
     if out.status.success() {
         return Ok(true);
@@ -364,8 +419,8 @@ pub fn fetch(dir: &Path, remote: &str, src: &str, dst: &str) -> Result<bool> {
 }
 
 /// `(oid, ref)` of the remote refs matching `pattern` (`refs/kxen/sessions/*`).
-pub fn ls_remote(dir: &Path, remote: &str, pattern: &str) -> Result<Vec<(String, String)>> {
-    let out = run(dir, &["ls-remote", "--refs", remote, pattern])?;
+pub fn ls_remote(dir: &Path, remote: &Remote, pattern: &str) -> Result<Vec<(String, String)>> {
+    let out = run(dir, remote, &["ls-remote", "--refs", &remote.name, pattern])?;
     if !out.status.success() {
         return Err(Error::external(format!(
             "`git ls-remote {remote}` failed in {}: {}",

@@ -462,6 +462,36 @@ impl Journal {
         Ok(())
     }
 
+    /// Consecutive records of one operation (a hook's `awaitingApproval` then `denied`) in one
+    /// append and one fsync, so a kill leaves all of them or none: a crash between two separate
+    /// records would leave a hook's deny as a hold an operator could approve.
+    pub fn record_steps(&mut self, mut records: Vec<JournalRecord>) -> Result<()> {
+        for record in &mut records {
+            record.redact();
+        }
+        let Some(first) = records.first() else {
+            return Ok(());
+        };
+        self.check(first)?;
+        for pair in records.windows(2) {
+            if pair[0].op_id() != pair[1].op_id() || !pair[0].phase().allows(pair[1].phase()) {
+                return Err(Error::failed(format!(
+                    "operation {}: {} cannot follow {} in one append",
+                    pair[1].op_id(),
+                    pair[1].phase().name(),
+                    pair[0].phase().name()
+                )));
+            }
+        }
+        self.writer.append_all(&records)?;
+        for record in records {
+            self.table
+                .apply(record)
+                .map_err(|why| Error::failed(format!("journal state machine: {why}")))?;
+        }
+        Ok(())
+    }
+
     fn check(&self, record: &JournalRecord) -> Result<()> {
         let table = &self.table;
         let op_id = record.op_id();

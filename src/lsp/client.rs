@@ -105,7 +105,11 @@ pub struct Spawn<'a> {
     pub argv: &'a [String],
     pub cwd: PathBuf,
     pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    /// The server entry's own fence policy.
     pub fence: crate::sandbox::FencePolicy,
+    /// The run's fence, which starts the server.
+    pub run_fence: &'a crate::sandbox::RunFence,
+    /// The workspace root (canonical), the server's workspace folder.
     pub workspace: &'a Path,
     /// The server's HOME (inside `tmp`).
     pub home: PathBuf,
@@ -200,21 +204,19 @@ impl Client {
             .stderr(Stdio::piped())
             .process_group(0);
         let policy = spec.fence;
-        let (workspace, home, tmp) = (
-            spec.workspace.to_path_buf(),
+        let (run_fence, home, tmp) = (
+            spec.run_fence.clone(),
             spec.home.clone(),
             spec.tmp.path().to_path_buf(),
         );
         let spawned = launcher
             .run(move || {
-                let fence = crate::sandbox::FenceSpec {
+                let launch = crate::sandbox::Launch {
                     policy,
-                    workspace: &workspace,
                     home: &home,
                     tmp: &tmp,
-                    protected: &[],
                 };
-                crate::sandbox::spawn(&fence, cmd)
+                run_fence.spawn(launch, cmd)
             })
             .ok_or_else(|| "the launcher thread could not be started".to_string())?;
         let mut child = match spawned {

@@ -72,6 +72,9 @@ struct Running {
 pub struct Servers {
     configs: BTreeMap<String, ServerConfig>,
     root: PathBuf,
+    /// The run's fence: every server starts through it (the plan folder and the state dir
+    /// stay read-only for the server, whatever its own `sandbox`).
+    fence: crate::sandbox::RunFence,
     slots: BTreeMap<String, Mutex<Option<Running>>>,
     launcher: Launcher,
     /// Random; server `NAME`'s processes carry `KXEN_LSP_SERVER_ID=<mark>.NAME`.
@@ -79,8 +82,12 @@ pub struct Servers {
 }
 
 impl Servers {
-    /// The servers of `configs` for the workspace `root` (canonical); none is started yet.
-    pub fn new(configs: BTreeMap<String, ServerConfig>, root: PathBuf) -> Servers {
+    /// The servers of `configs` for the workspace of `fence`; none is started yet.
+    pub fn new(
+        configs: BTreeMap<String, ServerConfig>,
+        fence: crate::sandbox::RunFence,
+    ) -> Servers {
+        let root = fence.workspace().to_path_buf();
         let root = root.canonicalize().unwrap_or(root);
         Servers {
             slots: configs
@@ -89,6 +96,7 @@ impl Servers {
                 .collect(),
             configs,
             root,
+            fence,
             launcher: Launcher::new(),
             mark: orphans::new_attempt_mark(),
         }
@@ -268,6 +276,7 @@ impl Servers {
                 cwd: home.clone(),
                 env,
                 fence: config.fence(),
+                run_fence: &self.fence,
                 workspace: &self.root,
                 home,
                 tmp,

@@ -53,10 +53,11 @@ pub struct Spawn<'a> {
     pub cwd: &'a std::path::Path,
     pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
     pub timeout: Duration,
-    /// The fence the server runs in ([`crate::sandbox::spawn`]): writable, under
-    /// `workspaceWrite`, are `workspace`, `home` and `tmp`.
+    /// The server entry's own fence policy: writable, under `workspaceWrite`, are the
+    /// workspace, `home` and `tmp`, never a protected directory of `run_fence`.
     pub fence: crate::sandbox::FencePolicy,
-    pub workspace: &'a std::path::Path,
+    /// The run's fence, which starts the server.
+    pub run_fence: &'a crate::sandbox::RunFence,
     pub home: &'a std::path::Path,
     /// The server's own `TMPDIR` (in `env`), removed when the server is gone.
     pub tmp: tempfile::TempDir,
@@ -255,14 +256,12 @@ impl Client {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        let fence = crate::sandbox::FenceSpec {
+        let launch = crate::sandbox::Launch {
             policy: spec.fence,
-            workspace: spec.workspace,
             home: spec.home,
             tmp: spec.tmp.path(),
-            protected: &[],
         };
-        let mut child = match crate::sandbox::spawn(&fence, cmd) {
+        let mut child = match spec.run_fence.spawn(launch, cmd) {
             Ok(spawned) => spawned.child,
             Err(crate::sandbox::SpawnError::Refused(refusal)) => {
                 return Err(refusal.message_for(

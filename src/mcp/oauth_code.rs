@@ -200,7 +200,9 @@ fn open_browser(browser: &str, url: &str) -> Result<(), String> {
         .filter(|(name, value)| !crate::tools::env::looks_sensitive(&name.to_string_lossy(), value))
         .collect();
     // The browser is the user's own program, started on their behalf like `$EDITOR` (not a
-    // tool of the agent): it runs outside the fence, without our secrets.
+    // tool of the agent, nor in a run's fence: it runs at Session creation too), without our
+    // secrets.
+    #[allow(clippy::disallowed_methods)]
     let mut child = std::process::Command::new(&argv[0])
         .args(&argv[1..])
         .env_clear()

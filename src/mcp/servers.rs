@@ -110,7 +110,9 @@ pub struct Servers {
     /// entry): a server gets a sensitive variable only if its entry's `passEnv` lists it too.
     policy_pass_env: BTreeMap<String, Vec<String>>,
     homes: ServerHomes,
-    workspace_root: PathBuf,
+    /// The run's fence: every stdio server starts through it (the plan folder and the state
+    /// dir stay read-only for the server, whatever its own `sandbox`).
+    fence: crate::sandbox::RunFence,
     /// The policy's `mcpElicitation`: how servers asking for user input are answered.
     elicitation: crate::policy::McpElicitation,
     running: Mutex<BTreeMap<String, Peer>>,
@@ -126,7 +128,7 @@ impl Servers {
         configs: BTreeMap<String, ServerConfig>,
         policy: &crate::policy::MergedPolicy,
         homes: ServerHomes,
-        workspace_root: PathBuf,
+        fence: crate::sandbox::RunFence,
     ) -> Servers {
         Servers {
             policy_pass_env: configs
@@ -135,7 +137,7 @@ impl Servers {
                 .collect(),
             configs,
             homes,
-            workspace_root,
+            fence,
             elicitation: policy.mcp_elicitation,
             running: Mutex::new(BTreeMap::new()),
             mark: orphans::new_attempt_mark(),
@@ -337,10 +339,10 @@ impl Servers {
             env,
             timeout: Duration::from_millis(config.timeout_ms()),
             fence: config.fence(),
-            workspace: &self.workspace_root,
+            run_fence: &self.fence,
             home: &home,
             tmp,
-            answerer: answerer.with_root(&self.workspace_root),
+            answerer: answerer.with_root(self.fence.workspace()),
         })?;
         Ok(Peer::Stdio(client))
     }

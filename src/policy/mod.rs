@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use env_names::{is_provider_credential, is_valid_env_name};
 pub use file::{MAX_POLICY_BYTES, PolicyFile, load_policy_file, parse_policy};
-pub use rules::{ToolRule, ToolRules, rule_for};
+pub use rules::{ToolRule, ToolRules, pattern_error, rule_for};
 
 use crate::error::{Error, Result};
 pub use crate::sandbox::{FencePolicy, SandboxMode};

@@ -64,6 +64,8 @@ impl CommandProvider {
 }
 
 impl Provider for CommandProvider {
+    // Allowed: the operator's configured model command (`kind = "command"`), not an agent's program.
+    #[allow(clippy::disallowed_methods)]
     fn complete(&self, request: &ModelRequest, _responses_so_far: usize) -> Result<ModelResponse> {
         let input = serde_json::to_vec(&Request {
             role: request.role,

@@ -91,6 +91,8 @@ pub struct ModelConfig {
     lsp_servers: BTreeMap<String, crate::lsp::ServerConfig>,
     /// `[tools] parallel`: how many read-class and `task` calls of one turn run together.
     parallel_tools: usize,
+    /// `[[hooks.EVENT]]`: programs run around tool calls and runs ([`crate::hooks`]).
+    hooks: crate::hooks::HooksConfig,
 }
 
 #[derive(Debug, Deserialize)]
@@ -106,6 +108,8 @@ struct ConfigFile {
     lsp: BTreeMap<String, crate::lsp::ServerConfig>,
     #[serde(default)]
     tools: ToolsSection,
+    #[serde(default)]
+    hooks: crate::hooks::HooksConfig,
 }
 
 /// `[tools]`: how tool calls run.
@@ -591,6 +595,7 @@ impl ModelConfig {
                     mcp_servers: BTreeMap::new(),
                     lsp_servers: BTreeMap::new(),
                     parallel_tools: DEFAULT_PARALLEL_TOOLS,
+                    hooks: Default::default(),
                 });
             }
             Err(e) => {
@@ -702,6 +707,7 @@ impl ModelConfig {
                     .collect()
             },
             lsp_servers: file.lsp,
+            hooks: file.hooks,
         };
         config.validate()?;
         for p in config.providers.values() {
@@ -831,6 +837,9 @@ impl ModelConfig {
             crate::mcp::config::check(name, entry).map_err(|why| self.invalid(why))?;
         }
         crate::lsp::config::check_all(&self.lsp_servers).map_err(|why| self.invalid(why))?;
+        if let Some(why) = self.hooks.error() {
+            return Err(self.invalid(why));
+        }
         for (role, provider) in &self.roles {
             if !self.providers.contains_key(provider) {
                 return Err(self.invalid(format!(
@@ -865,6 +874,11 @@ impl ModelConfig {
     /// The `[mcp.servers.NAME]` tables.
     pub fn mcp_servers(&self) -> &BTreeMap<String, crate::mcp::ServerConfig> {
         &self.mcp_servers
+    }
+
+    /// The `[[hooks.EVENT]]` tables.
+    pub fn hooks(&self) -> &crate::hooks::HooksConfig {
+        &self.hooks
     }
 
     /// The `[lsp.NAME]` tables.

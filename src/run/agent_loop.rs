@@ -41,12 +41,11 @@ use crate::session::run_record::{Attempt, FailReason, RunError, RunResult, RunSt
 use crate::session::verify::{self, JournalIndex, MessageIndex};
 use crate::session::{CallRecord, Message, MessageLog, Role, UsageRecord};
 use crate::state::{RunPaths, SessionPaths, StateDir};
-use crate::tools::task::TaskRunner;
-use crate::tools::{self, OperationMark, ToolContext, ToolOutput, ToolSchema};
+use crate::tools::{self, ToolOutput, ToolSchema};
 
-#[path = "parallel_calls.rs"]
-mod parallel_calls;
-pub use parallel_calls::DEFAULT_PARALLEL_TOOLS;
+#[path = "boundary.rs"]
+mod boundary;
+pub use boundary::DEFAULT_PARALLEL_TOOLS;
 
 /// How many characters of a tool's output go into a `toolFinished` event.
 const EVENT_PREVIEW_CHARS: usize = 2000;
@@ -75,8 +74,11 @@ pub struct Execution<'a> {
     /// How many consecutive read-class and `task` calls of one turn run together
     /// (`[tools] parallel` of the config; 1: every call alone).
     pub parallel_tools: usize,
-    /// The fence around `exec` children (merged policy).
-    pub fence: crate::sandbox::FencePolicy,
+    /// The run's one fence: the merged policy's, with the plan folder and the state dir
+    /// protected; every process a tool starts starts through it ([`crate::sandbox::RunFence`]).
+    pub fence: &'a crate::sandbox::RunFence,
+    /// The operator's hooks around tool calls and the run ([`crate::hooks`]).
+    pub hooks: &'a crate::hooks::HooksConfig,
     pub workspace_root: &'a Path,
     /// Shared with the thread of an in-flight model call, which a cancel abandons.
     pub provider: Arc<dyn Provider>,
@@ -88,9 +90,6 @@ pub struct Execution<'a> {
     /// When and by whom the conversation is compacted (`None`: the provider has no
     /// `context_window`, the conversation grows as it is).
     pub compaction: Option<compaction::Settings>,
-    /// Directories no tool may change (canonical): the plan folder of a plan run, so that the
-    /// model cannot forge the host's samples or remove a `LIMIT` record ([`ToolContext`]).
-    pub protected: &'a [PathBuf],
 }
 
 /// How an execution ended.
@@ -231,20 +230,51 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         for message in lock_host(host).advisories() {
             sink.emit(Event::Warning { message });
         }
-        if !ex.fence.is_fenced() && ex.capabilities.iter().any(|c| c == "exec") {
-            for dir in ex.protected {
-                sink.emit(Event::Warning {
-                    message: format!(
-                        "the policy's sandbox is \"off\": `exec` commands run unfenced and could \
-                         change the plan folder {} (its journal and meter records), which only \
-                         the fence keeps read-only for them",
-                        dir.display()
-                    ),
-                });
-            }
+        if !ex.fence.policy().is_fenced() && ex.capabilities.iter().any(|c| c == "exec") {
+            let dir = lock_host(host).plan_dir().to_path_buf();
+            sink.emit(Event::Warning {
+                message: format!(
+                    "the policy's sandbox is \"off\": `exec` commands run unfenced and could \
+                     change the plan folder {} (its journal and meter records), which only the \
+                     fence keeps read-only for them",
+                    dir.display()
+                ),
+            });
         }
     }
-    lp.run(&mut run, sink)
+    let hooks = ex.hooks;
+    if !hooks.run_start.is_empty() {
+        let warnings = crate::hooks::run_event(hooks, ex.fence, ex.session_id, &run.id, None);
+        for message in warnings {
+            sink.emit(Event::Warning { message });
+        }
+    }
+    let ending = lp.run(&mut run, sink);
+    if !hooks.run_end.is_empty() {
+        // What the run ended with, as the hook sees it; the run is settled already and nothing
+        // the hook does changes it.
+        let outcome = match &ending {
+            Ok(Ending::Finished(result)) => serde_json::json!({
+                "status": run.status, "result": result,
+            }),
+            Ok(Ending::InputRequired(ops)) => {
+                serde_json::json!({"status": "inputRequired", "unknownOps": ops})
+            }
+            Ok(Ending::ApprovalRequired(ops)) => {
+                serde_json::json!({"status": "inputRequired", "approvalOps": ops})
+            }
+            Ok(Ending::PlanLimitExhausted(_)) => {
+                serde_json::json!({"status": "planLimitExhausted"})
+            }
+            Err(e) => serde_json::json!({"status": "error", "message": e.message}),
+        };
+        let warnings =
+            crate::hooks::run_event(hooks, ex.fence, ex.session_id, &run.id, Some(&outcome));
+        for message in warnings {
+            sink.emit(Event::Warning { message });
+        }
+    }
+    ending
 }
 
 struct Loop<'a, 'b> {
@@ -398,21 +428,9 @@ impl Loop<'_, '_> {
                 });
             }
             let mut unknown = Vec::new();
-            let mut batched = 0; // calls answered by a batch
+            let mut batched = 0; // calls answered by an earlier batch
             for (index, call) in response.tool_calls.iter().enumerate() {
                 if index < batched {
-                    continue;
-                }
-                // Read-class and `task` calls that follow each other run together.
-                let rest = &response.tool_calls[index..];
-                let batch = parallel_calls::batch_len(rest, self.ex.parallel_tools);
-                if batch > 1 && !self.canceled() {
-                    batched = index + batch;
-                    let ops = self.run_batch(run, &message_id, index, &rest[..batch], sink)?;
-                    if !ops.is_empty() {
-                        unknown.extend(ops);
-                        break;
-                    }
                     continue;
                 }
                 if self.canceled() {
@@ -427,10 +445,16 @@ impl Loop<'_, '_> {
                     )?;
                     continue;
                 }
-                if let Some(op) = self.run_call(run, &message_id, index, call, sink)? {
-                    // The later calls may depend on this one: they stay unanswered, and run
-                    // (in order) once its outcome is resolved.
-                    unknown.push(op);
+                // Read-class and `task` calls that follow each other run together; every call
+                // passes the one boundary, a lone call as a batch of one.
+                let rest = &response.tool_calls[index..];
+                let batch = boundary::batch_len(rest, self.ex.parallel_tools);
+                batched = index + batch;
+                let stops = self.run_calls(run, &message_id, index, &rest[..batch], sink)?;
+                if !stops.is_empty() {
+                    // The later calls may depend on these: they stay unanswered, and run (in
+                    // order) once each outcome is resolved or each held call decided.
+                    unknown.extend(stops);
                     break;
                 }
             }
@@ -885,154 +909,6 @@ impl Loop<'_, '_> {
         )
     }
 
-    /// Runs call `index` of assistant message `message_id` through the durable boundary.
-    /// Returns the operation id if its outcome is unknown.
-    fn run_call(
-        &mut self,
-        run: &RunState,
-        message_id: &str,
-        index: usize,
-        call: &ToolCall,
-        sink: &mut dyn EventSink,
-    ) -> Result<Option<String>> {
-        // `maxWallClockMs` bounds tool calls too: none starts once it is spent.
-        let remaining = self.remaining_wall_clock(run);
-        if remaining == Some(Duration::ZERO) {
-            let why = format!("not run: {}", self.budget_spent());
-            self.answer_unrun(run, message_id, index, call, &why, sink)?;
-            return Ok(None);
-        }
-        let admitted =
-            match tools::REGISTRY.admit(&call.name, &call.arguments, self.ex.capabilities) {
-                Ok(admitted) => admitted,
-                Err(refusal) => {
-                    self.answer_unrun(run, message_id, index, call, &refusal, sink)?;
-                    return Ok(None);
-                }
-            };
-        if let Some(refusal) = self.plan_refuses(call) {
-            self.answer_unrun(run, message_id, index, call, &refusal, sink)?;
-            return Ok(None);
-        }
-        if let Some(answer) = self.repeats.check(call) {
-            self.answer_unrun(run, message_id, index, call, &answer, sink)?;
-            return Ok(None);
-        }
-        if crate::policy::rule_for(self.ex.tool_rules, &call.name).0 == crate::policy::ToolRule::Ask
-        {
-            self.assistant_durable()?;
-        }
-        let gate = approval::gate(
-            &mut self.journal,
-            self.ex.tool_rules,
-            message_id,
-            index,
-            call,
-        )?;
-        let op_id = match gate {
-            approval::Gate::Run(op_id) => op_id,
-            approval::Gate::Wait(op_id) => return Ok(Some(op_id)),
-        };
-        // A `task` call's child ids are durable in `started`, before the child exists.
-        let child = children::plan(&call.name);
-        let assistant = self.embed_assistant();
-        self.journal.record(JournalRecord::Started {
-            op_id: op_id.clone(),
-            at: crate::clock::now_rfc3339(),
-            tool: call.name.clone(),
-            arguments: call.arguments.clone(),
-            message_id: message_id.to_string(),
-            tool_call_id: call.id.clone(),
-            call_index: index,
-            child: child.clone(),
-            assistant,
-        })?;
-        failpoint::hit("tool.after-started");
-        sink.emit(Event::ToolStarted {
-            run_id: run.id.clone(),
-            op_id: op_id.clone(),
-            tool: call.name.clone(),
-            arguments: call.arguments.clone(),
-        });
-        let turns_left = if child.is_some() {
-            self.plan_note_usage(run);
-            self.turns_left()?
-        } else {
-            0
-        };
-        let runner = child.as_ref().map(|child| children::Runner {
-            parent: self.ex,
-            parent_run_id: &run.id,
-            op_id: &op_id,
-            child,
-            remaining: children::Remaining {
-                turns: turns_left,
-                wall_clock: remaining,
-            },
-        });
-        let execute = |cancel: &AtomicBool| {
-            let ctx = ToolContext {
-                workspace_root: self.ex.workspace_root,
-                tool_home: &self.tool_home,
-                blobs: &self.blobs,
-                pass_env: self.ex.pass_env,
-                cancel,
-                mark: OperationMark {
-                    session_id: self.ex.session_id,
-                    run_id: &run.id,
-                    attempt: &self.attempt_mark,
-                    op_id: &op_id,
-                },
-                fence: self.ex.fence,
-                mcp: self.ex.mcp,
-                lsp: self.ex.lsp,
-                task: runner.as_ref().map(|r| r as &dyn TaskRunner),
-                protected: self.ex.protected,
-            };
-            admitted.execute(&ctx)
-        };
-        // The tool's own timeout still applies; the run's remaining wall clock stops it as a
-        // cancel does (cleanup window, then SIGKILL) when that comes first.
-        let (mut output, out_of_time) = match remaining {
-            None => (execute(self.ex.cancel), false),
-            Some(left) => bounded(self.ex.cancel, Instant::now() + left, execute),
-        };
-        failpoint::hit("tool.after-side-effect");
-        let stopped_why = out_of_time.then(|| self.budget_spent());
-        if output.interrupted {
-            // Killed mid-way: whether its effects happened cannot be proven.
-            let why = stopped_why.map_or(String::new(), |why| format!("; stopped because {why}"));
-            let reason = match child {
-                // A child that needs input says where (its Session, run and operations).
-                Some(_) => format!("{}{why}", output.text),
-                None => format!(
-                    "the tool was interrupted before it finished{why}; its effects may have happened ({})",
-                    preview(&output.text, 200)
-                ),
-            };
-            self.journal.record(JournalRecord::OutcomeUnknown {
-                op_id: op_id.clone(),
-                at: crate::clock::now_rfc3339(),
-                reason,
-            })?;
-            return Ok(Some(op_id));
-        }
-        if let Some(why) = stopped_why {
-            output.text.push_str(&format!("\n[stopped: {why}]"));
-        }
-        let output = outcome(&output);
-        self.repeats
-            .made(&call.name, &call.arguments, Some(&output));
-        self.journal.record(JournalRecord::OutcomeKnown {
-            op_id: op_id.clone(),
-            at: crate::clock::now_rfc3339(),
-            output,
-        })?;
-        failpoint::hit("tool.after-outcome-known");
-        self.settle_op(run, &op_id, false, sink)?;
-        Ok(None)
-    }
-
     /// Appends the tool result message of an operation whose outcome is recorded (if it is not
     /// in the Session yet: only recovery, `may_exist`, has to look), then records `Settled`.
     fn settle_op(
@@ -1154,9 +1030,8 @@ impl Loop<'_, '_> {
                 }
                 // Never started: nothing happened yet, so running it now is its first run.
                 _ if not_started => {
-                    if let Some(op) = self.run_call(run, &message_id, index, &call, sink)? {
-                        unknown.push(op);
-                    }
+                    let call = std::slice::from_ref(&call);
+                    unknown.extend(self.run_calls(run, &message_id, index, call, sink)?);
                 }
                 // A `task` call: its child's own state says how far it got.
                 Some((OpPhase::Started | OpPhase::OutcomeUnknown, op_id))

@@ -13,7 +13,8 @@
 //!   gets as the tool's result; the next `--resume` appends it and settles, and the call never
 //!   runs.
 //!
-//! The agent loop calls in at two points: [`gate`] before a call would start, and
+//! The call boundary (`crate::run::boundary`) calls in at two points: [`decided`] and
+//! [`hold_or_run`] before a call would start, and
 //! [`close_unrun`] when a call cannot run (cancel, budget), so an approved operation never stays
 //! open in a run that ends.
 
@@ -21,7 +22,6 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::fsx::failpoint;
-use crate::ids::{self, IdKind};
 use crate::journal::{Journal, JournalRecord, OpPhase, OpState, OpTable, ToolOutcome};
 use crate::policy::{ToolRule, ToolRules};
 use crate::provider::ToolCall;
@@ -42,16 +42,14 @@ pub enum Gate {
     Wait(String),
 }
 
-/// Decides whether call `index` of assistant message `message_id` may start now: an approved
-/// operation of that call runs (if its arguments are still the approved ones); a call whose rule
-/// is `ask` is journaled `AwaitingApproval` and waits; anything else runs under a new id.
-pub fn gate(
-    journal: &mut Journal,
-    rules: &ToolRules,
+/// The approved operation of call `index` of `message_id`, if it has one (checked against the
+/// call's arguments); `None` for a call nothing was recorded for yet.
+pub fn decided(
+    journal: &Journal,
     message_id: &str,
     index: usize,
     call: &ToolCall,
-) -> Result<Gate> {
+) -> Result<Option<String>> {
     if let Some(op) = journal.table().for_call(message_id, index) {
         let bound = op.approval.as_ref().map(|a| a.arguments_hash.as_str());
         if op.phase != OpPhase::Approved {
@@ -70,26 +68,93 @@ pub fn gate(
             ))
             .with_hint("restore the session from a backup or bundle"));
         }
-        return Ok(Gate::Run(op.op_id.clone()));
+        return Ok(Some(op.op_id.clone()));
     }
-    let op_id = ids::new_id(IdKind::Operation);
+    Ok(None)
+}
+
+/// A call nothing was recorded for, to start under the new `op_id`: held when its policy
+/// rule is `ask` (`awaitingApproval` is durable), else run.
+pub fn hold_or_run(
+    journal: &mut Journal,
+    rules: &ToolRules,
+    message_id: &str,
+    index: usize,
+    call: &ToolCall,
+    op_id: String,
+) -> Result<Gate> {
     let (rule, pattern) = crate::policy::rule_for(rules, &call.name);
     if rule != ToolRule::Ask {
         return Ok(Gate::Run(op_id));
     }
-    journal.record(JournalRecord::AwaitingApproval {
-        op_id: op_id.clone(),
+    let record = awaiting(message_id, index, call, &op_id, pattern.unwrap_or_default());
+    journal.record(record)?;
+    failpoint::hit("approval.after-awaiting");
+    Ok(Gate::Wait(op_id))
+}
+
+/// The `awaitingApproval` record of call `index` of `message_id` under `op_id`, held by `rule`
+/// (an `mcpTools` pattern, or the hook that asked or denied).
+fn awaiting(
+    message_id: &str,
+    index: usize,
+    call: &ToolCall,
+    op_id: &str,
+    rule: &str,
+) -> JournalRecord {
+    JournalRecord::AwaitingApproval {
+        op_id: op_id.to_string(),
         at: crate::clock::now_rfc3339(),
         tool: call.name.clone(),
         arguments: call.arguments.clone(),
         message_id: message_id.to_string(),
         tool_call_id: call.id.clone(),
         call_index: index,
-        rule: pattern.unwrap_or_default().to_string(),
+        rule: rule.to_string(),
         arguments_hash: arguments_hash(&call.arguments),
-    })?;
+    }
+}
+
+/// A `pre_tool_use` hook asked a human about the call: held like an `ask` rule, the hook named
+/// as its rule (`hook: …`), so `run approve`/`run deny` decide it and the hook is not asked again.
+pub fn hook_asked(
+    journal: &mut Journal,
+    message_id: &str,
+    index: usize,
+    call: &ToolCall,
+    op_id: &str,
+    hook: &str,
+    reason: &str,
+) -> Result<()> {
+    let rule = format!("{hook}: {reason}");
+    journal.record(awaiting(message_id, index, call, op_id, &rule))?;
     failpoint::hit("approval.after-awaiting");
-    Ok(Gate::Wait(op_id))
+    Ok(())
+}
+
+/// A `pre_tool_use` hook denied the call: journaled as held by the hook and denied, in one
+/// append (a kill leaves both or neither), so the call never starts, the model reads `reason`,
+/// and a resume settles it without asking the hook again.
+pub fn hook_denied(
+    journal: &mut Journal,
+    message_id: &str,
+    index: usize,
+    call: &ToolCall,
+    op_id: &str,
+    hook: &str,
+    reason: &str,
+) -> Result<()> {
+    journal.record_steps(vec![
+        awaiting(message_id, index, call, op_id, hook),
+        JournalRecord::Denied {
+            op_id: op_id.to_string(),
+            at: crate::clock::now_rfc3339(),
+            arguments_hash: arguments_hash(&call.arguments),
+            output: error_outcome(format!("denied by {hook}, the call was not run: {reason}")),
+        },
+    ])?;
+    failpoint::hit("approval.after-decision");
+    Ok(())
 }
 
 /// A call that will not run (`why`: a cancel, the budget) whose operation was approved: its

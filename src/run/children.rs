@@ -200,6 +200,7 @@ pub fn child_lock(
         mcp_tools: parent.mcp_tools.clone(),
         mcp_servers: parent.mcp_servers.clone(),
         lsp_servers: parent.lsp_servers.clone(),
+        hooks_hash: parent.hooks_hash.clone(),
     };
     lock.verify().map_err(|e| e.message)?;
     Ok(lock)

@@ -32,6 +32,8 @@ pub struct NewRunRequest {
     pub agent: Option<PathBuf>,
     pub policy: PolicyFlags,
     pub config: Option<PathBuf>,
+    /// The folder of the DWP plan the run works on (`--plan`): protected by the run's fence.
+    pub plan_dir: Option<PathBuf>,
 }
 
 /// A checked, not yet written Session plus what running it needs.
@@ -51,7 +53,7 @@ pub struct Draft {
 }
 
 /// Checks everything and builds the Session in memory. Writes nothing.
-pub fn prepare(req: &NewRunRequest) -> Result<Draft> {
+pub fn prepare(state: &StateDir, req: &NewRunRequest) -> Result<Draft> {
     if req.task.trim().is_empty() {
         return Err(Error::usage("the task is empty")
             .with_hint("give the task with --task TEXT, --task-file FILE or --stdin"));
@@ -77,6 +79,7 @@ pub fn prepare(req: &NewRunRequest) -> Result<Draft> {
     let mut lock = DcpAgentLock::build(&definition, &merged)
         .map_err(|e| e.with_consequence("no session was created"))?;
     warnings.extend(crate::lsp::grant(&mut lock, config.lsp_servers())?);
+    lock.hooks_hash = config.hooks().hash();
     if lock.capabilities.is_empty() {
         // Legal (a pure question-answering agent), but usually an optional `exec` or the like
         // that the policy did not permit: say so before the model works blind.
@@ -92,7 +95,13 @@ pub fn prepare(req: &NewRunRequest) -> Result<Draft> {
             }
         ));
     }
-    let runtime = Runtime::new(&config, &lock, &binding.root)?;
+    let fence = crate::sandbox::RunFence::new(
+        merged.fence(),
+        &binding.root,
+        req.plan_dir.as_deref(),
+        Some(state.root()),
+    );
+    let runtime = Runtime::new(&config, &lock, fence)?;
 
     let session_id = ids::new_id(IdKind::Session);
     let run_id = ids::new_id(IdKind::Run);
@@ -145,7 +154,7 @@ pub fn grant_mcp(draft: &mut Draft, state: &StateDir) -> Result<()> {
         draft.mcp_configs.clone(),
         &draft.merged,
         crate::mcp::servers::ServerHomes::of_session(state, &draft.new.meta.id),
-        draft.binding.root.clone(),
+        draft.runtime.fence.clone(),
     );
     let warnings = crate::mcp::grant(&mut draft.lock, &servers)?;
     draft.warnings.extend(warnings);

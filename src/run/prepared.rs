@@ -6,7 +6,6 @@
 //! benches and `task` children all get their [`Execution`] from these functions and nothing else
 //! lists its fields.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -48,6 +47,10 @@ pub struct Prepared {
     pub mcp: Option<crate::mcp::Servers>,
     /// The language servers of `lsp`, when it is granted (none started yet).
     pub lsp: Option<crate::lsp::Servers>,
+    /// The run's one fence (policy, workspace, protected plan folder and state dir).
+    pub fence: crate::sandbox::RunFence,
+    /// The runtime config's hooks (locked by hash).
+    pub hooks: crate::hooks::HooksConfig,
     /// [`DcpAgentLock::tool_names`] of the lock, held for the execution to borrow.
     tool_names: Vec<String>,
 }
@@ -60,6 +63,10 @@ pub struct Runtime {
     pub compaction: Option<crate::run::compaction::Settings>,
     pub mcp: Option<crate::mcp::Servers>,
     pub lsp: Option<crate::lsp::Servers>,
+    /// The run's one fence: the servers above start through it, and so does every `exec`.
+    pub fence: crate::sandbox::RunFence,
+    /// `[[hooks.*]]` of the config.
+    pub hooks: crate::hooks::HooksConfig,
 }
 
 impl Runtime {
@@ -67,7 +74,11 @@ impl Runtime {
     /// (and its description for run.json, no credential), when to compact, `[tools] parallel`,
     /// and the language servers of `lsp` when the lock grants it (none started yet). No MCP
     /// servers: a new Session starts them to grant their tools, a resumed one to check them.
-    pub fn new(config: &ModelConfig, lock: &DcpAgentLock, root: &Path) -> Result<Runtime> {
+    pub fn new(
+        config: &ModelConfig,
+        lock: &DcpAgentLock,
+        fence: crate::sandbox::RunFence,
+    ) -> Result<Runtime> {
         let role = &lock.definition.spec.execution.model_role;
         let provider: Arc<dyn Provider> = Arc::from(config.provider_for(role)?);
         let compaction = crate::run::compaction::settings(config, role, &provider)?;
@@ -79,7 +90,7 @@ impl Runtime {
             .capabilities
             .iter()
             .any(|c| c == crate::lsp::CAPABILITY)
-            .then(|| crate::lsp::Servers::new(config.lsp_servers().clone(), root.to_path_buf()));
+            .then(|| crate::lsp::Servers::new(config.lsp_servers().clone(), fence.clone()));
         Ok(Runtime {
             provider,
             provider_info,
@@ -87,6 +98,8 @@ impl Runtime {
             compaction,
             mcp: None,
             lsp,
+            fence,
+            hooks: config.hooks().clone(),
         })
     }
 }
@@ -118,6 +131,8 @@ impl Prepared {
             warnings: Vec::new(),
             mcp: runtime.mcp,
             lsp: runtime.lsp,
+            fence: runtime.fence,
+            hooks: runtime.hooks,
         }
     }
 
@@ -136,14 +151,14 @@ impl Prepared {
             pass_env: &self.merged.pass_env,
             tool_rules: &self.merged.mcp_tools,
             parallel_tools: self.parallel_tools,
-            fence: self.merged.fence(),
+            fence: &self.fence,
+            hooks: &self.hooks,
             workspace_root: &self.meta.workspace.root,
             provider: Arc::clone(&self.provider),
             provider_info: self.provider_info.clone(),
             cancel,
             plan: None,
             compaction: self.compaction.clone(),
-            protected: &[],
         }
     }
 }
@@ -177,6 +192,7 @@ impl<'a> Execution<'a> {
             tool_rules: self.tool_rules,
             parallel_tools: self.parallel_tools,
             fence: self.fence,
+            hooks: self.hooks,
             workspace_root: self.workspace_root,
             provider: model(&self.provider),
             provider_info: self.provider_info.clone(),
@@ -188,7 +204,6 @@ impl<'a> Execution<'a> {
                 .compaction
                 .as_ref()
                 .map(|c| c.with_provider(model(&c.provider))),
-            protected: self.protected,
         }
     }
 }

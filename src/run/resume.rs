@@ -8,7 +8,7 @@
 //! terminal one, a new consecutive run (`start_run`) once the last run is settled
 //! (`settle_last`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 use crate::fsx;
@@ -35,6 +35,8 @@ pub struct ResumeRequest {
     pub rebind: bool,
     pub policy: PolicyFlags,
     pub config: Option<PathBuf>,
+    /// The folder of the DWP plan the run works on (`--plan`): protected by the run's fence.
+    pub plan_dir: Option<PathBuf>,
 }
 
 /// Checks the Session under its lease and picks (or creates) the run to execute.
@@ -45,7 +47,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Prepared> {
     let lease = take_lease(state, &paths, id)?;
     let (mut meta, merged) = check_lock(&paths, id, &req.policy)?;
     let workspace = verify_workspace(&mut meta, req)?;
-    let runtime = open_runtime(state, &meta, &merged, req.config.as_deref())?;
+    let runtime = open_runtime(state, &meta, &merged, req)?;
     if workspace.rebound {
         // Written only now that every other check passed, so a resume refused for its config,
         // provider or MCP drift leaves session.json as it was.
@@ -178,22 +180,29 @@ fn open_runtime(
     state: &StateDir,
     meta: &SessionMeta,
     merged: &MergedPolicy,
-    config: Option<&Path>,
+    req: &ResumeRequest,
 ) -> Result<Runtime> {
-    let config = ModelConfig::load(config)?;
+    let config = ModelConfig::load(req.config.as_deref())?;
     config.check_pass_env(&merged.all_pass_env())?;
-    let mut runtime = Runtime::new(&config, &meta.lock, &meta.workspace.root)?;
+    let fence = crate::sandbox::RunFence::new(
+        merged.fence(),
+        &meta.workspace.root,
+        req.plan_dir.as_deref(),
+        Some(state.root()),
+    );
+    let mut runtime = Runtime::new(&config, &meta.lock, fence)?;
     if !meta.lock.mcp_servers.is_empty() {
         let servers = crate::mcp::Servers::new(
             config.mcp_servers().clone(),
             merged,
             crate::mcp::servers::ServerHomes::of_session(state, &meta.id),
-            meta.workspace.root.clone(),
+            runtime.fence.clone(),
         );
         crate::mcp::check_drift(&meta.lock, &servers)?;
         runtime.mcp = Some(servers);
     }
     crate::lsp::check_drift(&meta.lock, config.lsp_servers())?;
+    crate::hooks::check_drift(meta.lock.hooks_hash.as_deref(), config.hooks())?;
     Ok(runtime)
 }
 

@@ -13,14 +13,18 @@
 //!
 //! Never silently unfenced: a fence that cannot be built (no Landlock, no namespaces) is a
 //! [`Refusal`] before anything runs, naming what is missing and the `"sandbox": "off"` escape
-//! hatch. The builder is not `exec`-specific: a future MCP or LSP server launcher builds the same
-//! [`Fence`] from its own [`FenceSpec`] and installs it on its `Command`.
+//! hatch. Every program the runtime starts for the agent (`exec`, stdio MCP servers, language
+//! servers, `task` children's commands) starts through the run's one [`RunFence`], which holds
+//! the protected paths so that no launcher can leave them out.
 
 #[cfg(target_os = "linux")]
 mod child;
 mod git_dirs;
 #[cfg(target_os = "linux")]
 mod rules;
+mod run_fence;
+
+pub use run_fence::{Launch, RunFence};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -312,7 +316,7 @@ impl Fence {
     /// Registers the fence as a `pre_exec` step of `cmd`. Register the parent-death signal
     /// after it (entering the namespaces changes the credentials, which clears that signal);
     /// [`spawn`] does all of this.
-    pub fn install(self, cmd: &mut Command) -> (FenceRecord, SpawnReport) {
+    fn install(self, cmd: &mut Command) -> (FenceRecord, SpawnReport) {
         #[cfg(target_os = "linux")]
         self.plan.install(cmd);
         #[cfg(not(target_os = "linux"))]
@@ -383,14 +387,15 @@ pub enum SpawnError {
     Io(std::io::Error),
 }
 
-/// Starts `cmd` inside the fence of `spec`: the one launcher for every program the runtime
-/// starts on the agent's behalf (`exec` commands, MCP servers, later LSP servers).
+/// Starts `cmd` inside the fence of `spec`. Private: outside this module a program starts
+/// through [`RunFence::spawn`], which supplies the protected paths.
 ///
 /// `pre_exec` steps the caller registered run before the fence is entered (a `setsid`, say);
 /// the launcher adds the parent-death signal after the fence (entering namespaces changes the
 /// credentials, which clears it). `cmd` is dropped once the child is started, so the parent's
 /// copies of the child's pipe ends close and a reader sees end-of-file when the child exits.
-pub fn spawn(spec: &FenceSpec, mut cmd: Command) -> Result<Spawned, SpawnError> {
+#[allow(clippy::disallowed_methods)] // the one place a process starts (see `RunFence`)
+fn spawn(spec: &FenceSpec, mut cmd: Command) -> Result<Spawned, SpawnError> {
     let fence = Fence::build(spec).map_err(SpawnError::Refused)?;
     let (fence, report) = match fence.map(|f| f.install(&mut cmd)) {
         Some((record, report)) => (Some(record), Some(report)),

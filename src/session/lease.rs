@@ -30,10 +30,20 @@ pub struct Lease {
 impl Lease {
     /// Takes the lease of the Session in `dir` without waiting. If another process holds it, the
     /// error (exit 5) names its pid, host and start time.
+    ///
+    /// Taking a placed Session's lease (not a staging directory's) also removes the staging
+    /// directories its `task` children left when a process was killed creating them
+    /// ([`super::leftovers`] says why no live process can be creating one then).
     pub fn acquire(dir: &Path, session_id: &str) -> Result<Lease> {
-        Lease::acquire_writing(dir, session_id, |path, record| {
+        let lease = Lease::acquire_writing(dir, session_id, |path, record| {
             fsx::write_atomic_json(path, record, fsx::STATE_FILE_MODE)
-        })
+        })?;
+        if dir.file_name().is_some_and(|n| n == session_id)
+            && let Some(sessions) = dir.parent()
+        {
+            super::leftovers::remove_child_stagings(sessions, session_id);
+        }
+        Ok(lease)
     }
 
     /// [`Lease::acquire`] of a directory being staged (an import's): `lease.json` is replaced

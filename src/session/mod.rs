@@ -8,6 +8,7 @@
 pub mod diff;
 pub mod fork;
 pub mod lease;
+mod leftovers;
 pub mod messages;
 pub mod meta;
 pub mod run_record;

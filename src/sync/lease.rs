@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{lease_ref, scratch_ref};
 use crate::error::{Error, Result};
-use crate::git::{self, ObjectStore, Pushed, RefUpdate, TreeEntry};
+use crate::git::{self, ObjectStore, Pushed, RefUpdate, Remote, TreeEntry};
 
 /// The `format` of `lease.json`.
 pub const FORMAT: &str = "kxen-lease/v1";
@@ -86,7 +86,7 @@ struct Held {
 /// releasing leaves the lease to expire (what a killed runner leaves).
 pub struct RemoteLease {
     dir: PathBuf,
-    remote: String,
+    remote: Remote,
     reference: String,
     ttl: Duration,
     shared: Arc<Shared>,
@@ -98,7 +98,7 @@ pub struct RemoteLease {
 /// Claims the remote lease of `session_id` on `remote` of the repository at `dir`.
 pub fn claim(
     dir: &Path,
-    remote: &str,
+    remote: &Remote,
     session_id: &str,
     ttl: Duration,
     take_expired: bool,
@@ -154,7 +154,7 @@ pub fn claim(
     }
     Ok(RemoteLease {
         dir: dir.to_path_buf(),
-        remote: remote.to_string(),
+        remote: remote.clone(),
         reference,
         ttl,
         shared: Arc::new(Shared {
@@ -171,7 +171,7 @@ pub fn claim(
     })
 }
 
-fn held(session_id: &str, remote: &str, holder: &LeaseRecord, asked_to_take: bool) -> Error {
+fn held(session_id: &str, remote: &Remote, holder: &LeaseRecord, asked_to_take: bool) -> Error {
     let err = Error::conflict(format!(
         "session {session_id} is leased on `{remote}` by another runner: {}",
         holder.describe()
@@ -213,7 +213,7 @@ fn lease_commit(objects: &ObjectStore, record: &LeaseRecord, parents: &[String])
 fn fetch_lease(
     dir: &Path,
     objects: &ObjectStore,
-    remote: &str,
+    remote: &Remote,
     reference: &str,
 ) -> Result<Option<(String, LeaseRecord)>> {
     let session_id = reference.rsplit('/').next().unwrap_or("");

@@ -44,6 +44,28 @@ fn scratch_ref(kind: &str, session_id: &str) -> String {
     )
 }
 
+/// The directories of kxen-agent's own a fenced command can write (the tool homes and temp
+/// dirs live in the state dir): no local remote may lie there (docs/git-trust.md). The
+/// repository's own directories are added by [`crate::git::resolve_remote`].
+pub fn writable_roots(state: &crate::state::StateDir) -> Vec<std::path::PathBuf> {
+    vec![state.root().to_path_buf()]
+}
+
+/// The repository root Session `session_id` is bound to, when it exists here and is bound to
+/// `workspace`: a `.git` planted between the two is then refused ([`crate::git::Layout`]).
+fn bound_root(
+    state: &crate::state::StateDir,
+    session_id: &str,
+    workspace: &std::path::Path,
+) -> Option<std::path::PathBuf> {
+    let paths = state.session(session_id);
+    let meta = crate::session::SessionMeta::read(&paths, session_id).ok()?;
+    let here = workspace.canonicalize().ok()?;
+    (here == meta.workspace.root)
+        .then_some(meta.workspace.repository_root)
+        .flatten()
+}
+
 pub use pull::{PullMode, Pulled, pull};
 pub use push::{PushedSnapshot, push};
 
@@ -59,7 +81,7 @@ pub struct RemoteSession {
 }
 
 /// The Sessions stored on `remote` (one `ls-remote` of `refs/kxen/*`), sorted by id.
-pub fn list(dir: &std::path::Path, remote: &str) -> Result<Vec<RemoteSession>> {
+pub fn list(dir: &std::path::Path, remote: &crate::git::Remote) -> Result<Vec<RemoteSession>> {
     let refs = crate::git::ls_remote(dir, remote, "refs/kxen/*")?;
     let leased: Vec<&str> = refs
         .iter()

@@ -50,9 +50,12 @@ pub fn pull(
     mode: PullMode,
 ) -> Result<Pulled> {
     let reference = session_ref(session_id)?;
-    let objects = ObjectStore::open(workspace)?;
+    let objects = ObjectStore::open_bound(
+        workspace,
+        super::bound_root(state, session_id, workspace).as_deref(),
+    )?;
     let dir = objects.dir().to_path_buf();
-    let remote = git::resolve_remote(&dir, remote)?;
+    let remote = git::resolve_remote(&dir, remote, &super::writable_roots(state))?;
     let local_ref = objects.read_ref(&reference)?;
     let scratch = scratch_ref("sessions", session_id);
     let found = git::fetch(&dir, &remote, &reference, &scratch)?;
@@ -68,7 +71,7 @@ pub fn pull(
         if mode == PullMode::Resume && state.session(session_id).session_json().is_file() {
             return Ok(Pulled {
                 session_id: session_id.into(),
-                remote,
+                remote: remote.name().to_string(),
                 snapshot: None,
                 action: "noRemoteSnapshot",
                 workspace: workspace.to_path_buf(),
@@ -108,7 +111,7 @@ pub fn pull(
     record_local(&objects, &reference, &commit, local_ref.as_deref())?;
     Ok(Pulled {
         session_id: session_id.into(),
-        remote,
+        remote: remote.name().to_string(),
         snapshot: Some(commit),
         action,
         workspace: workspace.to_path_buf(),

@@ -49,9 +49,12 @@ pub fn push(
     // Under the run leases of the Session and its task children, held until the push is done.
     let selection = bundle::select(state, session_id, lease_held)?;
     let meta = SessionMeta::read(&paths, session_id)?;
-    let objects = ObjectStore::open(&meta.workspace.root)?;
+    let objects = ObjectStore::open_bound(
+        &meta.workspace.root,
+        meta.workspace.repository_root.as_deref(),
+    )?;
     let dir = objects.dir().to_path_buf();
-    let remote = git::resolve_remote(&dir, remote)?;
+    let remote = git::resolve_remote(&dir, remote, &super::writable_roots(state))?;
     let parent = objects.read_ref(&reference)?;
     let parent_tree = match &parent {
         Some(p) => Some(objects.commit(p)?.tree),
@@ -105,7 +108,7 @@ pub fn push(
     }
     Ok(PushedSnapshot {
         session_id: session_id.to_string(),
-        remote,
+        remote: remote.name().to_string(),
         snapshot: commit,
         parent,
         changed: !unchanged,

@@ -32,7 +32,7 @@ pub struct RemoteRunRequest {
 /// A claimed, pulled Session whose run may start.
 pub struct RemoteRun {
     lease: RemoteLease,
-    pub remote: String,
+    pub remote: git::Remote,
     pub pulled: Pulled,
     session_id: String,
 }
@@ -46,15 +46,18 @@ impl RemoteRun {
         req: &RemoteRunRequest,
         cancel: &'static AtomicBool,
     ) -> Result<RemoteRun> {
-        let objects = ObjectStore::open(&req.workspace)?;
+        let objects = ObjectStore::open_bound(
+            &req.workspace,
+            super::bound_root(state, &req.session_id, &req.workspace).as_deref(),
+        )?;
         let dir = objects.dir().to_path_buf();
-        let remote = git::resolve_remote(&dir, Some(&req.remote))?;
+        let remote = git::resolve_remote(&dir, Some(&req.remote), &super::writable_roots(state))?;
         let mut lease = lease::claim(&dir, &remote, &req.session_id, req.ttl, req.take_expired)?;
         failpoint::hit("remote.after-claim");
         let pulled = match super::pull(
             state,
             &req.session_id,
-            Some(&remote),
+            Some(remote.name()),
             &req.workspace,
             PullMode::Resume,
         ) {
@@ -81,7 +84,7 @@ impl RemoteRun {
 
     /// A snapshot while the run holds the Session's local lease (`--push-every`).
     pub fn push_during(&self, state: &StateDir) -> Result<PushedSnapshot> {
-        super::push(state, &self.session_id, Some(&self.remote), true)
+        super::push(state, &self.session_id, Some(self.remote.name()), true)
     }
 
     /// After the run (its local lease released): pushes the result and releases the remote
@@ -97,7 +100,7 @@ impl RemoteRun {
                 )),
             };
         }
-        let pushed = super::push(state, &self.session_id, Some(&self.remote), false);
+        let pushed = super::push(state, &self.session_id, Some(self.remote.name()), false);
         failpoint::hit("remote.after-push");
         let released = self.lease.release();
         let pushed = pushed?;

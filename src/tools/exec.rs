@@ -119,17 +119,15 @@ fn run_with_env(
         .stderr(writer2);
     // Fenced or not, a tool command never keeps the runner's controlling terminal.
     process::new_session(&mut cmd);
-    let spec = sandbox::FenceSpec {
-        policy: ctx.fence,
-        workspace: ws.root(),
+    let launch = sandbox::Launch {
+        policy: ctx.fence.policy(),
         home: ctx.tool_home,
         tmp: &tmp.0,
-        protected: ctx.protected,
     };
-    let (mut child, fence) = match sandbox::spawn(&spec, cmd) {
+    let (mut child, fence) = match ctx.fence.spawn(launch, cmd) {
         Ok(s) => (s.child, s.fence),
         Err(sandbox::SpawnError::Refused(refusal)) => {
-            return ToolOutput::error(refusal.message(ctx.fence));
+            return ToolOutput::error(refusal.message(ctx.fence.policy()));
         }
         Err(sandbox::SpawnError::Io(e)) => {
             return ToolOutput::error(format!("cannot start /bin/sh: {e}"));

@@ -71,18 +71,15 @@ pub struct ToolContext<'a> {
     /// Marks every `exec` child (and what it starts) as this operation's, in its environment, so
     /// that leftovers of a crashed runtime can be found ([`crate::process::orphans`]).
     pub mark: OperationMark<'a>,
-    /// The fence around every `exec` child (the locked policy's `sandbox` and `allowNetwork`).
-    pub fence: crate::sandbox::FencePolicy,
+    /// The run's one fence ([`crate::sandbox::RunFence`]): the only way a tool starts a
+    /// process; it holds the run's policy and the directories no tool may change.
+    pub fence: crate::sandbox::RunFence,
     /// The execution's MCP servers (`None`: no MCP tool is locked).
     pub mcp: Option<&'a crate::mcp::Servers>,
     /// The execution's language servers (`None`: `lsp` is not granted).
     pub lsp: Option<&'a crate::lsp::Servers>,
     /// Runs the child Session of a `task` call (`None` for every other call).
     pub task: Option<&'a dyn task::TaskRunner>,
-    /// Directories no tool may change, canonical: the folder of the DWP plan the run works on
-    /// (its journal and meter artifacts are the host's evidence, written by the runtime only).
-    /// `write`/`edit` refuse paths inside them; `exec` children see them read-only.
-    pub protected: &'a [std::path::PathBuf],
 }
 
 /// The Session, run, attempt and operation a tool call belongs to.
@@ -146,7 +143,7 @@ impl Admitted<'_> {
     pub fn execute(&self, ctx: &ToolContext) -> ToolOutput {
         let name = self.name();
         let run = || match paths::Workspace::new(ctx.workspace_root)
-            .map(|ws| ws.with_protected(ctx.protected))
+            .map(|ws| ws.with_protected(ctx.fence.protected()))
         {
             Ok(ws) => cap(redacted(self.run(&ws, ctx)), ctx.blobs),
             Err(e) => ToolOutput::error(e),
@@ -302,11 +299,14 @@ pub(crate) mod testutil {
                     attempt: &self.attempt,
                     op_id: &self.op_id,
                 },
-                fence: self.fence,
+                fence: crate::sandbox::RunFence::with_protected(
+                    self.fence,
+                    &self.root,
+                    self.protected.clone(),
+                ),
                 mcp: None,
                 lsp: None,
                 task: None,
-                protected: &self.protected,
             }
         }
 

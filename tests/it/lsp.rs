@@ -16,23 +16,21 @@ pub(crate) fn pylsp_python() -> Option<String> {
     let out = std::process::Command::new("python3")
         .args(["-c", "import pylsp, pyflakes, sys; print(sys.executable)"])
         .output()
-        .ok()?;
+        .expect("the lsp tests need python3: run .ci/run");
     if !out.status.success() {
-        eprintln!(
-            "\n*** SKIPPED: the lsp tests need python3 with python-lsp-server[pyflakes] \
-             (`python3 -m pip install 'python-lsp-server[pyflakes]'`)"
+        panic!(
+            "the lsp tests need python3 with python-lsp-server[pyflakes]: run .ci/run (or \
+             `python3 -m pip install 'python-lsp-server[pyflakes]'`)"
         );
-        return None;
     }
     Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 fn pyright() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME")?;
+    let home = std::env::var_os("HOME").expect("HOME");
     let path = Path::new(&home).join(".cache/kxen-ci/npm/node_modules/pyright/langserver.index.js");
     if !path.is_file() {
-        eprintln!("\n*** SKIPPED: pyright is not installed under ~/.cache/kxen-ci/npm (.ci/run)");
-        return None;
+        panic!("pyright is not installed under ~/.cache/kxen-ci/npm: run .ci/run");
     }
     Some(path)
 }

@@ -6,6 +6,7 @@
 
 mod agent_validate;
 mod approval;
+mod boundary;
 mod bundle_corpus;
 mod cli_hints;
 mod config_init;
@@ -21,7 +22,9 @@ mod env;
 #[allow(dead_code)] // helpers used by some test modules only
 mod fake_model;
 mod fence;
+mod git_trust;
 mod help_exit_codes;
+mod hooks;
 mod init;
 mod lineage;
 mod lsp;
@@ -59,4 +62,5 @@ mod snapshots;
 mod state_damage;
 mod task;
 mod task_bundle;
+mod task_leftovers;
 mod workspace_resume;

@@ -19,16 +19,15 @@ pub(crate) fn python() -> Option<String> {
             "import mcp.server.mcpserver, sys; print(sys.executable)",
         ])
         .output()
-        .ok()?;
+        .expect("the MCP tests need python3: run .ci/run");
     if !out.status.success() {
-        eprintln!(
-            "\n*** SKIPPED: the MCP tests need python3 with the MCP SDK (`pip install mcp`): {}",
+        panic!(
+            "the MCP tests need python3 with the MCP SDK: run .ci/run (or `pip install mcp`): {}",
             String::from_utf8_lossy(&out.stderr)
                 .lines()
                 .last()
                 .unwrap_or("")
         );
-        return None;
     }
     Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }

@@ -10,7 +10,7 @@ use crate::env::TestEnv;
 use crate::mcp::{config, text_agent, tool_outputs};
 use crate::run_support::*;
 
-/// python3 as an absolute path (the server's HOME is not ours), or `None` (said loudly).
+/// python3 as an absolute path (the server's HOME is not ours); a missing one fails the test.
 fn python3() -> Option<String> {
     let out = std::process::Command::new("python3")
         .args(["-c", "import sys; print(sys.executable)"])
@@ -20,8 +20,7 @@ fn python3() -> Option<String> {
             Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
         }
         _ => {
-            eprintln!("\n*** SKIPPED: the hostile MCP server tests need python3");
-            None
+            panic!("the hostile MCP server tests need python3: run .ci/run")
         }
     }
 }

@@ -226,7 +226,7 @@ fn mcp_catalog(path: &Path, merged: &policy::MergedPolicy) -> Result<Vec<crate::
             root: home.path().to_path_buf(),
             once_exists: home.path().to_path_buf(),
         },
-        cwd,
+        crate::sandbox::RunFence::new(merged.fence(), &cwd, None, None),
     );
     Ok(crate::mcp::catalog(&servers, merged))
 }

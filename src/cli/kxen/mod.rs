@@ -479,7 +479,7 @@ fn dispatch(cli: Cli) -> Result<ExitStatus> {
             workspace,
             remote: Some(remote),
             ..
-        }) => remote::list(workspace.as_deref(), &remote, format),
+        }) => remote::list(&state()?, workspace.as_deref(), &remote, format),
         Command::Session(SessionCommand::List {
             workspace,
             strict,

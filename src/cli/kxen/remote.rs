@@ -64,20 +64,26 @@ pub fn pull(
     Ok(ExitStatus::Success)
 }
 
-pub fn list(repository: Option<&Path>, remote: &str, format: Format) -> Result<ExitStatus> {
+pub fn list(
+    state: &StateDir,
+    repository: Option<&Path>,
+    remote: &str,
+    format: Format,
+) -> Result<ExitStatus> {
     let dir = match repository {
         Some(p) => p.to_path_buf(),
         None => std::env::current_dir()
             .map_err(|e| Error::io("read the current directory", Path::new("."), e))?,
     };
     let objects = crate::git::ObjectStore::open(&dir)?;
-    let remote = crate::git::resolve_remote(objects.dir(), Some(remote))?;
+    let remote =
+        crate::git::resolve_remote(objects.dir(), Some(remote), &sync::writable_roots(state))?;
     let sessions = sync::list(objects.dir(), &remote)?;
     match format {
         Format::Jsonl => {
             for s in &sessions {
                 let mut v = super::bundle::tagged("remoteSession", s);
-                v["remote"] = json!(remote);
+                v["remote"] = json!(remote.name());
                 output::json_line(&v);
             }
         }

@@ -118,9 +118,10 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
         agent: args.agent,
         policy: args.policy.flags(),
         config: args.config.clone(),
+        plan_dir: bound.as_ref().map(|b| b.binding.dir.clone()),
     };
     // Everything is checked before anything is written.
-    let mut draft = create::prepare(&request)?;
+    let mut draft = create::prepare(&state, &request)?;
     let host = match bound {
         Some(b) => {
             draft.new.run.plan = Some(b.binding.clone());
@@ -157,10 +158,8 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
     }
     let (prepared, created) = create::create(&state, draft)?;
     renderer.emit(created);
-    let protected = protected_dirs(host.as_ref());
     let execution = Execution {
         plan: host.as_ref(),
-        protected: &protected,
         ..prepared.execution(signals::cancel_flag())
     };
     let ending = agent_loop::execute(&execution, &prepared.run_id, &mut renderer)?;
@@ -266,6 +265,7 @@ fn resume_here(
         rebind: args.rebind_workspace,
         policy: args.policy.flags(),
         config: args.config.clone(),
+        plan_dir: given.map(|(dir, _)| crate::host::binding::plan_dir(dir)),
     };
     let resumed = resume::prepare(&state, &request)?;
     let host = resume_host(&state, &resumed, bound, given, args.config.as_deref())?;
@@ -291,10 +291,8 @@ fn resume_here(
         run_id: resumed.run_id.clone(),
         new_run: resumed.new_run,
     });
-    let protected = protected_dirs(host.as_ref());
     let execution = Execution {
         plan: host.as_ref(),
-        protected: &protected,
         ..resumed.execution(signals::cancel_flag())
     };
     let ending = match (remote, args.push_every) {
@@ -342,16 +340,6 @@ impl EventSink for PushEvery<'_> {
         }
         self.inner.emit(event);
     }
-}
-
-/// What the agent's tools may not change in a plan run: the plan folder (canonical).
-fn protected_dirs(host: Option<&std::sync::Mutex<crate::host::PlanHost>>) -> Vec<PathBuf> {
-    host.map(|h| {
-        let h = h.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        h.plan_dir().to_path_buf()
-    })
-    .into_iter()
-    .collect()
 }
 
 /// `--plan DIR --plan-task T` (clap makes each require the other).

@@ -192,7 +192,10 @@ enum Event {
 }
 
 /// Runs a detect command line and returns its stdout when it exits 0, else the reason.
-#[allow(unsafe_code)] // kill(2) of a timed-out detect command's process group
+#[allow(unsafe_code)]
+// kill(2) of a timed-out detect command's process group
+// Allowed: the operator's addon detection commands (`dwp abilities`), not the agent's: run unfenced as the operator's shell would.
+#[allow(clippy::disallowed_methods)]
 fn run_command(line: &str, env: &DetectEnv) -> Result<String, String> {
     let argv: Vec<&str> = line.split(' ').filter(|s| !s.is_empty()).collect();
     let Some((argv0, args)) = argv.split_first() else {
