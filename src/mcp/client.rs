@@ -4,7 +4,8 @@
 //! blocking and single-threaded on purpose (a tool call runs on the thread that spawned its
 //! process, so `PR_SET_PDEATHSIG` kills it with us). The stdio transport is small — one line
 //! per message, four methods (`initialize`, `notifications/initialized`, `tools/list`,
-//! `tools/call`) and `notifications/cancelled` — and a hand-written client keeps every
+//! `tools/call`), `notifications/cancelled`, and the server's own requests answered at once
+//! ([`super::inbound`]) — and a hand-written client keeps every
 //! failure mapped to our error kinds and the journal's outcome classes. Tested against the
 //! official Python SDK's server (fixtures/mcp/).
 //!
