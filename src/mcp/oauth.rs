@@ -170,9 +170,9 @@ pub fn authorize(
     client: &Client,
     until: Instant,
 ) -> Result<Token, String> {
-    let (resource, prm, as_url, meta) = match protected_resource(agent, endpoint, challenge, until)
+    let (resource, prm, as_url, meta) = match protected_resource(agent, endpoint, challenge, until)?
     {
-        Ok((prm_url, prm)) => {
+        Lookup::Found(prm_url, prm) => {
             let resource = prm["resource"].as_str().ok_or_else(|| {
                 format!("the protected-resource metadata at {prm_url} names no `resource`")
             })?;
@@ -188,9 +188,10 @@ pub fn authorize(
             let (as_url, meta) = authorization_server(agent, &issuer, until)?;
             (Some(resource.to_string()), prm, as_url, meta)
         }
-        Err(no_prm) => {
-            // A 2025-03-26 server: no protected-resource metadata; the server's origin is its
-            // own authorization server, with the default endpoints when it has no metadata.
+        Lookup::Missing(no_prm) => {
+            // A 2025-03-26 server: no protected-resource metadata at all (a broken one is an
+            // error above, never a reason to guess); the server's origin is its own
+            // authorization server, with the default endpoints when it has no metadata.
             let (as_url, meta) = legacy_authorization_server(agent, endpoint, until)
                 .map_err(|why| format!("{no_prm}; {why}"))?;
             (None, Value::Null, as_url, meta)
@@ -264,7 +265,7 @@ fn protected_resource(
     endpoint: &url::Url,
     challenge: &Challenge,
     until: Instant,
-) -> Result<(String, Value), String> {
+) -> Result<Lookup, String> {
     let mut candidates = Vec::new();
     if let Some(url) = &challenge.resource_metadata {
         candidates.push(url.clone());
@@ -301,7 +302,10 @@ fn authorization_server(
             format!("{origin}{path}/.well-known/openid-configuration"),
         ]
     };
-    first_document(agent, &candidates, "authorization-server metadata", until)
+    match first_document(agent, &candidates, "authorization-server metadata", until)? {
+        Lookup::Found(url, doc) => Ok((url, doc)),
+        Lookup::Missing(why) => Err(why),
+    }
 }
 
 /// The authorization server of a 2025-03-26 server (no protected-resource metadata): its
@@ -319,9 +323,9 @@ fn legacy_authorization_server(
         std::slice::from_ref(&url),
         "authorization-server metadata",
         until,
-    ) {
-        Ok(found) => Ok(found),
-        Err(_) => Ok((
+    )? {
+        Lookup::Found(url, doc) => Ok((url, doc)),
+        Lookup::Missing(_) => Ok((
             format!("{origin} (the 2025-03-26 default endpoints)"),
             serde_json::json!({
                 "authorization_endpoint": format!("{origin}/authorize"),
@@ -332,13 +336,22 @@ fn legacy_authorization_server(
     }
 }
 
-/// The first of `urls` that answers 200 with a JSON object.
+/// What looking for a metadata document found.
+enum Lookup {
+    /// Its URL and the document.
+    Found(String, Value),
+    /// None of the places had one (why, naming each).
+    Missing(String),
+}
+
+/// The first of `urls` that answers 200 with a JSON object; an error when one answers 200 with
+/// something else (too big, not JSON): a broken document is never skipped for the next guess.
 fn first_document(
     agent: &ureq::Agent,
     urls: &[String],
     what: &str,
     until: Instant,
-) -> Result<(String, Value), String> {
+) -> Result<Lookup, String> {
     let mut tried = Vec::new();
     for url in urls {
         let parsed = url::Url::parse(url).map_err(|e| format!("{what} URL {url:?}: {e}"))?;
@@ -359,7 +372,7 @@ fn first_document(
                     .read_to_vec()
                     .map_err(|e| format!("reading the {what} at {url} failed: {e}"))?;
                 match serde_json::from_slice::<Value>(&body) {
-                    Ok(doc) if doc.is_object() => return Ok((url.clone(), doc)),
+                    Ok(doc) if doc.is_object() => return Ok(Lookup::Found(url.clone(), doc)),
                     _ => return Err(format!("the {what} at {url} is not a JSON object")),
                 }
             }
@@ -367,7 +380,10 @@ fn first_document(
             Err(e) => tried.push(format!("{url} ({e})")),
         }
     }
-    Err(format!("no {what} found: tried {}", tried.join(", ")))
+    Ok(Lookup::Missing(format!(
+        "no {what} found: tried {}",
+        tried.join(", ")
+    )))
 }
 
 /// POSTs `form` (the grant's fields) to the token endpoint, the client authenticated as its

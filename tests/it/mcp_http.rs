@@ -639,6 +639,72 @@ fn a_cut_stream_is_resumed_and_one_that_cannot_be_is_unknown() {
     );
 }
 
+/// Hostile authorization: an oversized protected-resource document, and a token endpoint that
+/// never answers, are each one clear error at Session creation (exit 9), bounded by
+/// `timeout_ms`, with nothing written and the client secret nowhere in the output.
+#[test]
+fn hostile_authorization_is_one_clear_error_and_nothing_is_stored() {
+    let Some(py) = python() else { return };
+    let secret = "kxen-canary-secret-5a1f9e";
+    for (mode, why) in [
+        ("auth_oversized", "protected-resource metadata"),
+        ("auth_token_hang", "the token request to"),
+    ] {
+        let env = TestEnv::new();
+        let server = Hostile::start(&env, &py, mode);
+        let repo = env.git_repo("repo", &[("README", "x\n")]);
+        let cfg = config(
+            &env,
+            &[answer("done")],
+            &format!(
+                "{}[mcp.servers.h.oauth]\nclient_id = \"ci\"\nclient_secret_env = \
+                 \"KXEN_TEST_OAUTH_SECRET\"\ngrant = \"client_credentials\"\n",
+                server.entry(3000)
+            ),
+        );
+        let agent = text_agent(&env, "mcp__h__echo", "");
+        let started = Instant::now();
+        let run = crate::env::Run::from(
+            env.cmd("kxen-agent")
+                .args([
+                    "run",
+                    "--workspace",
+                    repo.to_str().unwrap(),
+                    "--task",
+                    "t",
+                    "--agent",
+                    agent.to_str().unwrap(),
+                    "--config",
+                    cfg.to_str().unwrap(),
+                    "--allow-mcp",
+                ])
+                .env("KXEN_TEST_OAUTH_SECRET", secret)
+                .output()
+                .unwrap(),
+        );
+        run.expect(9);
+        assert!(started.elapsed() < Duration::from_secs(20), "{mode}");
+        assert!(
+            run.stderr.contains("OAuth authorization failed") && run.stderr.contains(why),
+            "{mode}: {}",
+            run.stderr
+        );
+        assert!(
+            !run.stderr.contains(secret) && !run.stdout.contains(secret),
+            "{mode}"
+        );
+        assert!(!env.state_dir().exists(), "{mode}: nothing is written");
+        if mode == "auth_token_hang" {
+            // The secret went to the token endpoint (Basic), and only there.
+            let calls = calls(&env);
+            assert!(
+                calls.iter().any(|c| c.starts_with("token:Basic ")),
+                "{calls:?}"
+            );
+        }
+    }
+}
+
 /// Over HTTP too, an elicitation on the call's stream gets the policy's answer at once.
 #[test]
 fn an_elicitation_over_http_gets_the_policys_answer() {
