@@ -4,7 +4,8 @@
 //! blocking and single-threaded on purpose (a tool call runs on the thread that spawned its
 //! process, so `PR_SET_PDEATHSIG` kills it with us). The stdio transport is small — one line
 //! per message, four methods (`initialize`, `notifications/initialized`, `tools/list`,
-//! `tools/call`) and `notifications/cancelled` — and a hand-written client keeps every
+//! `tools/call`), `notifications/cancelled`, and the server's own requests answered at once
+//! ([`super::inbound`]) — and a hand-written client keeps every
 //! failure mapped to our error kinds and the journal's outcome classes. Tested against the
 //! official Python SDK's server (fixtures/mcp/).
 //!
@@ -23,10 +24,11 @@ use serde_json::{Value, json};
 
 use crate::process;
 
-/// The protocol version we ask for; a server may answer with another one we also speak.
-pub const PROTOCOL_VERSION: &str = "2025-06-18";
+/// The protocol version we ask for (the newest); a server may answer with another one we also
+/// speak.
+pub const PROTOCOL_VERSION: &str = "2025-11-25";
 /// Versions whose stdio transport and tool methods are what this client implements.
-pub const SUPPORTED_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];
+pub const SUPPORTED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 /// After a `notifications/cancelled`, how long the server gets to answer before it is killed.
 pub const CLEANUP_WINDOW: Duration = Duration::from_secs(2);
 /// The largest message line accepted from a server (the model sees at most 64 KiB anyway).
@@ -60,6 +62,8 @@ pub struct Spawn<'a> {
     pub home: &'a std::path::Path,
     /// The server's own `TMPDIR` (in `env`), removed when the server is gone.
     pub tmp: tempfile::TempDir,
+    /// How the server's own requests are answered (and what we declare in `initialize`).
+    pub answerer: super::inbound::Answerer,
 }
 
 /// Why a request got no result. Whether the request may have acted is the caller's question:
@@ -232,6 +236,11 @@ pub struct Client {
     pub server_info: Value,
     /// Set once the server broke: every later request fails fast.
     dead: Option<String>,
+    /// Whether the server declared the `tools` capability (without it, its listing is empty).
+    has_tools: bool,
+    answerer: super::inbound::Answerer,
+    /// What the server asked of us (elicitations) since the last `tools/call` began.
+    exchanges: Vec<String>,
     /// The server's `TMPDIR`; dropped (removed) after the server is killed.
     _tmp: tempfile::TempDir,
 }
@@ -289,6 +298,9 @@ impl Client {
             protocol_version: String::new(),
             server_info: Value::Null,
             dead: None,
+            has_tools: true,
+            answerer: spec.answerer,
+            exchanges: Vec::new(),
             _tmp: spec.tmp,
         };
         let init = client
@@ -296,7 +308,7 @@ impl Client {
                 "initialize",
                 json!({
                     "protocolVersion": PROTOCOL_VERSION,
-                    "capabilities": {},
+                    "capabilities": client.answerer.capabilities(),
                     "clientInfo": {"name": "kxen-agent", "version": env!("CARGO_PKG_VERSION")},
                 }),
                 None,
@@ -309,9 +321,7 @@ impl Client {
                 SUPPORTED_VERSIONS.join(", ")
             ));
         }
-        if init["capabilities"].get("tools").is_none() {
-            return Err("the server offers no tools (no `tools` capability)".into());
-        }
+        client.has_tools = offers_tools(&init);
         client.protocol_version = version.to_string();
         client.server_info = init["serverInfo"].clone();
         let until = Instant::now() + client.timeout;
@@ -321,8 +331,11 @@ impl Client {
         Ok(client)
     }
 
-    /// `tools/list`, every page.
+    /// `tools/list`, every page; empty, without asking, for a server that offers no tools.
     pub fn list_tools(&mut self) -> Result<Vec<Value>, String> {
+        if !self.has_tools {
+            return Ok(Vec::new());
+        }
         list_pages(|params| self.request("tools/list", params, None))
     }
 
@@ -333,11 +346,17 @@ impl Client {
         arguments: &Value,
         cancel: &AtomicBool,
     ) -> Result<Value, Failure> {
+        self.exchanges.clear();
         self.request(
             "tools/call",
             json!({"name": tool, "arguments": arguments}),
             Some(cancel),
         )
+    }
+
+    /// What the server asked of us during the last `tools/call` (one line per elicitation).
+    pub fn take_exchanges(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.exchanges)
     }
 
     /// Whether the server is unusable (it broke, timed out or was killed).
@@ -471,16 +490,12 @@ impl Client {
                 }
                 Err(RecvTimeoutError::Timeout) => continue,
             };
-            if let Some(method) = message.get("method").and_then(Value::as_str) {
-                if let Some(req_id) = message.get("id") {
-                    // A request from the server (ping, sampling, roots…): we answer ping and
-                    // refuse the rest, as the protocol allows.
-                    let reply = if method == "ping" {
-                        json!({"jsonrpc": "2.0", "id": req_id, "result": {}})
-                    } else {
-                        json!({"jsonrpc": "2.0", "id": req_id, "error": {
-                            "code": -32601, "message": format!("kxen-agent does not support {method}")}})
-                    };
+            if message.get("method").and_then(Value::as_str).is_some() {
+                if message.get("id").is_some() {
+                    // A request from the server, answered at once ([`super::inbound`]).
+                    let answered = self.answerer.answer(&message);
+                    self.exchanges.extend(answered.record);
+                    let reply = answered.reply;
                     let until = cleanup_until.unwrap_or(deadline);
                     if let Err(failure) = self.send(&reply, until, None) {
                         // The server stopped reading while our request was pending: it was
@@ -642,6 +657,13 @@ fn write_polling(
         }
     }
     Ok(())
+}
+
+/// Whether an `initialize` result declares the `tools` capability. A server without it offers
+/// no tools: its listing is empty (the protocol says not to ask it for one), which is no error —
+/// a capability that needs one of its tools is refused like any missing tool.
+pub(crate) fn offers_tools(init: &Value) -> bool {
+    init["capabilities"].get("tools").is_some()
 }
 
 /// Every page of `tools/list`, asked with `request` (either transport).

@@ -76,6 +76,10 @@ pub struct ServerConfig {
     /// Whether the server keeps the runner's network (default: an empty network namespace).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_network: bool,
+    /// `[mcp.servers.NAME.oauth]`: a registered OAuth client of a `url` server
+    /// ([`super::oauth`]). Left out of the entry's JSON when absent (old hashes stay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<super::oauth::OAuthConfig>,
 }
 
 impl ServerConfig {
@@ -158,6 +162,9 @@ pub fn check(name: &str, entry: &ServerConfig) -> Result<(), String> {
     if entry.bearer_token_env.is_some() {
         return Err(format!("{at}: bearer_token_env is only for `url` servers"));
     }
+    if entry.oauth.is_some() {
+        return Err(format!("{at}: oauth is only for `url` servers"));
+    }
     for key in entry.env.keys().chain(entry.pass_env.iter()) {
         if !is_valid_env_name(key) {
             return Err(format!("{at}: {key:?} is not an environment variable name"));
@@ -213,6 +220,23 @@ fn check_url_entry(at: &str, url: &str, entry: &ServerConfig) -> Result<(), Stri
              variable holding the token in bearer_token_env instead"
         ));
     }
+    if let Some(oauth) = &entry.oauth {
+        if entry.bearer_token_env.is_some() {
+            return Err(format!(
+                "{at}: give either bearer_token_env or an oauth table, not both"
+            ));
+        }
+        if let Some(why) = oauth.error(at) {
+            return Err(why);
+        }
+        if parsed.scheme() == "http" && !crate::provider::http::is_loopback(url) {
+            return Err(format!(
+                "{at}: oauth with a plain http:// url to {}: tokens would cross the network in \
+                 cleartext; use https://",
+                parsed.host_str().unwrap_or("?")
+            ));
+        }
+    }
     if let Some(var) = &entry.bearer_token_env {
         if !is_valid_env_name(var) {
             return Err(format!(
@@ -254,6 +278,49 @@ mod tests {
             &"x".repeat(33),
         ] {
             assert!(server_name_error(bad).is_some(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn oauth_tables_are_checked() {
+        let parse = |s: &str| toml::from_str::<ServerConfig>(s).unwrap();
+        let ok = parse(
+            "url = \"https://mcp.example.com/mcp\"\n[oauth]\nclient_id = \"ci\"\n\
+             client_secret_env = \"CI_SECRET\"\ngrant = \"client_credentials\"\n",
+        );
+        assert!(check("t", &ok).is_ok());
+        let plain = parse("url = \"https://mcp.example.com/mcp\"");
+        assert_ne!(ok.entry_hash(), plain.entry_hash());
+        assert!(!serde_json::to_string(&plain).unwrap().contains("oauth"));
+        let cases = [
+            (
+                "command = [\"srv\"]\n[oauth]\nclient_id = \"ci\"\ngrant = \"client_credentials\"\n",
+                "oauth is only for `url` servers",
+            ),
+            (
+                "url = \"https://x.example/mcp\"\nbearer_token_env = \"T\"\n[oauth]\nclient_id = \"ci\"\ngrant = \"client_credentials\"\n",
+                "not both",
+            ),
+            (
+                "url = \"https://x.example/mcp\"\n[oauth]\nclient_id = \"ci\"\ngrant = \"implicit\"\n",
+                "not supported",
+            ),
+            (
+                "url = \"https://x.example/mcp\"\n[oauth]\ngrant = \"client_credentials\"\n",
+                "needs the client_id",
+            ),
+            (
+                "url = \"http://x.example/mcp\"\n[oauth]\nclient_id = \"ci\"\ngrant = \"client_credentials\"\n",
+                "cleartext",
+            ),
+            (
+                "url = \"https://x.example/mcp\"\n[oauth]\nclient_id = \"ci\"\nclient_secret_env = \"a b\"\ngrant = \"client_credentials\"\n",
+                "not an environment variable name",
+            ),
+        ];
+        for (entry, why) in cases {
+            let err = check("t", &parse(entry)).unwrap_err();
+            assert!(err.contains(why), "{entry}: {err}");
         }
     }
 

@@ -1,4 +1,5 @@
-//! A blocking MCP client over Streamable HTTP (MCP 2025-03-26 and 2025-06-18, "Transports"):
+//! A blocking MCP client over Streamable HTTP (MCP 2025-03-26, 2025-06-18 and 2025-11-25,
+//! "Transports"):
 //! every JSON-RPC message is one POST to the server's endpoint; the answer to a request comes
 //! back as a JSON body or as an SSE stream ([`super::sse`]) carrying it.
 //!
@@ -14,8 +15,11 @@
 //!   client POSTs `notifications/cancelled` and waits [`CLEANUP_WINDOW`] for the answer.
 //! - Whether a failed request may have acted: refused before it was sent (no connection, a
 //!   redirect, a 4xx) it did not; sent and then no answer (the connection dropped, the deadline
-//!   passed, the stream ended without the answer or broke) it may have: a `tools/call` then is
-//!   UNKNOWN ([`Failure`]).
+//!   passed, the stream ended without the answer or broke and could not be resumed) it may
+//!   have: a `tools/call` then is UNKNOWN ([`Failure`]). A stream that ends after an event id
+//!   is resumed first (`stream_answer`).
+//! - Requests the server sends us are answered at once ([`super::inbound`]), on the stream of a
+//!   POST and on the standalone stream opened after the handshake (`listen`).
 //! - The bearer token (`bearer_token_env`) is read at connect time and lives only in this
 //!   value's memory and the `Authorization` header; every message made of what a server sent is
 //!   redacted ([`crate::redact`], and the token itself) before it leaves this module.
@@ -26,16 +30,18 @@
 use std::io::BufReader;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::client::{CLEANUP_WINDOW, Failure, PROTOCOL_VERSION};
+use super::inbound::Answerer;
 use super::sse::Events;
 
 /// The protocol versions whose HTTP transport is Streamable HTTP (2024-11-05's HTTP+SSE
 /// transport is another protocol).
-pub const HTTP_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26"];
+pub const HTTP_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 /// The largest JSON answer body, and the largest event of an SSE answer.
 const MAX_BODY: usize = 16 * 1024 * 1024;
 /// The most bytes of one SSE answer (notifications and keep-alives included).
@@ -50,6 +56,18 @@ pub const GOODBYE: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_millis(50);
 /// How much longer than the caller the thread of a request may wait (see `round_trip`).
 const THREAD_SLACK: Duration = Duration::from_secs(1);
+/// How many times one request is authorized again (a 401, or a 403 asking for more scope)
+/// before its refusal stands.
+const MAX_AUTHORIZATIONS: u32 = 2;
+/// How long the handshake waits for the standalone event stream to open.
+const LISTEN_WAIT: Duration = Duration::from_secs(1);
+/// The longest the standalone event stream is read (one connection; a run needing more
+/// connects again after a failure).
+const LISTEN_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+/// The reconnection delay when the server gave none (`retry`).
+const DEFAULT_RETRY_MS: u64 = 1000;
+/// Resumptions in a row that bring no new event before the stream is given up.
+const MAX_IDLE_RESUMES: u32 = 3;
 /// How much of an error body is shown.
 const EXCERPT: usize = 300;
 
@@ -60,6 +78,10 @@ pub struct Connect<'a> {
     /// The bearer token (read from `bearer_token_env` by the caller at connect time).
     pub token: Option<String>,
     pub timeout: Duration,
+    /// How the server's own requests are answered (and what we declare in `initialize`).
+    pub answerer: Answerer,
+    /// The OAuth client to authorize with when the server asks for it (a 401).
+    pub oauth: Option<super::oauth::Client>,
 }
 
 /// What is sent with every message. Cloned into the thread that makes a request.
@@ -70,6 +92,9 @@ struct Wire {
     token: Option<String>,
     session: Option<String>,
     version: Option<String>,
+    answerer: Arc<Answerer>,
+    /// What the server asked of us (elicitations) since the last `tools/call` began.
+    exchanges: Arc<Mutex<Vec<String>>>,
 }
 
 /// What one POST brought back.
@@ -86,6 +111,9 @@ enum PostError {
     NotSent(String),
     /// The server refused the message with a 4xx status: it did not run it.
     Refused(String),
+    /// HTTP 401: the server wants (another) token; it did not run the request. Carries its
+    /// `WWW-Authenticate` header.
+    Unauthorized { why: String, challenge: String },
     /// HTTP 404 while a session is held: the server forgot the session (did not run it).
     Expired,
     /// The message was sent and no answer came (the connection dropped, the stream ended or
@@ -108,6 +136,13 @@ pub struct HttpClient {
     dead: Option<String>,
     /// Set when the server answered 404 to the session: no `DELETE` for it.
     expired: bool,
+    /// Whether the server declared the `tools` capability (without it, its listing is empty).
+    has_tools: bool,
+    /// Set to stop the thread reading the standalone event stream ([`Self::listen`]).
+    listening: Option<Arc<AtomicBool>>,
+    oauth: Option<super::oauth::Client>,
+    /// The `WWW-Authenticate` of the last 401.
+    challenge: Option<String>,
 }
 
 impl HttpClient {
@@ -134,6 +169,8 @@ impl HttpClient {
                 token: spec.token,
                 session: None,
                 version: None,
+                answerer: Arc::new(spec.answerer),
+                exchanges: Arc::default(),
             },
             next_id: 0,
             timeout: spec.timeout,
@@ -141,6 +178,10 @@ impl HttpClient {
             server_info: Value::Null,
             dead: None,
             expired: false,
+            has_tools: true,
+            listening: None,
+            oauth: spec.oauth,
+            challenge: None,
         };
         client.handshake()?;
         Ok(client)
@@ -151,17 +192,24 @@ impl HttpClient {
         self.wire.version = None;
         self.dead = None;
         self.expired = false;
-        let (init, session) = self
-            .round_trip(
-                "initialize",
-                json!({
-                    "protocolVersion": PROTOCOL_VERSION,
-                    "capabilities": {},
-                    "clientInfo": {"name": "kxen-agent", "version": env!("CARGO_PKG_VERSION")},
-                }),
-                None,
-            )
-            .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+        let params = json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": self.wire.answerer.capabilities(),
+            "clientInfo": {"name": "kxen-agent", "version": env!("CARGO_PKG_VERSION")},
+        });
+        self.challenge = None;
+        let first = self.round_trip("initialize", params.clone(), None);
+        let (init, session) = match (first, self.challenge.take(), self.oauth.clone()) {
+            (Err(Failure::Rpc(refused)), Some(challenge), Some(oauth)) => {
+                // The server wants a token: authorize, then ask again (once).
+                self.authorize(&challenge, &oauth)
+                    .map_err(|why| format!("the initialize handshake failed: {refused}; {why}"))?;
+                self.dead = None;
+                self.round_trip("initialize", params, None)
+            }
+            (first, _, _) => first,
+        }
+        .map_err(|f| format!("the initialize handshake failed: {f}"))?;
         let version = init["protocolVersion"].as_str().unwrap_or_default();
         if !HTTP_VERSIONS.contains(&version) {
             return Err(format!(
@@ -170,9 +218,7 @@ impl HttpClient {
                 HTTP_VERSIONS.join(", ")
             ));
         }
-        if init["capabilities"].get("tools").is_none() {
-            return Err("the server offers no tools (no `tools` capability)".into());
-        }
+        self.has_tools = super::client::offers_tools(&init);
         self.protocol_version = version.to_string();
         self.server_info = init["serverInfo"].clone();
         self.wire.session = session;
@@ -180,11 +226,96 @@ impl HttpClient {
         let until = Instant::now() + self.timeout;
         self.notify("notifications/initialized", json!({}), until)
             .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+        self.listen();
         Ok(())
+    }
+
+    /// Gets a token with the configured OAuth client after a 401 with `challenge`
+    /// ([`super::oauth`]); it replaces the one held (in memory only).
+    fn authorize(&mut self, challenge: &str, oauth: &super::oauth::Client) -> Result<(), String> {
+        let until = Instant::now() + self.timeout;
+        let parsed = super::oauth::parse_challenge(challenge);
+        let token =
+            super::oauth::authorize(&self.wire.agent, &self.wire.endpoint, &parsed, oauth, until)
+                .map_err(|why| {
+                let why = scrub(&why, oauth.secret.as_deref());
+                format!("OAuth authorization failed: {}", self.scrub(&why))
+            })?;
+        self.wire.token = Some(token.access_token);
+        Ok(())
+    }
+
+    /// Opens the standalone event stream (a GET on the endpoint), where a server sends the
+    /// requests that belong to no request of ours (an SDK server's `elicitation/create` or
+    /// `roots/list` made outside a call's own stream): a thread answers each one
+    /// ([`super::inbound`]) until the stream ends or this client is dropped. A server that
+    /// offers no such stream (405, or anything but an event stream) simply has none. Waits at
+    /// most [`LISTEN_WAIT`] for the stream to open, so a request the server sends right after
+    /// is not lost.
+    fn listen(&mut self) {
+        self.stop_listening();
+        let stop = Arc::new(AtomicBool::new(false));
+        let wire = self.wire.clone();
+        let stopped = Arc::clone(&stop);
+        let (opened, is_open) = mpsc::channel();
+        std::thread::spawn(move || {
+            let until = Instant::now() + LISTEN_LIFETIME;
+            let mut call = wire
+                .agent
+                .get(wire.endpoint.as_str())
+                .config()
+                .timeout_global(Some(LISTEN_LIFETIME))
+                .build()
+                .header("Accept", "text/event-stream");
+            for (name, value) in wire.headers() {
+                call = call.header(name, value);
+            }
+            let response = match call.call() {
+                Ok(r) if r.status().is_success() && is_event_stream(&r) => r,
+                _ => {
+                    let _ = opened.send(());
+                    return;
+                }
+            };
+            let _ = opened.send(());
+            let reader = response
+                .into_body()
+                .into_with_config()
+                .limit(u64::MAX)
+                .reader();
+            let mut events = Events::new(BufReader::new(reader), MAX_BODY, u64::MAX as usize);
+            while let Ok(Some(event)) = events.next_event() {
+                if stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(value) = serde_json::from_str::<Value>(&event.data) else {
+                    continue;
+                };
+                for message in messages(value) {
+                    if message.get("method").is_some() && message.get("id").is_some() {
+                        let answered = wire.answerer.answer(&message);
+                        wire.exchanges().extend(answered.record);
+                        let body = serde_json::to_vec(&answered.reply).expect("serializes");
+                        let _ = wire.post(&body, None, until.min(Instant::now() + GOODBYE * 30));
+                    }
+                }
+            }
+        });
+        let _ = is_open.recv_timeout(LISTEN_WAIT);
+        self.listening = Some(stop);
+    }
+
+    fn stop_listening(&mut self) {
+        if let Some(stop) = self.listening.take() {
+            stop.store(true, Ordering::SeqCst);
+        }
     }
 
     /// `tools/list`, every page. A session the server forgot is started again once.
     pub fn list_tools(&mut self) -> Result<Vec<Value>, String> {
+        if !self.has_tools {
+            return Ok(Vec::new());
+        }
         match super::client::list_pages(|params| self.request("tools/list", params, None)) {
             Err(_) if self.expired => {
                 self.handshake()?;
@@ -201,11 +332,17 @@ impl HttpClient {
         arguments: &Value,
         cancel: &AtomicBool,
     ) -> Result<Value, Failure> {
+        self.wire.exchanges().clear();
         self.request(
             "tools/call",
             json!({"name": tool, "arguments": arguments}),
             Some(cancel),
         )
+    }
+
+    /// What the server asked of us during the last `tools/call` (one line per elicitation).
+    pub fn take_exchanges(&mut self) -> Vec<String> {
+        std::mem::take(&mut *self.wire.exchanges())
     }
 
     /// Whether this client is given up (a later call connects again).
@@ -223,7 +360,25 @@ impl HttpClient {
         params: Value,
         cancel: Option<&AtomicBool>,
     ) -> Result<Value, Failure> {
-        self.round_trip(method, params, cancel).map(|(v, _)| v)
+        // A request refused for want of a token (401) or of scope (403 insufficient_scope) did
+        // not run: it is sent again after authorizing, at most MAX_AUTHORIZATIONS times.
+        let mut authorizations = 0;
+        loop {
+            self.challenge = None;
+            let result = self.round_trip(method, params.clone(), cancel);
+            match (&result, self.challenge.take(), self.oauth.clone()) {
+                (Err(Failure::Rpc(refused)), Some(challenge), Some(oauth))
+                    if authorizations < MAX_AUTHORIZATIONS =>
+                {
+                    authorizations += 1;
+                    let refused = refused.clone();
+                    self.authorize(&challenge, &oauth)
+                        .map_err(|why| Failure::Rpc(format!("{refused}; {why}")))?;
+                    self.dead = None;
+                }
+                _ => return result.map(|(v, _)| v),
+            }
+        }
     }
 
     /// Sends request `method` and waits for its answer (module doc): the result and the
@@ -320,6 +475,12 @@ impl HttpClient {
         match error {
             PostError::NotSent(why) => Failure::NotSent(self.scrub(&why)),
             PostError::Refused(why) => Failure::Rpc(self.scrub(&why)),
+            PostError::Unauthorized { why, challenge } => {
+                // Not run. A later call connects (and authorizes) again.
+                self.challenge = Some(challenge);
+                self.dead = Some("the server refused the token".into());
+                Failure::Rpc(self.scrub(&why))
+            }
             PostError::Expired => {
                 self.expired = true;
                 self.dead = Some("the server forgot the session".into());
@@ -367,8 +528,10 @@ fn scrub(text: &str, token: Option<&str>) -> String {
 }
 
 impl Drop for HttpClient {
-    /// Ends the session the server named, if it still knows it.
+    /// Ends the session the server named, if it still knows it (which also ends its event
+    /// streams, and with them the thread reading the standalone one).
     fn drop(&mut self) {
+        self.stop_listening();
         if self.wire.session.is_none() || self.expired {
             return;
         }
@@ -387,6 +550,10 @@ impl Drop for HttpClient {
 }
 
 impl Wire {
+    fn exchanges(&self) -> MutexGuard<'_, Vec<String>> {
+        self.exchanges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The headers of every message but the `Content-Type` and `Accept` of a POST.
     fn headers(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
@@ -447,6 +614,25 @@ impl Wire {
                 .unwrap_or_default()
                 .trim()
                 .to_ascii_lowercase();
+            let challenge = response
+                .headers()
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            let step_up = status == 403 && challenge.contains("insufficient_scope");
+            if status == 401 || step_up {
+                let text = error_body(response);
+                let what = if step_up {
+                    "403 (the token lacks a scope)"
+                } else {
+                    "401 (not authorized)"
+                };
+                return Err(PostError::Unauthorized {
+                    why: format!("the server answered HTTP {what}{text} (the request was not run)"),
+                    challenge,
+                });
+            }
             if !(200..300).contains(&status) {
                 let text = error_body(response);
                 let why = format!("the server answered HTTP {status}{text}");
@@ -525,61 +711,153 @@ impl Wire {
         Ok(next)
     }
 
-    /// Reads the SSE answer to request `id`: server requests in it are answered (ping) or
-    /// refused, notifications and other ids are skipped.
+    /// Reads the SSE answer to request `id`: server requests in it are answered
+    /// ([`super::inbound`]), notifications and other ids are skipped. A stream that ends or
+    /// breaks before the answer, after the server gave an event id, is resumed as the transport
+    /// says: after the server's `retry` delay, a GET with `Last-Event-ID` (see [`Self::resume`]).
     fn stream_answer(
         &self,
         response: ureq::http::Response<ureq::Body>,
         id: u64,
         until: Instant,
     ) -> Result<Value, PostError> {
-        let reader = response
-            .into_body()
-            .into_with_config()
-            .limit(u64::MAX)
-            .reader();
-        let mut events = Events::new(BufReader::new(reader), MAX_BODY, MAX_STREAM);
+        let mut response = response;
+        let mut last_id: Option<String> = None;
+        let mut retry: Option<u64> = None;
+        let mut idle_resumes = 0;
+        loop {
+            let reader = response
+                .into_body()
+                .into_with_config()
+                .limit(u64::MAX)
+                .reader();
+            let mut events = Events::new(BufReader::new(reader), MAX_BODY, MAX_STREAM);
+            let ended = match self.read_answer(&mut events, id, until) {
+                Ok(answer) => return Ok(answer),
+                Err(ended) => ended,
+            };
+            retry = events.retry().or(retry);
+            let progressed = events
+                .last_event_id()
+                .is_some_and(|e| last_id.as_deref() != Some(e));
+            if let Some(e) = events.last_event_id() {
+                last_id = Some(e.to_string());
+            }
+            let why = match ended {
+                StreamEnd::Fatal(error) => return Err(error),
+                StreamEnd::Resumable(why) => why,
+            };
+            let Some(event_id) = last_id.clone() else {
+                return Err(PostError::Broken(format!(
+                    "{why}, and the server gave no event id to resume it from"
+                )));
+            };
+            idle_resumes = if progressed { 0 } else { idle_resumes + 1 };
+            if idle_resumes > MAX_IDLE_RESUMES {
+                return Err(PostError::Broken(format!(
+                    "{why}; {MAX_IDLE_RESUMES} resumptions in a row brought no new event"
+                )));
+            }
+            let delay = Duration::from_millis(retry.unwrap_or(DEFAULT_RETRY_MS));
+            if Instant::now() + delay >= until {
+                return Err(PostError::Broken(format!(
+                    "{why}; no time was left to resume it after the server's retry delay ({} ms)",
+                    delay.as_millis()
+                )));
+            }
+            std::thread::sleep(delay);
+            response = self.resume(&event_id, until).map_err(|e| {
+                PostError::Broken(format!(
+                    "{why}; resuming it after event {} failed: {e}",
+                    crate::text::preview(&format!("{event_id:?}"), 60)
+                ))
+            })?;
+        }
+    }
+
+    /// GET the endpoint with `Last-Event-ID: after`: the server replays what followed that
+    /// event on a new SSE stream. Anything but a 2xx event stream means the stream cannot be
+    /// resumed.
+    fn resume(
+        &self,
+        after: &str,
+        until: Instant,
+    ) -> Result<ureq::http::Response<ureq::Body>, String> {
+        let remaining = until.saturating_duration_since(Instant::now());
+        let mut call = self
+            .agent
+            .get(self.endpoint.as_str())
+            .config()
+            .timeout_global(Some(remaining))
+            .build()
+            .header("Accept", "text/event-stream")
+            .header("Last-Event-ID", after);
+        for (name, value) in self.headers() {
+            call = call.header(name, value);
+        }
+        let response = call.call().map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let event_stream = is_event_stream(&response);
+        if !(200..300).contains(&status) || !event_stream {
+            return Err(format!(
+                "the server answered HTTP {status}{}",
+                if event_stream {
+                    ""
+                } else {
+                    " without an event stream"
+                }
+            ));
+        }
+        Ok(response)
+    }
+
+    /// Reads `events` until the answer to request `id`, answering the server's requests.
+    fn read_answer<R: std::io::BufRead>(
+        &self,
+        events: &mut Events<R>,
+        id: u64,
+        until: Instant,
+    ) -> Result<Value, StreamEnd> {
         loop {
             let event = match events.next_event() {
                 Ok(Some(event)) => event,
                 Ok(None) => {
-                    return Err(PostError::Broken(
+                    return Err(StreamEnd::Resumable(
                         "the server's event stream ended without the answer".into(),
                     ));
                 }
-                Err(why) => return Err(PostError::Broken(why)),
+                Err(why) if events.read_failed() => return Err(StreamEnd::Resumable(why)),
+                Err(why) => return Err(StreamEnd::Fatal(PostError::Broken(why))),
             };
             if event.name != "message" || event.data.trim().is_empty() {
                 continue;
             }
             let message: Value = serde_json::from_str(&event.data).map_err(|_| {
-                PostError::Broken(format!(
+                StreamEnd::Fatal(PostError::Broken(format!(
                     "the server's event stream carried something that is not JSON: {}",
                     crate::text::preview(&event.data, 120)
-                ))
+                )))
             })?;
             for message in messages(message) {
                 if let Some(method) = message.get("method").and_then(Value::as_str) {
-                    if let Some(req_id) = message.get("id") {
-                        // A request of the server (ping, sampling, roots…): ping is answered,
-                        // the rest refused, as the protocol allows.
-                        let reply = if method == "ping" {
-                            json!({"jsonrpc": "2.0", "id": req_id, "result": {}})
-                        } else {
-                            json!({"jsonrpc": "2.0", "id": req_id, "error": {
-                                "code": -32601,
-                                "message": format!("kxen-agent does not support {method}")}})
-                        };
-                        let body = serde_json::to_vec(&reply).expect("serializes");
-                        self.post(&body, None, until).map_err(|e| match e {
-                            PostError::NotSent(why)
-                            | PostError::Refused(why)
-                            | PostError::Broken(why) => PostError::Broken(format!(
-                                "answering the server's {method} request failed: {why}"
-                            )),
-                            PostError::Expired => PostError::Broken(
-                                "the server forgot the session while a request was running".into(),
-                            ),
+                    if message.get("id").is_some() {
+                        // A request of the server, answered at once ([`super::inbound`]).
+                        let answered = self.answerer.answer(&message);
+                        self.exchanges().extend(answered.record);
+                        let body = serde_json::to_vec(&answered.reply).expect("serializes");
+                        self.post(&body, None, until).map_err(|e| {
+                            StreamEnd::Fatal(match e {
+                                PostError::NotSent(why)
+                                | PostError::Refused(why)
+                                | PostError::Unauthorized { why, .. }
+                                | PostError::Broken(why) => PostError::Broken(format!(
+                                    "answering the server's {method} request failed: {why}"
+                                )),
+                                PostError::Expired => PostError::Broken(
+                                    "the server forgot the session while a request was running"
+                                        .into(),
+                                ),
+                            })
                         })?;
                     }
                     continue; // a notification (progress, logging…): nothing uses them
@@ -592,6 +870,27 @@ impl Wire {
             }
         }
     }
+}
+
+/// Why an SSE stream brought no answer.
+enum StreamEnd {
+    /// It ended, or the connection broke: resumable if the server gave an event id.
+    Resumable(String),
+    /// The server broke the protocol or a limit: never resumed.
+    Fatal(PostError),
+}
+
+/// Whether `response` is an SSE stream (`Content-Type: text/event-stream`).
+fn is_event_stream(response: &ureq::http::Response<ureq::Body>) -> bool {
+    response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| {
+            t.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
 }
 
 /// The messages of one JSON value: itself, or the items of a batch (2025-03-26).

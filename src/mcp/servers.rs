@@ -61,6 +61,13 @@ impl Peer {
             Peer::Http(c) => c.is_dead(),
         }
     }
+
+    fn take_exchanges(&mut self) -> Vec<String> {
+        match self {
+            Peer::Stdio(c) => c.take_exchanges(),
+            Peer::Http(c) => c.take_exchanges(),
+        }
+    }
 }
 
 /// Why a server could not be started or connected to.
@@ -106,6 +113,8 @@ pub struct Servers {
     /// The run's fence: every stdio server starts through it (the plan folder and the state
     /// dir stay read-only for the server, whatever its own `sandbox`).
     fence: crate::sandbox::RunFence,
+    /// The policy's `mcpElicitation`: how servers asking for user input are answered.
+    elicitation: crate::policy::McpElicitation,
     running: Mutex<BTreeMap<String, Peer>>,
     /// Random; server `NAME`'s processes carry `KXEN_MCP_SERVER_ID=<mark>.NAME`
     /// ([`orphans::MCP_SERVER_VAR`]) and `KXEN_ATTEMPT_ID=<mark>`.
@@ -129,6 +138,7 @@ impl Servers {
             configs,
             homes,
             fence,
+            elicitation: policy.mcp_elicitation,
             running: Mutex::new(BTreeMap::new()),
             mark: orphans::new_attempt_mark(),
             mark_claimed: AtomicBool::new(false),
@@ -205,20 +215,40 @@ impl Servers {
             }
         };
         let result = client.call_tool(tool, arguments, cancel);
+        // What the server asked of us during the call goes into the outcome (journaled with
+        // it), whatever the outcome is.
+        let exchanges = client.take_exchanges();
+        let mut out = self.outcome(&mut running, server, name, result);
+        for line in exchanges {
+            out.text
+                .push_str(if out.text.is_empty() { "" } else { "\n" });
+            out.text.push_str(&line);
+        }
+        out
+    }
+
+    /// The tool output of `tools/call` `result` of `name` on `server`.
+    fn outcome(
+        &self,
+        running: &mut BTreeMap<String, Peer>,
+        server: &str,
+        name: &str,
+        result: std::result::Result<Value, Failure>,
+    ) -> ToolOutput {
         match result {
             Ok(result) => convert(&result),
             Err(Failure::Rpc(why)) => {
                 ToolOutput::error(format!("MCP server `{server}` refused the call: {why}"))
             }
             Err(Failure::NotSent(why)) => {
-                self.retire(&mut running, server);
+                self.retire(running, server);
                 ToolOutput::error(format!(
                     "MCP server `{server}` did not get the call, so it was not run (not sent): \
                      {why}"
                 ))
             }
             Err(failure) => {
-                self.retire(&mut running, server);
+                self.retire(running, server);
                 let mut out = ToolOutput::error(format!(
                     "MCP server `{server}` gave no answer to `{name}` ({failure}); the call may \
                      have acted. The server is restarted for later calls."
@@ -248,8 +278,9 @@ impl Servers {
         let Some(config) = self.configs.get(server) else {
             return Err(format!("the runtime config defines no [mcp.servers.{server}]").into());
         };
+        let answerer = super::inbound::Answerer::new(self.elicitation);
         if let Some(url) = &config.url {
-            return connect(server, url, config);
+            return connect(server, url, config, answerer);
         }
         let Some(argv) = config.command.as_deref().filter(|a| !a.is_empty()) else {
             return Err(String::from("its entry has neither `command` nor `url`").into());
@@ -311,6 +342,7 @@ impl Servers {
             run_fence: &self.fence,
             home: &home,
             tmp,
+            answerer: answerer.with_root(self.fence.workspace()),
         })?;
         Ok(Peer::Stdio(client))
     }
@@ -322,6 +354,7 @@ fn connect(
     server: &str,
     url: &str,
     config: &ServerConfig,
+    answerer: super::inbound::Answerer,
 ) -> std::result::Result<Peer, StartFailure> {
     let token = match &config.bearer_token_env {
         None => None,
@@ -338,11 +371,47 @@ fn connect(
             }
         },
     };
+    // Without a table (and without a static token), a server that asks for OAuth gets the
+    // authorization-code grant with dynamic registration, when a person is at hand.
+    let default_oauth = super::oauth::OAuthConfig::default();
+    let table = match (&config.oauth, &config.bearer_token_env) {
+        (Some(oauth), _) => Some(oauth),
+        (None, None) => Some(&default_oauth),
+        (None, Some(_)) => None,
+    };
+    let oauth = match table {
+        None => None,
+        Some(oauth) => {
+            let secret = match &oauth.client_secret_env {
+                None => None,
+                Some(var) => match crate::own_env::var_os(var).and_then(|v| v.into_string().ok()) {
+                    Some(secret) if !secret.is_empty() => Some(secret),
+                    _ => {
+                        return Err(StartFailure {
+                            why: format!(
+                                "the environment variable {var} (oauth.client_secret_env) is not set"
+                            ),
+                            setup: Some(format!(
+                                "export {var}=… (the client secret) before running, or remove \
+                                 client_secret_env from [mcp.servers.{server}.oauth]"
+                            )),
+                        });
+                    }
+                },
+            };
+            Some(super::oauth::Client {
+                config: oauth.clone(),
+                secret,
+            })
+        }
+    };
     let client = HttpClient::connect(Connect {
         server,
         url,
         token,
         timeout: Duration::from_millis(config.timeout_ms()),
+        answerer,
+        oauth,
     })?;
     Ok(Peer::Http(client))
 }

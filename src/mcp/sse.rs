@@ -3,11 +3,15 @@
 //! whose `data` carries JSON-RPC messages.
 //!
 //! Only what the MCP transport uses is kept: each event's `event` name and its `data` (lines
-//! joined with `\n`). `id` and `retry` are read and dropped (kxen-agent never resumes a stream:
-//! a call whose stream broke is UNKNOWN, never asked again). Every limit is a clear error, so a
-//! hostile server can neither grow our memory nor keep us reading a line forever.
+//! joined with `\n`), and, for resuming a stream that ended before its answer, the last event
+//! id and the server's `retry` delay ([`Events::last_event_id`], [`Events::retry`]). Every limit
+//! is a clear error, so a hostile server can neither grow our memory nor keep us reading a line
+//! forever.
 
 use std::io::BufRead;
+
+/// The longest event id kept (a longer one is ignored; it would be sent back in a header).
+const MAX_ID: usize = 1024;
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +30,14 @@ pub struct Events<R> {
     max_total: usize,
     total: usize,
     line: Vec<u8>,
+    /// The `id` field last read (the standard's "last event ID buffer").
+    id_buffer: Option<String>,
+    /// The last event ID as of the last dispatch (a blank line), as the standard says.
+    last_id: Option<String>,
+    /// The `retry` field last read, in milliseconds.
+    retry: Option<u64>,
+    /// Whether the stream ended because reading failed (the connection broke), not a limit.
+    read_failed: bool,
 }
 
 impl<R: BufRead> Events<R> {
@@ -36,7 +48,28 @@ impl<R: BufRead> Events<R> {
             max_total,
             total: 0,
             line: Vec::new(),
+            id_buffer: None,
+            last_id: None,
+            retry: None,
+            read_failed: false,
         }
+    }
+
+    /// The id of the last event read (the `Last-Event-ID` to resume after), if the server
+    /// gave one.
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.last_id.as_deref()
+    }
+
+    /// The server's reconnection delay (`retry`), in milliseconds.
+    pub fn retry(&self) -> Option<u64> {
+        self.retry
+    }
+
+    /// Whether [`next_event`](Self::next_event) failed because the connection broke (worth
+    /// resuming), not because the server broke a limit (never resumed).
+    pub fn read_failed(&self) -> bool {
+        self.read_failed
     }
 
     /// The next event with data, `Ok(None)` at the end of the stream (an event not ended by a
@@ -47,9 +80,15 @@ impl<R: BufRead> Events<R> {
         loop {
             self.line.clear();
             let limit = (self.max_event + 2) as u64;
-            let n = std::io::Read::take(&mut self.reader, limit)
+            let n = match std::io::Read::take(&mut self.reader, limit)
                 .read_until(b'\n', &mut self.line)
-                .map_err(|e| format!("reading the event stream failed: {e}"))?;
+            {
+                Ok(n) => n,
+                Err(e) => {
+                    self.read_failed = true;
+                    return Err(format!("reading the event stream failed: {e}"));
+                }
+            };
             if n == 0 {
                 return Ok(None);
             }
@@ -70,6 +109,7 @@ impl<R: BufRead> Events<R> {
                 self.line.pop();
             }
             if self.line.is_empty() {
+                self.last_id.clone_from(&self.id_buffer);
                 match data.take() {
                     Some(mut data) => {
                         data.pop();
@@ -109,7 +149,13 @@ impl<R: BufRead> Events<R> {
                     d.push('\n');
                 }
                 "event" => name = value.to_string(),
-                _ => {} // id, retry, unknown fields
+                "id" if !value.contains('\0') && value.len() <= MAX_ID => {
+                    self.id_buffer = Some(value.to_string());
+                }
+                "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                    self.retry = value.parse().ok();
+                }
+                _ => {} // unknown fields, and ids or retries the standard says to ignore
             }
         }
     }
@@ -151,6 +197,30 @@ mod tests {
         let got = all(b"data:\n\nevent: ping\n\n", 100).unwrap();
         assert_eq!(got.len(), 1, "an event with no data is not dispatched");
         assert_eq!(got[0].data, "");
+    }
+
+    #[test]
+    fn the_last_event_id_and_retry_are_kept_for_resuming() {
+        let mut events = Events::new(
+            &b"id: e-1\nretry: 500\ndata: \n\nid: e-2\nretry: soon\n"[..],
+            100,
+            1 << 20,
+        );
+        assert_eq!(events.next_event().unwrap().unwrap().data, "");
+        assert_eq!(events.last_event_id(), Some("e-1"));
+        assert_eq!(events.retry(), Some(500));
+        assert_eq!(events.next_event().unwrap(), None);
+        assert_eq!(
+            events.last_event_id(),
+            Some("e-1"),
+            "an id not followed by a blank line is not the last event's"
+        );
+        assert_eq!(
+            events.retry(),
+            Some(500),
+            "a retry that is not digits is ignored"
+        );
+        assert!(!events.read_failed());
     }
 
     #[test]

@@ -57,6 +57,10 @@ pub struct PolicyFile {
     /// (absent: 1, children never delegate further).
     #[serde(default)]
     pub max_task_depth: Option<u32>,
+    /// How an MCP server's request for user input is answered: `"decline"` (the default) or
+    /// `"acceptDefaults"` ([`super::McpElicitation`]).
+    #[serde(default)]
+    pub mcp_elicitation: Option<super::McpElicitation>,
 }
 
 /// `mcpTools` with a repeated pattern refused (serde_json's map would keep the last silently).

@@ -120,6 +120,38 @@ pub struct MergedPolicy {
     /// of the hash, it cannot change on a resume without a drift error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_task_depth: Option<u32>,
+    /// `mcpElicitation`: how an MCP server's `elicitation/create` request is answered
+    /// ([`McpElicitation`]). Written only when it differs from the default (`decline`), so a
+    /// policy without it hashes as before it existed.
+    #[serde(default, skip_serializing_if = "McpElicitation::is_default")]
+    pub mcp_elicitation: McpElicitation,
+}
+
+/// How kxen-agent answers an MCP server that asks the user for input (`elicitation/create`)
+/// during a call. Runs are unattended, so no person is asked: the policy decides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum McpElicitation {
+    /// The server gets `action: "decline"`.
+    #[default]
+    Decline,
+    /// The server gets `action: "accept"` with every field's default when each required field
+    /// has one; otherwise `decline`.
+    AcceptDefaults,
+}
+
+impl McpElicitation {
+    pub fn is_default(&self) -> bool {
+        *self == McpElicitation::Decline
+    }
+
+    /// The name as written in a policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpElicitation::Decline => "decline",
+            McpElicitation::AcceptDefaults => "acceptDefaults",
+        }
+    }
 }
 
 /// The default `maxTaskDepth`: children of a top-level Session, none below them.
@@ -269,6 +301,7 @@ pub fn merge_with(file: PolicyFile, flags: &PolicyFlags) -> Result<MergedPolicy>
             .filter(|(_, names)| !names.is_empty())
             .collect(),
         max_task_depth: file.max_task_depth,
+        mcp_elicitation: file.mcp_elicitation.unwrap_or_default(),
     })
 }
 

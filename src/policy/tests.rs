@@ -464,3 +464,25 @@ fn max_task_depth_is_hashed_only_when_given_and_bounded() {
         );
     }
 }
+
+#[test]
+fn mcp_elicitation_is_hashed_only_when_it_is_not_the_default() {
+    let none = policy("{}");
+    assert_eq!(none.mcp_elicitation, McpElicitation::Decline);
+    let decline = policy(r#"{"mcpElicitation": "decline"}"#);
+    assert_eq!(decline.policy_hash(), none.policy_hash());
+    assert!(!decline.canonical_json().contains("mcpElicitation"));
+    let accept = policy(r#"{"mcpElicitation": "acceptDefaults"}"#);
+    assert_eq!(accept.mcp_elicitation, McpElicitation::AcceptDefaults);
+    assert_ne!(accept.policy_hash(), none.policy_hash());
+    assert!(
+        accept
+            .canonical_json()
+            .ends_with(r#""mcpElicitation":"acceptDefaults"}"#),
+        "{}",
+        accept.canonical_json()
+    );
+    let round: MergedPolicy = serde_json::from_str(&accept.canonical_json()).unwrap();
+    assert_eq!(round, accept);
+    assert!(invalid(r#"{"mcpElicitation": "accept"}"#).contains("unknown variant"));
+}

@@ -30,6 +30,7 @@ mod init;
 mod lineage;
 mod lsp;
 mod mcp;
+mod mcp_conformance;
 mod mcp_fence;
 mod mcp_hostile;
 mod mcp_http;

@@ -264,10 +264,12 @@ fn denied_patterns_win_and_a_missing_required_tool_is_refused() {
     assert_eq!(
         tools,
         [
+            "mcp__fx__ask",
             "mcp__fx__echo",
             "mcp__fx__fail",
             "mcp__fx__has_env",
-            "mcp__fx__hold"
+            "mcp__fx__hold",
+            "mcp__fx__probe"
         ]
     );
     assert!(tool_outputs(&run)[0].2, "a denied tool is never called");
@@ -289,6 +291,172 @@ fn denied_patterns_win_and_a_missing_required_tool_is_refused() {
     let run = run_new(&env, &repo, "t", &unconfigured, &cfg, &["--allow-mcp"]);
     run.expect(6);
     assert!(run.stderr.contains("[mcp.servers.other]"), "{}", run.stderr);
+}
+
+/// A server that declares no `tools` capability (fixtures/mcp/no_tools.py) has an empty
+/// listing: `policy check` says so and exits 0; a required tool of it is refused (exit 6).
+#[test]
+fn a_server_without_tools_has_an_empty_listing() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp/no_tools.py");
+    let cfg = config(
+        &env,
+        &[answer("done")],
+        &format!(
+            "[mcp.servers.empty]\ncommand = [{py:?}, {:?}]\n",
+            script.to_str().unwrap()
+        ),
+    );
+    let cfg_arg = cfg.to_str().unwrap();
+    let check = env.run(
+        "kxen-agent",
+        &[
+            "--format",
+            "text",
+            "policy",
+            "check",
+            "--allow-mcp",
+            "--config",
+            cfg_arg,
+        ],
+    );
+    check.expect(0);
+    assert!(
+        check.stdout.contains("empty") && check.stdout.contains("no tools"),
+        "{}",
+        check.stdout
+    );
+    let json = env.run(
+        "kxen-agent",
+        &["policy", "check", "--allow-mcp", "--config", cfg_arg],
+    );
+    json.expect(0);
+    assert!(
+        json.stdout.contains(r#""name":"empty","tools":[]"#),
+        "{}",
+        json.stdout
+    );
+    let agent = text_agent(&env, "mcp__empty__anything", "");
+    let run = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    run.expect(6);
+    assert!(
+        run.stderr.contains("has no tool `anything` (it has: none)"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// A server asking for input mid-call (`elicitation/create`) gets the policy's answer at once:
+/// `decline` by default; `acceptDefaults` accepts with every default, or declines when a
+/// required field has none. What was asked and answered is part of the call's journaled
+/// outcome, shown by `run show`.
+#[test]
+fn elicitations_are_answered_by_the_policy_and_journaled_with_the_outcome() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "mcp__fx__ask", json!({})),
+            call("c2", "mcp__fx__ask", json!({"required": true})),
+            answer("done"),
+        ],
+        &fixture_server(&env, &py, ""),
+    );
+    let agent = text_agent(&env, "mcp__fx__ask", "");
+    let declined = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    declined.expect(0);
+    let outs = tool_outputs(&declined);
+    assert!(outs[0].1.starts_with("decline null"), "{outs:?}");
+    assert!(
+        outs[0]
+            .1
+            .contains("[MCP elicitation] the server asked \"Which name?\"")
+            && outs[0]
+                .1
+                .contains("answered decline (policy mcpElicitation \"decline\")"),
+        "{outs:?}"
+    );
+
+    let policy = env.path().join("accept.json");
+    std::fs::write(
+        &policy,
+        r#"{"allowMcp": true, "mcpElicitation": "acceptDefaults"}"#,
+    )
+    .unwrap();
+    let accepted = run_new(
+        &env,
+        &repo,
+        "t",
+        &agent,
+        &cfg,
+        &["--policy", policy.to_str().unwrap()],
+    );
+    accepted.expect(0);
+    let outs = tool_outputs(&accepted);
+    assert!(
+        outs[0]
+            .1
+            .starts_with(r#"accept {"count": 3, "name": "Ada"}"#)
+            && outs[0]
+                .1
+                .contains(r#"answered accept with {"name":"Ada","count":3}"#),
+        "{outs:?}"
+    );
+    assert!(
+        outs[1].1.starts_with("decline null") && outs[1].1.contains("answered decline"),
+        "a required field without a default is declined: {outs:?}"
+    );
+    let events = accepted.jsonl();
+    let fin = finished(&events);
+    let show = env.run(
+        "kxen-agent",
+        &[
+            "--format",
+            "text",
+            "run",
+            "show",
+            fin["sessionId"].as_str().unwrap(),
+            fin["runId"].as_str().unwrap(),
+        ],
+    );
+    show.expect(0);
+    assert!(show.stdout.contains("[MCP elicitation]"), "{}", show.stdout);
+}
+
+/// Every request a server sends during a call gets an answer at once: `ping` a result,
+/// `roots/list` the workspace root (declared to stdio servers), `sampling/createMessage` an
+/// error. The call completes; nothing waits for its timeout.
+#[test]
+fn a_servers_own_requests_are_answered_and_the_call_completes() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        &env,
+        &[call("c1", "mcp__fx__probe", json!({})), answer("done")],
+        &fixture_server(&env, &py, ""),
+    );
+    let agent = text_agent(&env, "mcp__fx__probe", "");
+    let started = std::time::Instant::now();
+    let run = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    run.expect(0);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let outs = tool_outputs(&run);
+    let text = &outs[0].1;
+    assert!(text.contains("ping: {}"), "{text}");
+    assert!(
+        text.contains(r#"roots/list: {"roots": [{"name": "workspace", "uri": "file:///"#)
+            && text.contains("/repo/\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("sampling/createMessage: error") && text.contains("does not offer sampling"),
+        "{text}"
+    );
 }
 
 #[test]

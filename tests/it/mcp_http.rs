@@ -195,7 +195,7 @@ fn a_scripted_run_calls_an_http_tool_and_the_model_sees_its_result() {
         assert!(
             log[1..]
                 .iter()
-                .all(|l| l.ends_with("session=yes version=2025-06-18")),
+                .all(|l| l.ends_with("session=yes version=2025-11-25")),
             "{log:?}"
         );
         assert!(log.iter().any(|l| l.starts_with("DELETE ")), "{log:?}");
@@ -576,6 +576,170 @@ esac
         calls(&env),
         ["one", "three"],
         "the forgotten call never ran"
+    );
+}
+
+/// A call whose SSE stream ends after an event id, before its answer, is resumed: after the
+/// server's `retry` delay, a GET with `Last-Event-ID` brings the answer, and the call is a known
+/// outcome. A server that refuses the GET leaves the call UNKNOWN (exit 7), saying why.
+#[test]
+fn a_cut_stream_is_resumed_and_one_that_cannot_be_is_unknown() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let server = Hostile::start(&env, &py, "call_cut");
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "mcp__h__echo", json!({"text": "x"})),
+            answer("done"),
+        ],
+        &server.entry(10000),
+    );
+    let agent = text_agent(&env, "mcp__h__echo", "");
+    let run = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    run.expect(0);
+    assert_eq!(
+        tool_outputs(&run),
+        [("mcp__h__echo".into(), "resumed".into(), false)]
+    );
+    let log = calls(&env);
+    assert_eq!(log[0], "call:call_cut");
+    let (resume, after) = log[1].split_once(" after:").unwrap();
+    assert_eq!(resume, "resume:cut-1");
+    let after: u64 = after.parse().unwrap();
+    assert!(
+        after >= 250,
+        "the retry delay (300 ms) was kept: {after} ms"
+    );
+    drop(server);
+
+    let env = TestEnv::new();
+    let server = Hostile::start(&env, &py, "call_cut_gone");
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "mcp__h__echo", json!({"text": "x"})),
+            answer("done"),
+        ],
+        &server.entry(10000),
+    );
+    let agent = text_agent(&env, "mcp__h__echo", "");
+    let run = run_new(&env, &repo, "t", &agent, &cfg, &["--allow-mcp"]);
+    run.expect(7);
+    let (id, run_id) = ids(&env);
+    let op = unknown_op(&env, &id, &run_id);
+    let reason = op["unknownReason"].as_str().unwrap();
+    assert!(
+        reason.contains("ended without the answer")
+            && reason.contains("resuming it after event \"cut-1\" failed")
+            && reason.contains("405"),
+        "{op}"
+    );
+}
+
+/// Hostile authorization: an oversized protected-resource document, and a token endpoint that
+/// never answers, are each one clear error at Session creation (exit 9), bounded by
+/// `timeout_ms`, with nothing written and the client secret nowhere in the output.
+#[test]
+fn hostile_authorization_is_one_clear_error_and_nothing_is_stored() {
+    let Some(py) = python() else { return };
+    let secret = "kxen-canary-secret-5a1f9e";
+    for (mode, why) in [
+        ("auth_oversized", "protected-resource metadata"),
+        ("auth_token_hang", "the token request to"),
+    ] {
+        let env = TestEnv::new();
+        let server = Hostile::start(&env, &py, mode);
+        let repo = env.git_repo("repo", &[("README", "x\n")]);
+        let cfg = config(
+            &env,
+            &[answer("done")],
+            &format!(
+                "{}[mcp.servers.h.oauth]\nclient_id = \"ci\"\nclient_secret_env = \
+                 \"KXEN_TEST_OAUTH_SECRET\"\ngrant = \"client_credentials\"\n",
+                server.entry(3000)
+            ),
+        );
+        let agent = text_agent(&env, "mcp__h__echo", "");
+        let started = Instant::now();
+        let run = crate::env::Run::from(
+            env.cmd("kxen-agent")
+                .args([
+                    "run",
+                    "--workspace",
+                    repo.to_str().unwrap(),
+                    "--task",
+                    "t",
+                    "--agent",
+                    agent.to_str().unwrap(),
+                    "--config",
+                    cfg.to_str().unwrap(),
+                    "--allow-mcp",
+                ])
+                .env("KXEN_TEST_OAUTH_SECRET", secret)
+                .output()
+                .unwrap(),
+        );
+        run.expect(9);
+        assert!(started.elapsed() < Duration::from_secs(20), "{mode}");
+        assert!(
+            run.stderr.contains("OAuth authorization failed") && run.stderr.contains(why),
+            "{mode}: {}",
+            run.stderr
+        );
+        assert!(
+            !run.stderr.contains(secret) && !run.stdout.contains(secret),
+            "{mode}"
+        );
+        assert!(!env.state_dir().exists(), "{mode}: nothing is written");
+        if mode == "auth_token_hang" {
+            // The secret went to the token endpoint (Basic), and only there.
+            let calls = calls(&env);
+            assert!(
+                calls.iter().any(|c| c.starts_with("token:Basic ")),
+                "{calls:?}"
+            );
+        }
+    }
+}
+
+/// Over HTTP too, an elicitation on the call's stream gets the policy's answer at once.
+#[test]
+fn an_elicitation_over_http_gets_the_policys_answer() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let server = HttpServer::start(&env, &py, &ServerOptions::default());
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        &env,
+        &[call("c1", "mcp__fx__ask", json!({})), answer("done")],
+        &http_entry(&server.url(), ""),
+    );
+    let policy = env.path().join("accept.json");
+    std::fs::write(
+        &policy,
+        r#"{"allowMcp": true, "mcpElicitation": "acceptDefaults"}"#,
+    )
+    .unwrap();
+    let agent = text_agent(&env, "mcp__fx__ask", "");
+    let run = run_new(
+        &env,
+        &repo,
+        "t",
+        &agent,
+        &cfg,
+        &["--policy", policy.to_str().unwrap()],
+    );
+    run.expect(0);
+    let outs = tool_outputs(&run);
+    assert!(
+        outs[0]
+            .1
+            .starts_with(r#"accept {"count": 3, "name": "Ada"}"#)
+            && outs[0].1.contains("[MCP elicitation]"),
+        "{outs:?}"
     );
 }
 

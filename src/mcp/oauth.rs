@@ -1,0 +1,566 @@
+//! OAuth 2.1 for a Streamable HTTP server, found the way the MCP authorization spec says: the
+//! unattended `client_credentials` grant of a pre-registered client, or the authorization-code
+//! grant a person approves in a browser ([`super::oauth_code`]), for a server with or without
+//! an `[mcp.servers.NAME.oauth]` table.
+//!
+//! 1. The server answers a request without a valid token with 401 and a
+//!    `WWW-Authenticate: Bearer resource_metadata="…", scope="…"` challenge.
+//! 2. Its protected-resource metadata (RFC 9728): the challenge's `resource_metadata` URL, else
+//!    the well-known URIs, path-based first (`/.well-known/oauth-protected-resource/<path>`,
+//!    then `/.well-known/oauth-protected-resource`). Its `resource` must be this server (same
+//!    origin, a prefix of the endpoint's path): a mismatch is refused, no token is asked for.
+//! 3. The authorization server's metadata (RFC 8414, then OpenID discovery) for its
+//!    `token_endpoint` and the client authentications it takes.
+//! 4. A token (`client_credentials`, or the authorization code): the `resource` parameter
+//!    (RFC 8707) and
+//!    the scope (the config's, else the challenge's, else `scopes_supported`, else none), the
+//!    client authenticated with `client_secret_basic` (the default), `client_secret_post` when
+//!    that is all the server takes, or `none` without a secret.
+//!
+//! The token lives only in the client's memory (it is asked for again at the next connect) and
+//! is scrubbed from every message like `bearer_token_env`'s; the secret is read from the
+//! environment variable the entry names, when kxen-agent connects. Every metadata document and
+//! token answer is bounded (size and `timeout_ms`), redirects are not followed, and every URL
+//! involved must be `https://` (or `http://` on this machine), so a token or secret never
+//! crosses the network in cleartext.
+//!
+//! Not here yet (issue 32): `mcp login` and a token store, refresh tokens, Client ID Metadata
+//! Documents, step-up on `403 insufficient_scope`, `private_key_jwt`.
+
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The largest metadata document or token answer read.
+const MAX_DOCUMENT: u64 = 1024 * 1024;
+
+/// `[mcp.servers.NAME.oauth]`: a client registered with the server's authorization server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// A pre-registered client (absent: dynamic registration, authorization code only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// The variable holding the client secret (its name only; absent: a public client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_env: Option<String>,
+    /// The grant: `authorization_code` (the default: a person approves, in a browser) or
+    /// `client_credentials` (unattended; needs `client_id`).
+    #[serde(default = "default_grant")]
+    pub grant: String,
+    /// The scopes to ask for (absent: the server's challenge, else its `scopes_supported`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+}
+
+/// The grants an `oauth` table may name.
+pub const GRANTS: &[&str] = &["authorization_code", "client_credentials"];
+
+fn default_grant() -> String {
+    "authorization_code".into()
+}
+
+impl Default for OAuthConfig {
+    /// No table: the authorization-code grant, the client registered dynamically.
+    fn default() -> OAuthConfig {
+        OAuthConfig {
+            client_id: None,
+            client_secret_env: None,
+            grant: default_grant(),
+            scopes: Vec::new(),
+        }
+    }
+}
+
+impl OAuthConfig {
+    /// Why the table is invalid, or `None` (`at` names it).
+    pub fn error(&self, at: &str) -> Option<String> {
+        if self.client_id.as_deref() == Some("") {
+            return Some(format!("{at}.oauth: client_id must not be empty"));
+        }
+        if !GRANTS.contains(&self.grant.as_str()) {
+            return Some(format!(
+                "{at}.oauth: grant {:?} is not supported; kxen-agent speaks {}",
+                self.grant,
+                GRANTS.join(", ")
+            ));
+        }
+        if self.grant == "client_credentials" && self.client_id.is_none() {
+            return Some(format!(
+                "{at}.oauth: grant \"client_credentials\" needs the client_id of a registered \
+                 client"
+            ));
+        }
+        if self.client_id.is_none() && self.client_secret_env.is_some() {
+            return Some(format!(
+                "{at}.oauth: client_secret_env without client_id: a secret belongs to a \
+                 registered client"
+            ));
+        }
+        match &self.client_secret_env {
+            Some(var) if !crate::policy::is_valid_env_name(var) => Some(format!(
+                "{at}.oauth: client_secret_env = {var:?} is not an environment variable name"
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// A configured client, its secret read from the environment.
+#[derive(Clone)]
+pub struct Client {
+    pub config: OAuthConfig,
+    pub secret: Option<String>,
+}
+
+/// A `WWW-Authenticate: Bearer …` challenge's parameters.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Challenge {
+    pub resource_metadata: Option<String>,
+    pub scope: Option<String>,
+}
+
+/// The `Bearer` challenge of a `WWW-Authenticate` value (auth-params `key="value"` or
+/// `key=token`); other schemes' parameters are ignored.
+pub fn parse_challenge(header: &str) -> Challenge {
+    let mut out = Challenge::default();
+    let Some(start) = header.to_ascii_lowercase().find("bearer") else {
+        return out;
+    };
+    let mut rest = &header[start + "bearer".len()..];
+    while let Some(eq) = rest.find('=') {
+        let key = rest[..eq]
+            .trim()
+            .trim_start_matches(',')
+            .trim()
+            .to_ascii_lowercase();
+        let after = &rest[eq + 1..];
+        let (value, next) = if let Some(quoted) = after.trim_start().strip_prefix('"') {
+            match quoted.find('"') {
+                Some(end) => (quoted[..end].to_string(), &quoted[end + 1..]),
+                None => (quoted.to_string(), ""),
+            }
+        } else {
+            let end = after.find(',').unwrap_or(after.len());
+            (after[..end].trim().to_string(), &after[end..])
+        };
+        match key.as_str() {
+            "resource_metadata" => out.resource_metadata = Some(value),
+            "scope" => out.scope = Some(value),
+            _ => {}
+        }
+        rest = next;
+    }
+    out
+}
+
+/// An access token and what it was asked for.
+pub struct Token {
+    pub access_token: String,
+}
+
+/// Runs the flow of the module doc for `endpoint` after a 401 with `challenge`, with the
+/// client's grant; every error says which step failed (secrets scrubbed by the caller).
+pub fn authorize(
+    agent: &ureq::Agent,
+    endpoint: &url::Url,
+    challenge: &Challenge,
+    client: &Client,
+    until: Instant,
+) -> Result<Token, String> {
+    let (resource, prm, as_url, meta) = match protected_resource(agent, endpoint, challenge, until)?
+    {
+        Lookup::Found(prm_url, prm) => {
+            let resource = prm["resource"].as_str().ok_or_else(|| {
+                format!("the protected-resource metadata at {prm_url} names no `resource`")
+            })?;
+            check_resource(endpoint, resource)?;
+            let issuer = prm["authorization_servers"][0].as_str().ok_or_else(|| {
+                format!(
+                    "the protected-resource metadata at {prm_url} names no authorization server"
+                )
+            })?;
+            let issuer = url::Url::parse(issuer)
+                .map_err(|e| format!("its authorization server {issuer:?} is not a URL: {e}"))?;
+            safe_url(&issuer, "the authorization server")?;
+            let (as_url, meta) = authorization_server(agent, &issuer, until)?;
+            (Some(resource.to_string()), prm, as_url, meta)
+        }
+        Lookup::Missing(no_prm) => {
+            // A 2025-03-26 server: no protected-resource metadata at all (a broken one is an
+            // error above, never a reason to guess); the server's origin is its own
+            // authorization server, with the default endpoints when it has no metadata.
+            let (as_url, meta) = legacy_authorization_server(agent, endpoint, until)
+                .map_err(|why| format!("{no_prm}; {why}"))?;
+            (None, Value::Null, as_url, meta)
+        }
+    };
+    let resource = resource.as_deref();
+    let token_endpoint = meta["token_endpoint"].as_str().ok_or_else(|| {
+        format!("the authorization-server metadata at {as_url} has no token_endpoint")
+    })?;
+    let token_endpoint = url::Url::parse(token_endpoint)
+        .map_err(|e| format!("its token_endpoint is not a URL: {e}"))?;
+    safe_url(&token_endpoint, "the token endpoint")?;
+    let scope = if !client.config.scopes.is_empty() {
+        Some(client.config.scopes.join(" "))
+    } else if let Some(scope) = &challenge.scope {
+        Some(scope.clone())
+    } else {
+        prm["scopes_supported"].as_array().map(|s| {
+            s.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+    }
+    .filter(|s| !s.is_empty());
+    let methods: Vec<&str> = meta["token_endpoint_auth_methods_supported"]
+        .as_array()
+        .map(|m| m.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_else(|| vec!["client_secret_basic"]);
+    if client.config.grant == "client_credentials" {
+        let mut form = url::form_urlencoded::Serializer::new(String::new());
+        form.append_pair("grant_type", "client_credentials");
+        if let Some(resource) = resource {
+            form.append_pair("resource", resource);
+        }
+        if let Some(scope) = &scope {
+            form.append_pair("scope", scope);
+        }
+        let identity = Identity {
+            client_id: client.config.client_id.clone().unwrap_or_default(),
+            secret: client.secret.clone(),
+            method: None,
+        };
+        return request_token(agent, &token_endpoint, &identity, form, &methods, until);
+    }
+    super::oauth_code::authorization_code(
+        agent,
+        &super::oauth_code::Flow {
+            meta: &meta,
+            token_endpoint: &token_endpoint,
+            resource,
+            scope: scope.as_deref(),
+            methods: &methods,
+            client,
+        },
+        until,
+    )
+}
+
+/// Who the client is at the token endpoint.
+pub(crate) struct Identity {
+    pub client_id: String,
+    pub secret: Option<String>,
+    /// The authentication the registration named (`token_endpoint_auth_method`), if any.
+    pub method: Option<String>,
+}
+
+/// The protected-resource metadata: its URL and the document.
+fn protected_resource(
+    agent: &ureq::Agent,
+    endpoint: &url::Url,
+    challenge: &Challenge,
+    until: Instant,
+) -> Result<Lookup, String> {
+    let mut candidates = Vec::new();
+    if let Some(url) = &challenge.resource_metadata {
+        candidates.push(url.clone());
+    }
+    let origin = endpoint.origin().ascii_serialization();
+    let path = endpoint.path().trim_end_matches('/');
+    if !path.is_empty() {
+        candidates.push(format!(
+            "{origin}/.well-known/oauth-protected-resource{path}"
+        ));
+    }
+    candidates.push(format!("{origin}/.well-known/oauth-protected-resource"));
+    first_document(agent, &candidates, "protected-resource metadata", until)
+}
+
+/// The authorization server's metadata: its URL and the document (RFC 8414, then OpenID
+/// discovery, path-based forms first).
+fn authorization_server(
+    agent: &ureq::Agent,
+    issuer: &url::Url,
+    until: Instant,
+) -> Result<(String, Value), String> {
+    let origin = issuer.origin().ascii_serialization();
+    let path = issuer.path().trim_end_matches('/');
+    let candidates = if path.is_empty() {
+        vec![
+            format!("{origin}/.well-known/oauth-authorization-server"),
+            format!("{origin}/.well-known/openid-configuration"),
+        ]
+    } else {
+        vec![
+            format!("{origin}/.well-known/oauth-authorization-server{path}"),
+            format!("{origin}/.well-known/openid-configuration{path}"),
+            format!("{origin}{path}/.well-known/openid-configuration"),
+        ]
+    };
+    match first_document(agent, &candidates, "authorization-server metadata", until)? {
+        Lookup::Found(url, doc) => Ok((url, doc)),
+        Lookup::Missing(why) => Err(why),
+    }
+}
+
+/// The authorization server of a 2025-03-26 server (no protected-resource metadata): its
+/// origin's RFC 8414 metadata, else the spec's default endpoints there (`/authorize`, `/token`,
+/// `/register`).
+fn legacy_authorization_server(
+    agent: &ureq::Agent,
+    endpoint: &url::Url,
+    until: Instant,
+) -> Result<(String, Value), String> {
+    let origin = endpoint.origin().ascii_serialization();
+    let url = format!("{origin}/.well-known/oauth-authorization-server");
+    match first_document(
+        agent,
+        std::slice::from_ref(&url),
+        "authorization-server metadata",
+        until,
+    )? {
+        Lookup::Found(url, doc) => Ok((url, doc)),
+        Lookup::Missing(_) => Ok((
+            format!("{origin} (the 2025-03-26 default endpoints)"),
+            serde_json::json!({
+                "authorization_endpoint": format!("{origin}/authorize"),
+                "token_endpoint": format!("{origin}/token"),
+                "registration_endpoint": format!("{origin}/register"),
+            }),
+        )),
+    }
+}
+
+/// What looking for a metadata document found.
+enum Lookup {
+    /// Its URL and the document.
+    Found(String, Value),
+    /// None of the places had one (why, naming each).
+    Missing(String),
+}
+
+/// The first of `urls` that answers 200 with a JSON object; an error when one answers 200 with
+/// something else (too big, not JSON): a broken document is never skipped for the next guess.
+fn first_document(
+    agent: &ureq::Agent,
+    urls: &[String],
+    what: &str,
+    until: Instant,
+) -> Result<Lookup, String> {
+    let mut tried = Vec::new();
+    for url in urls {
+        let parsed = url::Url::parse(url).map_err(|e| format!("{what} URL {url:?}: {e}"))?;
+        safe_url(&parsed, what)?;
+        let response = agent
+            .get(url)
+            .config()
+            .timeout_global(Some(remaining(until)?))
+            .build()
+            .header("Accept", "application/json")
+            .call();
+        match response {
+            Ok(mut r) if r.status().as_u16() == 200 => {
+                let body = r
+                    .body_mut()
+                    .with_config()
+                    .limit(MAX_DOCUMENT)
+                    .read_to_vec()
+                    .map_err(|e| format!("reading the {what} at {url} failed: {e}"))?;
+                match serde_json::from_slice::<Value>(&body) {
+                    Ok(doc) if doc.is_object() => return Ok(Lookup::Found(url.clone(), doc)),
+                    _ => return Err(format!("the {what} at {url} is not a JSON object")),
+                }
+            }
+            Ok(r) => tried.push(format!("{url} (HTTP {})", r.status().as_u16())),
+            Err(e) => tried.push(format!("{url} ({e})")),
+        }
+    }
+    Ok(Lookup::Missing(format!(
+        "no {what} found: tried {}",
+        tried.join(", ")
+    )))
+}
+
+/// POSTs `form` (the grant's fields) to the token endpoint, the client authenticated as its
+/// registration says, else as the server takes it: `client_secret_basic` (the default),
+/// `client_secret_post`, or only `client_id` without a secret.
+pub(crate) fn request_token(
+    agent: &ureq::Agent,
+    token_endpoint: &url::Url,
+    identity: &Identity,
+    mut form: url::form_urlencoded::Serializer<'_, String>,
+    methods: &[&str],
+    until: Instant,
+) -> Result<Token, String> {
+    let id = &identity.client_id;
+    let method = match (&identity.secret, identity.method.as_deref()) {
+        (None, _) => "none",
+        (Some(_), Some(m)) => m,
+        (Some(_), None) if methods.contains(&"client_secret_basic") => "client_secret_basic",
+        (Some(_), None) if methods.contains(&"client_secret_post") => "client_secret_post",
+        (Some(_), None) if methods.contains(&"none") => "none",
+        (Some(_), None) => {
+            return Err(format!(
+                "the token endpoint takes none of the client authentications kxen-agent \
+                 speaks with a secret (client_secret_basic, client_secret_post); it takes: {}",
+                methods.join(", ")
+            ));
+        }
+    };
+    let secret = identity.secret.as_deref().unwrap_or_default();
+    let mut basic = None;
+    match method {
+        "client_secret_basic" => {
+            // RFC 6749 §2.3.1: each part form-encoded, then base64.
+            let enc =
+                |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+            let pair = format!("{}:{}", enc(id), enc(secret));
+            basic = Some(base64::engine::general_purpose::STANDARD.encode(pair));
+        }
+        "client_secret_post" => {
+            form.append_pair("client_id", id);
+            form.append_pair("client_secret", secret);
+        }
+        "none" => {
+            form.append_pair("client_id", id);
+        }
+        other => {
+            return Err(format!(
+                "the client's registration asks for token endpoint authentication {other:?}, \
+                 which kxen-agent does not speak"
+            ));
+        }
+    }
+    let mut call = agent
+        .post(token_endpoint.as_str())
+        .config()
+        .timeout_global(Some(remaining(until)?))
+        .build()
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .header("Accept", "application/json");
+    if let Some(basic) = basic {
+        call = call.header("Authorization", format!("Basic {basic}"));
+    }
+    let mut response = call
+        .send(form.finish().as_bytes())
+        .map_err(|e| format!("the token request to {token_endpoint} failed: {e}"))?;
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_DOCUMENT)
+        .read_to_vec()
+        .map_err(|e| format!("reading the token answer failed: {e}"))?;
+    let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if status != 200 {
+        let error = answer["error"].as_str().unwrap_or("no error code");
+        let description = answer["error_description"].as_str().unwrap_or_default();
+        return Err(format!(
+            "the token endpoint {token_endpoint} refused the client (HTTP {status}, {error}{}{})",
+            if description.is_empty() { "" } else { ": " },
+            crate::text::preview(description, 200)
+        ));
+    }
+    let Some(access_token) = answer["access_token"].as_str().filter(|t| !t.is_empty()) else {
+        return Err("the token endpoint answered without an access_token".into());
+    };
+    if !answer["token_type"]
+        .as_str()
+        .is_some_and(|t| t.eq_ignore_ascii_case("bearer"))
+    {
+        return Err("the token endpoint answered a token that is not a Bearer token".into());
+    }
+    Ok(Token {
+        access_token: access_token.to_string(),
+    })
+}
+
+/// Refuses a protected-resource `resource` that is not this server (RFC 8707: a token for
+/// another resource must not be asked for here).
+fn check_resource(endpoint: &url::Url, resource: &str) -> Result<(), String> {
+    let parsed = url::Url::parse(resource).map_err(|_| {
+        format!("the protected-resource metadata names resource {resource:?}, not a URL")
+    })?;
+    let path = parsed.path().trim_end_matches('/');
+    let endpoint_path = endpoint.path().trim_end_matches('/');
+    let covers = parsed.origin() == endpoint.origin()
+        && (endpoint_path == path || endpoint_path.starts_with(&format!("{path}/")));
+    if covers {
+        Ok(())
+    } else {
+        Err(format!(
+            "the protected-resource metadata is for {}, not this server ({endpoint}): no token \
+             is asked for another resource",
+            crate::text::preview(resource, 120)
+        ))
+    }
+}
+
+/// A URL a secret or token may go to: `https://`, or `http://` on this machine.
+pub(crate) fn safe_url(url: &url::Url, what: &str) -> Result<(), String> {
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" if crate::provider::http::is_loopback(url.as_str()) => Ok(()),
+        _ => Err(format!(
+            "{what} is at {}: kxen-agent sends credentials only over https:// (or http:// on \
+             this machine)",
+            crate::text::preview(url.as_str(), 120)
+        )),
+    }
+}
+
+pub(crate) fn remaining(until: Instant) -> Result<Duration, String> {
+    let left = until.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        Err("the time (timeout_ms) ran out during authorization".into())
+    } else {
+        Ok(left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn challenges_are_parsed() {
+        let c = parse_challenge(
+            r#"Bearer error="invalid_token", resource_metadata="http://x/.well-known/oauth-protected-resource/mcp", scope="a b""#,
+        );
+        assert_eq!(
+            c.resource_metadata.as_deref(),
+            Some("http://x/.well-known/oauth-protected-resource/mcp")
+        );
+        assert_eq!(c.scope.as_deref(), Some("a b"));
+        assert_eq!(parse_challenge("Basic realm=\"x\""), Challenge::default());
+        assert_eq!(
+            parse_challenge("Bearer scope=read").scope.as_deref(),
+            Some("read")
+        );
+    }
+
+    #[test]
+    fn the_resource_must_be_this_server() {
+        let endpoint = url::Url::parse("https://mcp.example.com/api/mcp").unwrap();
+        for ok in [
+            "https://mcp.example.com/api/mcp",
+            "https://mcp.example.com/api/",
+            "https://mcp.example.com",
+        ] {
+            assert!(check_resource(&endpoint, ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "https://other.example.com/api/mcp",
+            "https://mcp.example.com/ap",
+            "http://mcp.example.com/api/mcp",
+            "nonsense",
+        ] {
+            assert!(check_resource(&endpoint, bad).is_err(), "{bad}");
+        }
+    }
+}

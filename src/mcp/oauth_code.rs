@@ -1,0 +1,293 @@
+//! The authorization-code grant of [`super::oauth`], for a person at hand: PKCE (S256), a
+//! loopback redirect (RFC 8252) and, without a configured `client_id`, dynamic client
+//! registration (RFC 7591).
+//!
+//! A person is at hand when `BROWSER` is set: kxen-agent starts `$BROWSER <authorization URL>`
+//! (no shell; `%s` in it stands for the URL; secrets of our environment are left out of the
+//! browser's) and waits, at most `timeout_ms`, for the redirect to
+//! `http://127.0.0.1:<port>/callback` on a listener of its own. The `state` must come back
+//! unchanged; the code is exchanged with the PKCE verifier and the `resource` parameter.
+//! Without `BROWSER`, the grant is refused with a message naming what to do (a run is
+//! unattended: use `client_credentials`).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+use sha2::Digest as _;
+
+use super::oauth::{Client, Identity, Token, remaining, request_token, safe_url};
+
+/// The largest redirect request read from the browser.
+const MAX_REDIRECT: u64 = 16 * 1024;
+/// The largest registration answer read.
+const MAX_REGISTRATION: u64 = 1024 * 1024;
+
+/// What the metadata steps found.
+pub struct Flow<'a> {
+    pub meta: &'a Value,
+    pub token_endpoint: &'a url::Url,
+    /// Absent for a 2025-03-26 server (no protected-resource metadata).
+    pub resource: Option<&'a str>,
+    pub scope: Option<&'a str>,
+    pub methods: &'a [&'a str],
+    pub client: &'a Client,
+}
+
+/// Runs the grant (module doc).
+pub fn authorization_code(
+    agent: &ureq::Agent,
+    flow: &Flow,
+    until: Instant,
+) -> Result<Token, String> {
+    let browser = crate::own_env::var_os("BROWSER")
+        .and_then(|b| b.into_string().ok())
+        .filter(|b| !b.trim().is_empty())
+        .ok_or_else(|| {
+            "the server needs a person to authorize kxen-agent (the authorization-code grant), \
+             and none is at hand: set BROWSER to a browser command, or give the server's entry \
+             an oauth table with a registered client and grant = \"client_credentials\""
+                .to_string()
+        })?;
+    let endpoint = flow.meta["authorization_endpoint"]
+        .as_str()
+        .ok_or("the authorization-server metadata has no authorization_endpoint")?;
+    let mut authorize = url::Url::parse(endpoint)
+        .map_err(|e| format!("its authorization_endpoint is not a URL: {e}"))?;
+    safe_url(&authorize, "the authorization endpoint")?;
+    if let Some(methods) = flow.meta["code_challenge_methods_supported"].as_array()
+        && !methods.iter().any(|m| m == "S256")
+    {
+        return Err(
+            "the authorization server does not take PKCE S256; kxen-agent uses nothing \
+                    weaker"
+                .into(),
+        );
+    }
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| format!("cannot listen on 127.0.0.1 for the redirect: {e}"))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| format!("cannot listen on 127.0.0.1 for the redirect: {e}"))?
+        .port();
+    let redirect_uri = format!("http://127.0.0.1:{port}/callback");
+    let identity = match &flow.client.config.client_id {
+        Some(id) => Identity {
+            client_id: id.clone(),
+            secret: flow.client.secret.clone(),
+            method: None,
+        },
+        None => register(agent, flow.meta, &redirect_uri, until)?,
+    };
+    let verifier = b64url(&crate::ids::random_bytes::<32>());
+    let challenge = b64url(&sha2::Sha256::digest(verifier.as_bytes()));
+    let state = b64url(&crate::ids::random_bytes::<16>());
+    {
+        let mut query = authorize.query_pairs_mut();
+        query
+            .append_pair("response_type", "code")
+            .append_pair("client_id", &identity.client_id)
+            .append_pair("redirect_uri", &redirect_uri)
+            .append_pair("code_challenge", &challenge)
+            .append_pair("code_challenge_method", "S256")
+            .append_pair("state", &state);
+        if let Some(resource) = flow.resource {
+            query.append_pair("resource", resource);
+        }
+        if let Some(scope) = flow.scope {
+            query.append_pair("scope", scope);
+        }
+    }
+    open_browser(&browser, authorize.as_str())?;
+    let code = wait_for_code(&listener, &state, until)?;
+    let mut form = url::form_urlencoded::Serializer::new(String::new());
+    form.append_pair("grant_type", "authorization_code")
+        .append_pair("code", &code)
+        .append_pair("redirect_uri", &redirect_uri)
+        .append_pair("code_verifier", &verifier);
+    if let Some(resource) = flow.resource {
+        form.append_pair("resource", resource);
+    }
+    request_token(
+        agent,
+        flow.token_endpoint,
+        &identity,
+        form,
+        flow.methods,
+        until,
+    )
+}
+
+fn b64url(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// Dynamic client registration (RFC 7591) at the server's `registration_endpoint`.
+fn register(
+    agent: &ureq::Agent,
+    meta: &Value,
+    redirect_uri: &str,
+    until: Instant,
+) -> Result<Identity, String> {
+    let endpoint = meta["registration_endpoint"].as_str().ok_or(
+        "the authorization server offers no dynamic registration (registration_endpoint); \
+         give the server's entry an oauth table with a registered client_id",
+    )?;
+    let url = url::Url::parse(endpoint)
+        .map_err(|e| format!("its registration_endpoint is not a URL: {e}"))?;
+    safe_url(&url, "the registration endpoint")?;
+    let body = json!({
+        "client_name": "kxen-agent",
+        "redirect_uris": [redirect_uri],
+        "grant_types": ["authorization_code"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+    });
+    let mut response = agent
+        .post(url.as_str())
+        .config()
+        .timeout_global(Some(remaining(until)?))
+        .build()
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json")
+        .send(body.to_string().as_bytes())
+        .map_err(|e| format!("registering the client at {url} failed: {e}"))?;
+    let status = response.status().as_u16();
+    let bytes = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_REGISTRATION)
+        .read_to_vec()
+        .map_err(|e| format!("reading the registration answer failed: {e}"))?;
+    let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let client_id = answer["client_id"]
+        .as_str()
+        .filter(|_| (200..300).contains(&status));
+    let Some(client_id) = client_id else {
+        return Err(format!(
+            "the registration endpoint {url} did not register the client (HTTP {status})"
+        ));
+    };
+    Ok(Identity {
+        client_id: client_id.to_string(),
+        secret: answer["client_secret"].as_str().map(str::to_string),
+        method: answer["token_endpoint_auth_method"]
+            .as_str()
+            .map(str::to_string),
+    })
+}
+
+/// Starts `$BROWSER` on `url` (the first command of a `:`-separated list; `%s` stands for the
+/// URL, else it is the last argument). The browser's environment leaves out every variable that
+/// looks like a secret.
+fn open_browser(browser: &str, url: &str) -> Result<(), String> {
+    let command = browser.split(':').next().unwrap_or_default();
+    let mut argv: Vec<String> = command.split_whitespace().map(str::to_string).collect();
+    if argv.is_empty() {
+        return Err("BROWSER is empty".into());
+    }
+    if argv.iter().any(|a| a.contains("%s")) {
+        for a in &mut argv {
+            *a = a.replace("%s", url);
+        }
+    } else {
+        argv.push(url.to_string());
+    }
+    let env: Vec<_> = crate::own_env::vars()
+        .into_iter()
+        .filter(|(name, value)| !crate::tools::env::looks_sensitive(&name.to_string_lossy(), value))
+        .collect();
+    // The browser is the user's own program, started on their behalf like `$EDITOR` (not a
+    // tool of the agent, nor in a run's fence: it runs at Session creation too), without our
+    // secrets.
+    #[allow(clippy::disallowed_methods)]
+    let mut child = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .envs(env)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start the browser `{}` (BROWSER): {e}", argv[0]))?;
+    std::thread::spawn(move || {
+        let _ = child.wait();
+    });
+    Ok(())
+}
+
+/// Waits on `listener` for the redirect carrying the code (and `state`), until `until`.
+fn wait_for_code(listener: &TcpListener, state: &str, until: Instant) -> Result<String, String> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("cannot wait for the redirect: {e}"))?;
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= until {
+                    return Err("no authorization came back to kxen-agent within timeout_ms".into());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            Err(e) => return Err(format!("waiting for the redirect failed: {e}")),
+        };
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut line = String::new();
+        let mut reader = BufReader::new(std::io::Read::take(&stream, MAX_REDIRECT));
+        if reader.read_line(&mut line).is_err() {
+            continue;
+        }
+        let target = line.split_whitespace().nth(1).unwrap_or_default();
+        let Ok(url) = url::Url::parse(&format!("http://127.0.0.1{target}")) else {
+            continue;
+        };
+        if url.path() != "/callback" {
+            reply(&stream, 404, "Not the authorization redirect.");
+            continue;
+        }
+        let get = |key: &str| {
+            url.query_pairs()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.into_owned())
+        };
+        if get("state").as_deref() != Some(state) {
+            reply(&stream, 400, "The state does not match; ignored.");
+            continue; // not our request: a stale or forged redirect
+        }
+        if let Some(error) = get("error") {
+            reply(
+                &stream,
+                200,
+                "Authorization refused. You can close this page.",
+            );
+            return Err(format!(
+                "the authorization server refused: {}",
+                crate::text::preview(&error, 120)
+            ));
+        }
+        let Some(code) = get("code") else {
+            reply(&stream, 400, "No code in the redirect.");
+            return Err("the redirect carried no authorization code".into());
+        };
+        reply(
+            &stream,
+            200,
+            "kxen-agent is authorized. You can close this page.",
+        );
+        return Ok(code);
+    }
+}
+
+fn reply(mut stream: &std::net::TcpStream, status: u16, text: &str) {
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status} OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \
+         {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    );
+}
