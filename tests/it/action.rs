@@ -1,4 +1,4 @@
-//! The GitHub Action's script (`ci/github-action.sh`, which `action.yml` runs), run locally as
+//! The GitHub Action's script (`.ci/github-action.sh`, which `action.yml` runs), run locally as
 //! GitHub would: INPUT_* variables, and GITHUB_OUTPUT, GITHUB_STEP_SUMMARY and GITHUB_ENV
 //! pointed at temp files; kxen-agent is the binary under test, the model the script provider.
 
@@ -28,7 +28,7 @@ fn job(env: &TestEnv, dir: &Path, runner: &Path, inputs: &[(&str, &str)]) -> Job
     for name in ["output", "summary.md", "env"] {
         std::fs::write(files(name), "").unwrap();
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/github-action.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/github-action.sh");
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_kxen-agent"));
     let mut cmd = Command::new("bash");
     cmd.arg(&script)
@@ -282,7 +282,7 @@ fn action_install_step_installs_from_the_actions_checkout() {
     let action = Path::new(env!("CARGO_MANIFEST_DIR"));
     let run = Run::from(
         Command::new("bash")
-            .arg(action.join("ci/github-action.sh"))
+            .arg(action.join(".ci/github-action.sh"))
             .arg("install")
             .env_clear()
             .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
@@ -300,8 +300,8 @@ fn action_install_step_installs_from_the_actions_checkout() {
     );
     // action.yml runs exactly this script for both steps, and declares the inputs and outputs.
     let yml = std::fs::read_to_string(action.join("action.yml")).unwrap();
-    assert!(yml.contains("run: bash \"$GITHUB_ACTION_PATH/ci/github-action.sh\" install"));
-    assert!(yml.contains("run: bash \"$GITHUB_ACTION_PATH/ci/github-action.sh\" run"));
+    assert!(yml.contains("run: bash \"$GITHUB_ACTION_PATH/.ci/github-action.sh\" install"));
+    assert!(yml.contains("run: bash \"$GITHUB_ACTION_PATH/.ci/github-action.sh\" run"));
     for name in [
         "task",
         "task-file",
