@@ -43,6 +43,25 @@ fn start(env: &TestEnv, repo: &Path, cfg: &Path, extra: &[&str]) -> Run {
     run_new(env, repo, "Work", &fixer(env), cfg, &args)
 }
 
+/// `kxen-agent run` of `agent` on `task` in `repo` with `cfg` (and `--allow-shell`).
+fn run_cmd(
+    env: &TestEnv,
+    repo: &Path,
+    agent: impl AsRef<Path>,
+    cfg: &Path,
+    task: &str,
+    allow_shell: bool,
+) -> std::process::Command {
+    let mut cmd = env.cmd("kxen-agent");
+    cmd.args(["run", "--workspace", repo.to_str().unwrap(), "--task", task])
+        .args(["--agent", agent.as_ref().to_str().unwrap()])
+        .args(["--config", cfg.to_str().unwrap()]);
+    if allow_shell {
+        cmd.arg("--allow-shell");
+    }
+    cmd
+}
+
 fn log(env: &TestEnv) -> Vec<String> {
     std::fs::read_to_string(env.path().join("hook.log"))
         .unwrap_or_default()
@@ -202,17 +221,8 @@ fn an_ask_hook_holds_the_call_once_and_a_crash_does_not_ask_it_again() {
         &hook("pre_tool_use", "*", &ask, "sandbox = \"off\""),
     );
     // Killed right after the hold is durable.
-    let mut cmd = env.cmd("kxen-agent");
-    cmd.args([
-        "run",
-        "--workspace",
-        repo.to_str().unwrap(),
-        "--task",
-        "Work",
-    ])
-    .args(["--agent", fixer(&env).to_str().unwrap()])
-    .args(["--config", cfg.to_str().unwrap(), "--allow-shell"])
-    .env("KXEN_FAILPOINT", "approval.after-awaiting");
+    let mut cmd = run_cmd(&env, &repo, fixer(&env), &cfg, "Work", true);
+    cmd.env("KXEN_FAILPOINT", "approval.after-awaiting");
     let crashed = Run::from(cmd.output().unwrap());
     assert_ne!(crashed.code, 0, "{}", crashed.stderr);
     assert_eq!(log(&env), ["asked"]);
@@ -286,17 +296,8 @@ fn post_hooks_annotate_results_and_run_hooks_see_the_run_without_secrets() {
         ],
         &hooks,
     );
-    let mut cmd = env.cmd("kxen-agent");
-    cmd.args([
-        "run",
-        "--workspace",
-        repo.to_str().unwrap(),
-        "--task",
-        "Work",
-    ])
-    .args(["--agent", fixer(&env).to_str().unwrap()])
-    .args(["--config", cfg.to_str().unwrap()])
-    .env("OPENAI_API_KEY", "sk-canary-hooks-4242");
+    let mut cmd = run_cmd(&env, &repo, fixer(&env), &cfg, "Work", false);
+    cmd.env("OPENAI_API_KEY", "sk-canary-hooks-4242");
     let out = Run::from(cmd.output().unwrap());
     out.expect(0);
     let results = finished(&out);
@@ -450,17 +451,8 @@ fn a_kill_right_after_a_hooks_deny_never_turns_it_into_a_hold() {
         &hook("pre_tool_use", "exec", &deny, ""),
     );
     for point in ["approval.after-awaiting", "approval.after-decision"] {
-        let mut cmd = env.cmd("kxen-agent");
-        cmd.args([
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            point,
-        ])
-        .args(["--agent", fixer(&env).to_str().unwrap()])
-        .args(["--config", cfg.to_str().unwrap(), "--allow-shell"])
-        .env("KXEN_FAILPOINT", point);
+        let mut cmd = run_cmd(&env, &repo, fixer(&env), &cfg, point, true);
+        cmd.env("KXEN_FAILPOINT", point);
         let crashed = Run::from(cmd.output().unwrap());
         let list = env.run("kxen-agent", &["session", "list"]);
         let session = list.jsonl().remove(0)["id"].as_str().unwrap().to_string();
@@ -522,18 +514,9 @@ fn time_in_hooks_counts_and_a_cancel_during_a_hook_starts_nothing() {
     // A cancel while the hook decides: nothing starts.
     std::fs::remove_dir_all(env.state_dir()).unwrap();
     std::fs::remove_file(&log_path).unwrap();
-    let mut cmd = env.cmd("kxen-agent");
-    cmd.args([
-        "run",
-        "--workspace",
-        repo.to_str().unwrap(),
-        "--task",
-        "Write",
-    ])
-    .args(["--agent", agent.to_str().unwrap()])
-    .args(["--config", cfg.to_str().unwrap()])
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped());
+    let mut cmd = run_cmd(&env, &repo, agent, &cfg, "Write", false);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     let child = cmd.spawn().unwrap();
     let started = std::time::Instant::now();
     while !log_path.exists() && started.elapsed() < std::time::Duration::from_secs(20) {
