@@ -4,6 +4,7 @@
 // Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
 #![allow(clippy::disallowed_methods)]
 
+mod agent_eval;
 mod agent_validate;
 mod approval;
 mod bundle_corpus;
