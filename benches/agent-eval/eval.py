@@ -455,11 +455,17 @@ def run_mini(task, work, tmp, args, timeout):
             data = {}
         info = data.get("info", {})
         messages = data.get("messages", [])
+        assistant = [m for m in messages if m.get("role") == "assistant"]
+        usage = [((m.get("extra") or {}).get("response") or {}).get("usage") or {}
+                 for m in assistant]
         result["status"] = info.get("exit_status")
-        result["turns"] = sum(1 for m in messages if m.get("role") == "assistant")
-        result["toolCalls"] = sum(
-            1 for m in messages if m.get("role") == "assistant"
-            and re.search(r"```(bash|mswea_bash_command)", m.get("content") or ""))
+        result["turns"] = info.get("model_stats", {}).get("api_calls", len(assistant))
+        result["toolCalls"] = sum(len((m.get("extra") or {}).get("actions") or [])
+                                  for m in assistant)
+        if any(usage):
+            # What the endpoint reported per call (a cached prompt prefix still counts).
+            result["inputTokens"] = sum(u.get("prompt_tokens") or 0 for u in usage)
+            result["outputTokens"] = sum(u.get("completion_tokens") or 0 for u in usage)
         result["finalText"] = tail(str(info.get("submission") or ""), 400)
     return result
 
