@@ -140,7 +140,7 @@ fn a_run_that_claims_success_without_doing_the_work_is_a_failure() {
     std::fs::write(
         &config,
         "[providers.s]\nkind = \"script\"\npath = \"turns.jsonl\"\n\n\
-         [providers.s.price]\ninput_per_million = 1000000.0\noutput_per_million = 2000000.0\n\n\
+         [providers.s.price]\ninput_per_million = 1000000.0\noutput_per_million = 2000000.0\ncurrency = \"USD\"\n\n\
          [roles]\nexecution = \"s\"\nplanning = \"s\"\n",
     )
     .unwrap();
