@@ -501,7 +501,9 @@ def run_task(task, args, lock, out):
         start = time.monotonic()
         try:
             result = AGENTS[args.agent](task, work, tmp, args, timeout)
-        except (OSError, RuntimeError) as e:
+        except (OSError, RuntimeError, ValueError) as e:
+            # The agent could not be run or left output the harness cannot read: a failed
+            # attempt with the reason, and the check still decides.
             result = {"exit": None, "error": str(e)}
         wall = time.monotonic() - start
         server = metrics_delta(before, read_metrics(args.metrics_url))

@@ -74,7 +74,10 @@ fn every_task_fails_unsolved_and_passes_with_its_solution() {
         "\"agents-rule\"",
         "\"recover\"",
     ] {
-        assert!(metas.iter().any(|m| m.contains(want)), "no task with {want}");
+        assert!(
+            metas.iter().any(|m| m.contains(want)),
+            "no task with {want}"
+        );
     }
 }
 
@@ -176,7 +179,11 @@ fn a_run_that_claims_success_without_doing_the_work_is_a_failure() {
     // The side-by-side table of two result files names both columns.
     let table = eval(&["table", out.to_str().unwrap(), out.to_str().unwrap()]);
     table.expect(0);
-    assert!(table.stdout.contains("js-fix-capitalize"), "{}", table.stdout);
+    assert!(
+        table.stdout.contains("js-fix-capitalize"),
+        "{}",
+        table.stdout
+    );
 }
 
 #[test]
@@ -192,8 +199,16 @@ fn a_missing_binary_or_task_is_a_clear_error() {
         tmp.path().join("r.jsonl").to_str().unwrap(),
     ]);
     run.expect(3);
-    assert!(run.stderr.contains("no kxen-agent binary"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("no kxen-agent binary"),
+        "{}",
+        run.stderr
+    );
     let run = eval(&["verify", "--only", "no-such-task"]);
     run.expect(3);
-    assert!(run.stderr.contains("no such task: no-such-task"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("no such task: no-such-task"),
+        "{}",
+        run.stderr
+    );
 }
