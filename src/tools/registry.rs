@@ -61,9 +61,8 @@ pub static REGISTRY: Registry = Registry {
         },
         Entry {
             name: ToolName::Exact("write"),
-            description: "Create a file, or replace a whole file, with the given content (parent \
-                directories are created). To change part of an existing file, read it and use \
-                edit.",
+            description: "Create or overwrite a file with the given content (parent directories \
+                are created).",
             effect: SideEffect::WorkspaceWrite,
             gate: None,
             executor: &Typed::<file::WriteArgs>(|ws, args, ctx| {
@@ -73,10 +72,9 @@ pub static REGISTRY: Registry = Registry {
         },
         Entry {
             name: ToolName::Exact("edit"),
-            description: "Replace an exact string in a file: copy oldString from the file as \
-                read showed it (without the line numbers). Fails if oldString is not found (the \
-                error quotes the closest lines), or occurs more than once unless replaceAll is \
-                true; include surrounding lines to make it unique.",
+            description: "Replace an exact string in a file. Fails if oldString is not found, or \
+                occurs more than once unless replaceAll is true; include surrounding lines to make \
+                it unique.",
             effect: SideEffect::WorkspaceWrite,
             gate: None,
             executor: &Typed::<file::EditArgs>(|ws, args, ctx| {
