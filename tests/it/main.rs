@@ -5,6 +5,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod action;
+mod agent_eval;
 mod agent_validate;
 mod approval;
 mod boundary;

@@ -1,0 +1,45 @@
+#!/bin/sh
+# The side-by-side eval on a local model, in one command: starts llama-server (built by the
+# machine's real-model setup) with --metrics on PORT, runs the suite with kxen-agent and then
+# with mini-swe-agent on the same server, one task at a time, prints the table and stops the
+# server. Results go to OUT (default ./eval-out).
+#
+#   benches/agent-eval/real-model.sh MODEL_DIR [PORT] [OUT] [-- eval.py run options…]
+#
+# MODEL_DIR holds llama.cpp/build/bin/llama-server, qwen2.5-coder-1.5b.gguf and the chat
+# template qwen2.5-coder-fenced-tools.jinja (what `setup.sh MODEL_DIR 1.5b` leaves there).
+# Needs: target/release/kxen-agent (or KXEN_AGENT=path), `python3 -m pip install mini-swe-agent`.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+[ $# -ge 1 ] || { echo "usage: $0 MODEL_DIR [PORT] [OUT] [-- eval.py run options…]" >&2; exit 2; }
+dir=$1; shift
+port=8088; out=eval-out
+if [ $# -ge 1 ] && [ "$1" != -- ]; then port=$1; shift; fi
+if [ $# -ge 1 ] && [ "$1" != -- ]; then out=$1; shift; fi
+[ "${1:-}" = -- ] && shift
+size=${MODEL_SIZE:-1.5b}
+server=$dir/llama.cpp/build/bin/llama-server
+[ -x "$server" ] || { echo "error: no llama-server in $dir (run the real-model setup first)" >&2; exit 3; }
+bin=${KXEN_AGENT:-$here/../../target/release/kxen-agent}
+mkdir -p "$out"
+
+nice -n 5 "$server" -m "$dir/qwen2.5-coder-$size.gguf" -a "qwen2.5-coder-$size" \
+    --host 127.0.0.1 --port "$port" -c 16384 -np 1 -t "$(nproc)" -n 1024 --metrics \
+    --jinja --chat-template-file "$dir/qwen2.5-coder-fenced-tools.jinja" --offline --no-webui \
+    > "$out/server.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null' EXIT INT TERM
+i=0
+until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
+    i=$((i + 1))
+    [ $i -le 120 ] || { echo "error: llama-server did not come up; see $out/server.log" >&2; exit 9; }
+    sleep 1
+done
+
+url=http://127.0.0.1:$port
+for agent in kxen mini-swe-agent; do
+    nice -n 5 python3 "$here/eval.py" run --agent "$agent" --bin "$bin" --endpoint "$url/v1" \
+        --model "qwen2.5-coder-$size" --metrics-url "$url/metrics" -j 1 \
+        --out "$out/$agent.jsonl" --keep "$out/keep-$agent" "$@"
+done
+python3 "$here/eval.py" table "$out/kxen.jsonl" "$out/mini-swe-agent.jsonl"

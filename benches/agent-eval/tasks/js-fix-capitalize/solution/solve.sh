@@ -1,0 +1,1 @@
+sed -i 's/word.charAt(1)/word.charAt(0)/' strings.js

@@ -1,0 +1,5 @@
+function isPalindrome(text) {
+  // TODO
+}
+
+module.exports = { isPalindrome };

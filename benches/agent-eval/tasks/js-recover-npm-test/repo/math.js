@@ -1,0 +1,6 @@
+// Returns a + b.
+function add(a, b) {
+  return a + b;
+}
+
+module.exports = { add };

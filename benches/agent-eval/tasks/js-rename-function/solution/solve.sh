@@ -1,0 +1,1 @@
+sed -i 's/fetchUser/loadUser/g' src/users.js src/greet.js main.js

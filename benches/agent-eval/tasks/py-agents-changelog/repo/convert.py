@@ -1,0 +1,3 @@
+def km_to_miles(km):
+    """Kilometres to miles."""
+    return km * 0.621371

@@ -1,0 +1,1 @@
+"""Durations written like "1h30m" or "45s"."""

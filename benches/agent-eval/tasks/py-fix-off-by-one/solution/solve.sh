@@ -1,0 +1,1 @@
+sed -i 's/range(1, n)/range(1, n + 1)/' mathx.py

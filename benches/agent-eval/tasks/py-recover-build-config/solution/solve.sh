@@ -1,0 +1,2 @@
+sed -i 's/^verison/version/' build.ini
+python3 build.py

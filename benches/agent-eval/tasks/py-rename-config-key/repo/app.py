@@ -1,0 +1,4 @@
+import config
+
+settings = config.load()
+print("timeout", config.timeout(settings))

@@ -1,0 +1,1 @@
+sed -i 's/"timeout"/"timeout_seconds"/' settings.json config.py

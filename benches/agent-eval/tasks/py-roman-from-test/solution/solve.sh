@@ -1,0 +1,14 @@
+cat > roman.py <<'PY'
+_VALUES = [(1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"),
+           (50, "L"), (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I")]
+
+
+def to_roman(n):
+    """Roman numeral for 1 <= n <= 3999."""
+    out = ""
+    for value, letters in _VALUES:
+        while n >= value:
+            out += letters
+            n -= value
+    return out
+PY

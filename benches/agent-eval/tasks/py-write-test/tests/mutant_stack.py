@@ -1,0 +1,21 @@
+class Stack:
+    """A broken stack: first in, first out."""
+
+    def __init__(self):
+        self._items = []
+
+    def push(self, item):
+        self._items.append(item)
+
+    def pop(self):
+        if not self._items:
+            raise IndexError("pop from an empty stack")
+        return self._items.pop(0)
+
+    def peek(self):
+        if not self._items:
+            raise IndexError("peek at an empty stack")
+        return self._items[0]
+
+    def __len__(self):
+        return len(self._items)

@@ -1,0 +1,1 @@
+printf '#!/bin/sh\nset -eu\nrm -f -- ./*.tmp\n' > scripts/clean.sh

@@ -1,0 +1,1 @@
+sed -i 's/wc -w/wc -l/' count.sh

@@ -1,0 +1,2 @@
+mkdir -p out
+sh gen.sh

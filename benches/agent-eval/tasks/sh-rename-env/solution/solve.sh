@@ -1,0 +1,1 @@
+sed -i 's/APP_DIR/APP_HOME/g' run.sh lib/paths.sh
