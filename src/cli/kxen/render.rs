@@ -128,7 +128,8 @@ impl Renderer {
                 say(&format!("  [{tool}] {args} -> {status}"));
             }
             Event::RunInputRequired { run_id, op_ids, .. } => say(&format!(
-                "run {run_id} needs input: unknown outcome of {}",
+                "run {run_id} needs input for {}: an outcome to resolve or a call to approve \
+                 (the hint below says which)",
                 op_ids.join(", ")
             )),
             Event::RunStopped {
