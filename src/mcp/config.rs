@@ -229,7 +229,7 @@ fn check_url_entry(at: &str, url: &str, entry: &ServerConfig) -> Result<(), Stri
         if let Some(why) = oauth.error(at) {
             return Err(why);
         }
-        if parsed.scheme() == "http" && !crate::provider::http::is_loopback(url) {
+        if parsed.scheme() == "http" && !crate::net::is_loopback(url) {
             return Err(format!(
                 "{at}: oauth with a plain http:// url to {}: tokens would cross the network in \
                  cleartext; use https://",

@@ -157,7 +157,7 @@ impl HttpClient {
             // Shorter than common servers' keep-alive (uvicorn: 5 s), so a pooled connection
             // is rarely one the server is closing while a call is written to it.
             .max_idle_age(Duration::from_secs(3));
-        if crate::provider::http::is_loopback(spec.url) {
+        if crate::net::is_loopback(spec.url) {
             // A local server is never reached through an HTTP(S)_PROXY of the environment.
             config = config.proxy(None);
         }

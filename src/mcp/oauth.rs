@@ -100,7 +100,7 @@ impl OAuthConfig {
             ));
         }
         match &self.client_secret_env {
-            Some(var) if !crate::policy::is_valid_env_name(var) => Some(format!(
+            Some(var) if !crate::secrets::is_valid_env_name(var) => Some(format!(
                 "{at}.oauth: client_secret_env = {var:?} is not an environment variable name"
             )),
             _ => None,
@@ -505,7 +505,7 @@ fn check_resource(endpoint: &url::Url, resource: &str) -> Result<(), String> {
 pub(crate) fn safe_url(url: &url::Url, what: &str) -> Result<(), String> {
     match url.scheme() {
         "https" => Ok(()),
-        "http" if crate::provider::http::is_loopback(url.as_str()) => Ok(()),
+        "http" if crate::net::is_loopback(url.as_str()) => Ok(()),
         _ => Err(format!(
             "{what} is at {}: kxen-agent sends credentials only over https:// (or http:// on \
              this machine)",

@@ -197,7 +197,9 @@ fn open_browser(browser: &str, url: &str) -> Result<(), String> {
     }
     let env: Vec<_> = crate::own_env::vars()
         .into_iter()
-        .filter(|(name, value)| !crate::tools::env::looks_sensitive(&name.to_string_lossy(), value))
+        .filter(|(name, value)| {
+            !crate::secrets::rules::looks_sensitive(&name.to_string_lossy(), value)
+        })
         .collect();
     // The browser is the user's own program, started on their behalf like `$EDITOR` (not a
     // tool of the agent, nor in a run's fence: it runs at Session creation too), without our

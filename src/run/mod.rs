@@ -15,6 +15,7 @@ pub mod context;
 pub mod contract;
 pub mod conversation;
 pub mod create;
+pub mod entry;
 pub mod events;
 pub mod operator;
 pub mod prepared;

@@ -28,6 +28,7 @@ mod git_trust;
 mod help_exit_codes;
 mod hooks;
 mod init;
+mod library_entry;
 mod lineage;
 mod lsp;
 mod mcp;

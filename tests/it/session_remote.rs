@@ -1065,10 +1065,11 @@ fn a_killed_holder_keeps_the_lease_until_its_ttl_then_a_taker_recovers_without_r
         .args(["--take-expired-lease", "--allow-shell"]);
     let taken = Run::from(taken.output().unwrap());
     taken.expect(7);
+    // A warning event of the run (stdout, JSONL when piped).
     assert!(
-        taken.stderr.contains("took over the expired remote lease"),
+        taken.stdout.contains("took over the expired remote lease"),
         "{}",
-        taken.stderr
+        taken.stdout
     );
     assert!(taken.stderr.contains("is unknown"), "{}", taken.stderr);
     assert!(!m.ws[1].join(marker).exists(), "the call ran again on B");

@@ -10,13 +10,11 @@ use super::render::Renderer;
 use super::signals;
 use crate::cli::output::{Diagnostics, Format};
 use crate::error::{Error, ErrorKind, ExitStatus, Result};
-use crate::run::agent_loop::{self, Ending, Execution};
-use crate::run::create::{self, NewRunRequest};
-use crate::run::events::{Event, EventSink};
-use crate::run::resume::{self, ResumeRequest};
-use crate::run::{FailReason, Prepared, RunResult, RunStatus};
+use crate::run::agent_loop::Ending;
+use crate::run::entry::{self, ContinueRequest, Observe, PlanTask, RemoteOptions, StartRequest};
+use crate::run::events::EventSink;
+use crate::run::{FailReason, RunResult, RunStatus};
 use crate::state::StateDir;
-use crate::sync::remote_run::{RemoteRun, RemoteRunRequest, workspace_or_cwd};
 
 /// Flags of a new run (exactly one task source), or of `--resume SES` (at most one).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
@@ -91,97 +89,45 @@ impl RunArgs {
     }
 }
 
-/// Runs a new Session's first run; the exit code follows the run's status.
+/// Runs a new Session's first run (or, with `--resume`, continues one); the exit code follows
+/// how the run ended. Everything that guards the run happens in [`entry`]; this only maps the
+/// flags to a request and the ending to an exit status.
 pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<ExitStatus> {
     // Before any tool or MCP server starts: a collector token is a credential.
     crate::telemetry::protect_env()?;
     if args.resume.is_some() {
         return resume(state_flag, args, format);
     }
-    let text = read_task(&args)?;
-    let bound = match plan_of(&args) {
-        Some((dir, task)) => Some(crate::host::binding::bind(dir, task, text.as_deref())?),
-        None => None,
-    };
-    let task = match &bound {
-        Some(b) => b.first_input.clone(),
-        None => text.ok_or_else(|| {
-            Error::usage(
-                "no task given: pass exactly one of --task TEXT, --task-file FILE or --stdin",
-            )
-            .with_hint("kxen-agent run --workspace . --task \"Fix the failing check\"")
-        })?,
-    };
-    let resume_flags = resume_flags(&args);
-    let output_schema = read_output_schema(&args)?;
-    let workspace = match args.workspace {
-        Some(w) => w,
-        None => std::env::current_dir()
-            .map_err(|e| Error::io("read the current directory", Path::new("."), e))?,
-    };
-    let state = super::open_state(state_flag)?;
-    let request = NewRunRequest {
-        workspace,
-        task,
-        output_schema,
-        agent: args.agent,
+    let request = StartRequest {
+        task: read_task(&args)?,
+        output_schema: read_output_schema(&args)?,
+        workspace: match &args.workspace {
+            Some(w) => w.clone(),
+            None => std::env::current_dir()
+                .map_err(|e| Error::io("read the current directory", Path::new("."), e))?,
+        },
+        agent: args.agent.clone(),
         policy: args.policy.flags(),
         config: args.config.clone(),
-        plan_dir: bound.as_ref().map(|b| b.binding.dir.clone()),
+        plan: plan_of(&args),
     };
-    // Everything is checked before anything is written.
-    let mut draft = create::prepare(&state, &request)?;
-    let host = match bound {
-        Some(b) => {
-            draft.new.run.plan = Some(b.binding.clone());
-            let config = crate::provider::ModelConfig::load(args.config.as_deref())?;
-            Some(std::sync::Mutex::new(crate::host::open_run_host(
-                b.binding,
-                &config,
-                &draft.lock,
-                draft.built,
-                Default::default(),
-                Default::default(),
-            )?))
-        }
-        None => None,
-    };
-    if state.is_within(&draft.binding.root) {
-        // Fail closed: the agent's own tools could read and edit its journal and messages.
-        return Err(Error::usage(format!(
-            "the state dir {} is inside the workspace {}: the agent could read and edit its own \
-             journal and messages there",
-            state.root().display(),
-            draft.binding.root.display()
-        ))
-        .with_hint(
-            "keep the state dir outside the workspace (--state-dir PATH or KXEN_AGENT_STATE_DIR)",
-        ));
-    }
-    create::grant_mcp(&mut draft, &state)?;
+    let state = super::open_state(state_flag)?;
     let mut renderer = Renderer::new(format);
-    for warning in &draft.warnings {
-        renderer.emit(Event::Warning {
-            message: warning.clone(),
-        });
-    }
-    let (prepared, created) = create::create(&state, draft)?;
-    renderer.emit(created);
-    let execution = Execution {
-        plan: host.as_ref(),
-        ..prepared.execution(signals::cancel_flag())
-    };
-    let ending = super::trace::traced(
+    let mut traced = Traced { format };
+    let ended = entry::start(
         &state,
-        prepared.provider_info.as_ref(),
+        request,
         &mut renderer,
-        format,
-        |sink| agent_loop::execute(&execution, &prepared.run_id, sink),
+        &mut traced,
+        signals::cancel_flag(),
     )?;
-    let hints = Hints::new(&state, state_flag.is_some(), resume_flags);
-    let status = exit_status(&prepared.meta.id, &prepared.run_id, &ending, &hints);
-    drop(prepared);
-    Ok(status)
+    let hints = Hints::new(&state, state_flag.is_some(), resume_flags(&args));
+    Ok(exit_status(
+        &ended.session_id,
+        &ended.run_id,
+        &ended.ending,
+        &hints,
+    ))
 }
 
 /// `--resume SES [--task …]`: continue the Session under its lease.
@@ -192,66 +138,78 @@ fn resume(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<Ex
         )
         .with_hint("drop --agent, or start a new Session with `kxen-agent run --agent FILE …`"));
     }
-    let task = read_task(&args)?;
-    let resume_flags = resume_flags(&args);
-    let state = super::open_state(state_flag)?;
-    let Some(remote) = args.remote.clone() else {
-        return resume_here(&state, state_flag, args, task, resume_flags, format, None);
-    };
-    let request = RemoteRunRequest {
+    let request = ContinueRequest {
         session_id: args.resume.clone().unwrap_or_default(),
-        remote,
-        workspace: workspace_or_cwd(args.workspace.as_deref())?,
-        ttl: args
-            .lease_ttl
-            .map(std::time::Duration::from_secs)
-            .unwrap_or(crate::sync::lease::DEFAULT_TTL),
-        take_expired: args.take_expired_lease,
+        task: read_task(&args)?,
+        output_schema: read_output_schema(&args)?,
+        workspace: args.workspace.clone(),
+        rebind: args.rebind_workspace,
+        policy: args.policy.flags(),
+        config: args.config.clone(),
+        plan: plan_of(&args),
+        remote: args.remote.clone().map(|name| RemoteOptions {
+            name,
+            ttl: args
+                .lease_ttl
+                .map(std::time::Duration::from_secs)
+                .unwrap_or(crate::sync::lease::DEFAULT_TTL),
+            take_expired: args.take_expired_lease,
+            push_every: args.push_every,
+        }),
     };
-    let claimed = RemoteRun::begin(&state, &request, signals::cancel_flag())?;
-    if let Some(holder) = claimed.took_over_from() {
-        Diagnostics::kxen(format).warning(&format!(
-            "took over the expired remote lease of {} (host {} pid {}, attempt {}, expired {})",
-            request.session_id, holder.host, holder.pid, holder.attempt_id, holder.expires_at
-        ));
-    }
-    let ran = resume_here(
+    let state = super::open_state(state_flag)?;
+    let mut renderer = Renderer::new(format);
+    let mut traced = Traced { format };
+    let ended = entry::resume(
         &state,
-        state_flag,
-        args,
-        task,
-        resume_flags,
-        format,
-        Some(&claimed),
-    );
-    let diagnostics = Diagnostics::kxen(format);
-    match claimed.finish(&state) {
-        Ok(pushed) => {
-            match format {
-                Format::Text => crate::cli::output::note(&format!(
-                    "pushed {} to `{}` as {}; remote lease released",
-                    pushed.session_id,
-                    pushed.remote,
-                    &pushed.snapshot[..12]
-                )),
-                Format::Jsonl => {
-                    let mut line = serde_json::json!({"type": "sessionPushed"});
-                    if let (Some(map), Ok(serde_json::Value::Object(fields))) =
-                        (line.as_object_mut(), serde_json::to_value(&pushed))
-                    {
-                        map.extend(fields);
-                    }
-                    crate::cli::output::json_line(&line);
+        request,
+        &mut renderer,
+        &mut traced,
+        signals::cancel_flag(),
+    )?;
+    if let Some(pushed) = &ended.pushed {
+        match format {
+            Format::Text => crate::cli::output::note(&format!(
+                "pushed {} to `{}` as {}; remote lease released",
+                pushed.session_id,
+                pushed.remote,
+                &pushed.snapshot[..12]
+            )),
+            Format::Jsonl => {
+                let mut line = serde_json::json!({"type": "sessionPushed"});
+                if let (Some(map), Ok(serde_json::Value::Object(fields))) =
+                    (line.as_object_mut(), serde_json::to_value(pushed))
+                {
+                    map.extend(fields);
                 }
+                crate::cli::output::json_line(&line);
             }
-            ran
         }
-        // The run's own error comes first; a failed push or release is then only reported.
-        Err(e) if ran.is_err() => {
-            diagnostics.warning(&e.message);
-            ran
-        }
-        Err(e) => Err(e),
+    }
+    let hints = Hints::new(&state, state_flag.is_some(), resume_flags(&args));
+    Ok(exit_status(
+        &ended.session_id,
+        &ended.run_id,
+        &ended.ending,
+        &hints,
+    ))
+}
+
+/// The run's events through the OpenTelemetry exporter when the environment asks for it
+/// ([`super::trace::traced`]).
+struct Traced {
+    format: Format,
+}
+
+impl Observe for Traced {
+    fn observe(
+        &mut self,
+        state: &StateDir,
+        provider_info: Option<&serde_json::Value>,
+        sink: &mut dyn EventSink,
+        execute: &mut dyn FnMut(&mut dyn EventSink) -> Result<Ending>,
+    ) -> Result<Ending> {
+        super::trace::traced(state, provider_info, sink, self.format, execute)
     }
 }
 
@@ -264,152 +222,12 @@ fn read_output_schema(args: &RunArgs) -> Result<Option<serde_json::Value>> {
         .transpose()
 }
 
-/// The run of `--resume` once the Session is here (and, with `--remote`, claimed and pulled).
-fn resume_here(
-    state: &StateDir,
-    state_flag: Option<&Path>,
-    args: RunArgs,
-    task: Option<String>,
-    resume_flags: String,
-    format: Format,
-    remote: Option<&RemoteRun>,
-) -> Result<ExitStatus> {
-    let state = state.clone();
-    let given = plan_of(&args);
-    // A new run after a finished one starts on the plan task like any new run.
-    let bound = match (given, &task) {
-        (Some((dir, t)), Some(text)) => Some(crate::host::binding::bind(dir, t, Some(text))?),
-        _ => None,
-    };
-    let task = bound.as_ref().map(|b| b.first_input.clone()).or(task);
-    let request = ResumeRequest {
-        session_id: args.resume.clone().unwrap_or_default(),
-        output_schema: read_output_schema(&args)?,
-        task,
-        workspace: args.workspace.clone(),
-        rebind: args.rebind_workspace,
-        policy: args.policy.flags(),
-        config: args.config.clone(),
-        plan_dir: given.map(|(dir, _)| crate::host::binding::plan_dir(dir)),
-    };
-    let resumed = resume::prepare(&state, &request)?;
-    let host = resume_host(&state, &resumed, bound, given, args.config.as_deref())?;
-    let mut renderer = Renderer::new(format);
-    if state.is_within(&resumed.meta.workspace.root) {
-        // The Session already lives there; refusing would strand it, so say what it means.
-        renderer.emit(Event::Warning {
-            message: format!(
-                "the state dir {} is inside the workspace {}: the agent can read and edit its \
-                 own journal and messages; move the state dir outside the workspace",
-                state.root().display(),
-                resumed.meta.workspace.root.display()
-            ),
-        });
-    }
-    for warning in &resumed.warnings {
-        renderer.emit(Event::Warning {
-            message: warning.clone(),
-        });
-    }
-    renderer.emit(Event::SessionResumed {
-        session_id: resumed.meta.id.clone(),
-        run_id: resumed.run_id.clone(),
-        new_run: resumed.new_run,
-    });
-    let execution = Execution {
-        plan: host.as_ref(),
-        ..resumed.execution(signals::cancel_flag())
-    };
-    let ending = match (remote, args.push_every) {
-        (Some(remote), Some(every)) => {
-            let mut sink = PushEvery {
-                inner: &mut renderer,
-                remote,
-                state: &state,
-                every,
-                calls: 0,
-            };
-            super::trace::traced(
-                &state,
-                resumed.provider_info.as_ref(),
-                &mut sink,
-                format,
-                |sink| agent_loop::execute(&execution, &resumed.run_id, sink),
-            )?
-        }
-        _ => super::trace::traced(
-            &state,
-            resumed.provider_info.as_ref(),
-            &mut renderer,
-            format,
-            |sink| agent_loop::execute(&execution, &resumed.run_id, sink),
-        )?,
-    };
-    let hints = Hints::new(&state, state_flag.is_some(), resume_flags);
-    let status = exit_status(&resumed.meta.id, &resumed.run_id, &ending, &hints);
-    drop(resumed);
-    Ok(status)
-}
-
-/// `--push-every N`: the renderer, plus a snapshot pushed when every Nth tool call is about to
-/// run (its `started` record is durable and goes with it). A failed push is a warning: the run
-/// goes on, and its end pushes again.
-struct PushEvery<'a> {
-    inner: &'a mut Renderer,
-    remote: &'a RemoteRun,
-    state: &'a StateDir,
-    every: u64,
-    calls: u64,
-}
-
-impl EventSink for PushEvery<'_> {
-    fn emit(&mut self, event: Event) {
-        let starts_call = matches!(event, Event::ToolStarted { .. });
-        if starts_call {
-            self.calls += 1;
-            if self.calls.is_multiple_of(self.every)
-                && let Err(e) = self.remote.push_during(self.state)
-            {
-                self.inner.emit(Event::Warning {
-                    message: format!("the snapshot push before this call failed: {}", e.message),
-                });
-            }
-        }
-        self.inner.emit(event);
-    }
-}
-
 /// `--plan DIR --plan-task T` (clap makes each require the other).
-fn plan_of(args: &RunArgs) -> Option<(&Path, &str)> {
-    Some((args.plan.as_deref()?, args.plan_task.as_deref()?))
-}
-
-/// The plan host of a resumed run: a new run records its binding; a continued one must name the
-/// plan task it was started on (exit 6 otherwise).
-fn resume_host(
-    state: &StateDir,
-    resumed: &Prepared,
-    bound: Option<crate::host::binding::Bound>,
-    given: Option<(&Path, &str)>,
-    config: Option<&Path>,
-) -> Result<Option<std::sync::Mutex<crate::host::PlanHost>>> {
-    let run_paths = resumed.paths.run(&resumed.run_id);
-    let mut run = crate::run::RunState::read(&run_paths, &resumed.run_id)?;
-    match bound {
-        Some(b) if resumed.new_run => {
-            run.plan = Some(b.binding);
-            run.save(&run_paths)?;
-        }
-        _ => crate::host::binding::check_resume(run.plan.as_ref(), given, &run.id)?,
-    }
-    let Some(binding) = run.plan else {
-        return Ok(None);
-    };
-    let config = crate::provider::ModelConfig::load(config)?;
-    let base = crate::host::session_base(state, &resumed.paths, &binding, &run.id)?;
-    let tree = crate::host::children_usage(state, &resumed.paths, &run.id)?;
-    let host = crate::host::open_run_host(binding, &config, &resumed.meta.lock, false, base, tree)?;
-    Ok(Some(std::sync::Mutex::new(host)))
+fn plan_of(args: &RunArgs) -> Option<PlanTask> {
+    Some(PlanTask {
+        dir: args.plan.clone()?,
+        task: args.plan_task.clone()?,
+    })
 }
 
 /// The options a later `--resume` of this Session must repeat, as they were given here: the
@@ -455,9 +273,9 @@ fn resume_flags(args: &RunArgs) -> String {
     if let Some(n) = &args.push_every {
         push("--push-every", Some(std::ffi::OsStr::new(&n.to_string())));
     }
-    if let Some((dir, task)) = plan_of(args) {
-        push("--plan", Some(dir.as_os_str()));
-        push("--plan-task", Some(std::ffi::OsStr::new(task)));
+    if let Some(plan) = plan_of(args) {
+        push("--plan", Some(plan.dir.as_os_str()));
+        push("--plan-task", Some(std::ffi::OsStr::new(&plan.task)));
     }
     out
 }
