@@ -240,3 +240,25 @@ fn mcp_catalog(path: &Path, merged: &policy::MergedPolicy) -> Result<Vec<crate::
     );
     Ok(crate::mcp::catalog(&servers, merged))
 }
+
+/// The arguments of `kxen-agent agent validate`.
+#[derive(Debug, clap::Args)]
+pub struct AgentValidateArgs {
+    /// The DCPAgent YAML file.
+    pub file: std::path::PathBuf,
+}
+
+/// The arguments of `kxen-agent policy check`.
+#[derive(Debug, clap::Args)]
+pub struct PolicyCheckArgs {
+    #[command(flatten)]
+    pub policy: super::PolicyArgs,
+    /// A DCPAgent definition to intersect with the permitted catalog.
+    #[arg(long, value_name = "FILE")]
+    pub agent: Option<std::path::PathBuf>,
+    /// A model config: start each of its `[mcp.servers.NAME]` (in the current directory),
+    /// list their tools and show the rule each gets (allow, ask, deny, or refused and why). A
+    /// server that cannot start or answer is shown with its error, and the exit is 9.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+}

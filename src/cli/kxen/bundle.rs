@@ -114,3 +114,31 @@ pub(super) fn tagged<T: serde::Serialize>(kind: &str, value: &T) -> serde_json::
     }
     out
 }
+
+/// The arguments of `kxen-agent session verify`.
+#[derive(Debug, clap::Args)]
+pub struct SessionVerifyArgs {
+    /// The Session id (`ses_…`).
+    pub session: String,
+}
+
+/// The arguments of `kxen-agent session export`.
+#[derive(Debug, clap::Args)]
+pub struct SessionExportArgs {
+    /// The Session id (`ses_…`).
+    pub session: String,
+    /// The bundle to write (`*.bundle.json`): a new path or a regular file (it is replaced
+    /// atomically, so not `-`, a symlink or a device).
+    #[arg(long, short, value_name = "FILE")]
+    pub output: std::path::PathBuf,
+}
+
+/// The arguments of `kxen-agent session import`.
+#[derive(Debug, clap::Args)]
+pub struct SessionImportArgs {
+    /// The bundle (`*.bundle.json`).
+    pub file: std::path::PathBuf,
+    /// The workspace to bind the imported Session to.
+    #[arg(long, value_name = "PATH")]
+    pub workspace: std::path::PathBuf,
+}

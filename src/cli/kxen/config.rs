@@ -112,3 +112,19 @@ fn report(template: ModelConfigTemplate, path: &Path, replaced: bool, format: Fo
         }
     }
 }
+
+/// The arguments of `kxen-agent config init`.
+#[derive(Debug, clap::Args)]
+pub struct ConfigInitArgs {
+    /// The server the config is for (each is a complete, tested config; README "Models").
+    #[arg(long, value_enum, default_value_t = super::ProviderTemplate::Openai)]
+    pub provider: super::ProviderTemplate,
+    /// Where to write it (default: the file `kxen-agent run` reads without --config:
+    /// $KXEN_AGENT_CONFIG, else $XDG_CONFIG_HOME/kxen-agent/config.toml, else
+    /// ~/.config/kxen-agent/config.toml).
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+    /// Replace an existing file.
+    #[arg(long)]
+    pub force: bool,
+}

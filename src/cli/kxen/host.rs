@@ -40,3 +40,17 @@ pub fn abilities(
     output::line(&abilities::caps_json(&map));
     Ok(ExitStatus::Success)
 }
+
+/// The arguments of `kxen-agent host abilities`.
+#[derive(Debug, clap::Args)]
+pub struct HostAbilitiesArgs {
+    /// The model config (TOML); default as for `run`.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// The DCPAgent definition the Session would run (default: one the Builder writes,
+    /// served by the `execution` role).
+    #[arg(long, value_name = "FILE")]
+    pub agent: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub policy: super::PolicyArgs,
+}

@@ -19,3 +19,19 @@ pub fn write_starter(path: &Path, content: &str, what: &str, format: Format) -> 
     }
     Ok(ExitStatus::Success)
 }
+
+/// The arguments of `kxen-agent agent init`.
+#[derive(Debug, clap::Args)]
+pub struct AgentInitArgs {
+    /// Where to write it.
+    #[arg(long, short, default_value = "agent.yaml")]
+    pub output: std::path::PathBuf,
+}
+
+/// The arguments of `kxen-agent policy init`.
+#[derive(Debug, clap::Args)]
+pub struct PolicyInitArgs {
+    /// Where to write it.
+    #[arg(long, short, default_value = "policy.json")]
+    pub output: std::path::PathBuf,
+}

@@ -67,3 +67,33 @@ pub fn session_diff(
     }
     Ok(ExitStatus::Success)
 }
+
+/// The arguments of `kxen-agent session fork`.
+#[derive(Debug, clap::Args)]
+pub struct SessionForkArgs {
+    /// The Session to fork (`ses_…`).
+    pub session: String,
+    /// The message to fork at (`msg_…`, see `session show`); it is the last one copied.
+    #[arg(long, value_name = "MSG")]
+    pub at: String,
+    /// Copy the history up to just before MSG instead.
+    #[arg(long)]
+    pub before: bool,
+    /// Create a git worktree and branch `kxen/NAME` for the new Session
+    /// (NAME: 1-64 of A-Z a-z 0-9 _ -).
+    #[arg(long, value_name = "NAME")]
+    pub worktree: Option<String>,
+}
+
+/// The arguments of `kxen-agent session diff`.
+#[derive(Debug, clap::Args)]
+pub struct SessionDiffArgs {
+    /// The first Session (`ses_…`).
+    pub a: String,
+    /// The second Session (`ses_…`).
+    pub b: String,
+    /// Read the second Session from this state dir instead (e.g. compare a Session with its
+    /// imported copy on another runner).
+    #[arg(long, value_name = "PATH")]
+    pub other_state_dir: Option<std::path::PathBuf>,
+}

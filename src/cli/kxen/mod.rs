@@ -77,19 +77,7 @@ pub enum ConfigCommand {
     /// Write a commented model config for one kind of server (never a key: only the name of
     /// the variable holding it, `api_key_env`). Refuses to overwrite an existing file (exit 5)
     /// unless --force, which replaces it atomically.
-    Init {
-        /// The server the config is for (each is a complete, tested config; README "Models").
-        #[arg(long, value_enum, default_value_t = ProviderTemplate::Openai)]
-        provider: ProviderTemplate,
-        /// Where to write it (default: the file `kxen-agent run` reads without --config:
-        /// $KXEN_AGENT_CONFIG, else $XDG_CONFIG_HOME/kxen-agent/config.toml, else
-        /// ~/.config/kxen-agent/config.toml).
-        #[arg(long, short, value_name = "FILE")]
-        output: Option<PathBuf>,
-        /// Replace an existing file.
-        #[arg(long)]
-        force: bool,
-    },
+    Init(config::ConfigInitArgs),
 }
 
 /// `config init --provider`: the templates of [`crate::templates::ModelConfigTemplate`].
@@ -128,17 +116,7 @@ pub enum HostCommand {
     /// Print the DWP host abilities a Session made with this config, policy (and agent) would
     /// truthfully have: the closed set of eight booleans, as one JSON object that `dwp
     /// abilities --caps` and `dwp resources report --caps` accept. Read-only.
-    Abilities {
-        /// The model config (TOML); default as for `run`.
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
-        /// The DCPAgent definition the Session would run (default: one the Builder writes,
-        /// served by the `execution` role).
-        #[arg(long, value_name = "FILE")]
-        agent: Option<PathBuf>,
-        #[command(flatten)]
-        policy: PolicyArgs,
-    },
+    Abilities(host::HostAbilitiesArgs),
 }
 
 /// `kxen-agent run …`: either a new run (flags) or a run subcommand.
@@ -154,133 +132,49 @@ pub struct RunCmd {
 pub enum SessionCommand {
     /// List the Sessions in the state dir, newest first, with lineage (parent, fork kind) and
     /// workspace (read-only).
-    List {
-        /// Only the Sessions bound to the repository at PATH (same identity rule as a resume).
-        #[arg(long, value_name = "PATH")]
-        workspace: Option<PathBuf>,
-        /// Exit 10 when a Session cannot be read (it is still listed as `damagedSession`).
-        /// Without it, damage is reported as an entry and a warning, and the exit is 0.
-        #[arg(long)]
-        strict: bool,
-        /// List the Sessions stored on git remote NAME instead (`refs/kxen/sessions/*`, and
-        /// whether a run holds a remote lease), of the repository at --workspace PATH (default:
-        /// the current directory).
-        #[arg(long, value_name = "NAME", conflicts_with = "strict")]
-        remote: Option<String>,
-    },
+    List(show::SessionListArgs),
     /// Print a Session: metadata, workspace binding, lock, runs and messages (read-only).
-    Show {
-        /// The Session id (`ses_…`).
-        session: String,
-    },
+    Show(show::SessionShowArgs),
     /// Check a Session in place: every JSON file parses, the hash chains of its messages and
     /// run journals hold, runs and journals agree, the lock's definition hash re-derives and
     /// every referenced blob is intact. Exit 0, or 10 naming the first broken record (read-only).
-    Verify {
-        /// The Session id (`ses_…`).
-        session: String,
-    },
+    Verify(bundle::SessionVerifyArgs),
     /// Write one self-contained HTML page of the Session, readable offline (no script, font or
     /// link to anything outside it): its runs as a timeline (attempts and resumes, model calls,
     /// tool calls with duration and outcome, UNKNOWN and approval stops, compactions), tokens
     /// and cost per model call as a chart, every edit as a diff, the `task` children as a tree,
     /// and what `session verify` says. Read-only; works during a run. Text from models and tools
     /// is escaped. A Session that fails verification still gets its report, then exit 10.
-    Report {
-        /// The Session id (`ses_…`).
-        session: String,
-        /// Where to write the page (mode 0600, replaced atomically); `-` is stdout. Default:
-        /// stdout when it is not a terminal, otherwise `SES.html` in the current directory.
-        #[arg(long, short, value_name = "FILE")]
-        output: Option<PathBuf>,
-        /// Also write a short Markdown summary (status, cost, tool calls, the exact `run
-        /// approve` / `run resolve` commands of what waits), e.g. for $GITHUB_STEP_SUMMARY.
-        #[arg(long, value_name = "FILE")]
-        summary: Option<PathBuf>,
-        /// A model config whose `[providers.NAME.price]` rates price the recorded tokens (runs
-        /// record the provider's name, not its rates). Without it, only tokens are shown.
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
-    },
+    Report(report::SessionReportArgs),
     /// Write the Session into one self-contained, checksummed bundle (mode 0600, replaced
     /// atomically): its metadata, binding, lock, messages, runs, tool journals and the blobs they
     /// reference. Never a credential, but task text, tool arguments and outputs: private evidence.
     /// Refused (exit 5) while a run holds the Session's lease.
-    Export {
-        /// The Session id (`ses_…`).
-        session: String,
-        /// The bundle to write (`*.bundle.json`): a new path or a regular file (it is replaced
-        /// atomically, so not `-`, a symlink or a device).
-        #[arg(long, short, value_name = "FILE")]
-        output: PathBuf,
-    },
+    Export(bundle::SessionExportArgs),
     /// Import a bundle into this state dir, bound to PATH (which must be a clone of the Session's
     /// repository on its branch, exit 5 otherwise). Every checksum, chain and cross-reference
     /// is verified first; a failed import leaves nothing behind. Continue with
     /// `kxen-agent --resume SES --workspace PATH`.
-    Import {
-        /// The bundle (`*.bundle.json`).
-        file: PathBuf,
-        /// The workspace to bind the imported Session to.
-        #[arg(long, value_name = "PATH")]
-        workspace: PathBuf,
-    },
+    Import(bundle::SessionImportArgs),
     /// Push the Session to a git remote of its workspace repository: its bundle content (never a
     /// credential) as a snapshot commit at `refs/kxen/sessions/SES`, whose parent is the last
     /// snapshot this clone pushed or pulled. Only new objects are sent. A remote that has a newer
     /// snapshot is never overwritten (exit 5: pull first). Nothing is written to the working
     /// tree, the index or a branch. Refused (exit 5) while a run holds the Session's lease.
-    Push {
-        /// The Session id (`ses_…`).
-        session: String,
-        /// The git remote (default: the current branch's upstream remote, else `origin`).
-        #[arg(long, value_name = "NAME")]
-        remote: Option<String>,
-    },
+    Push(remote::SessionPushArgs),
     /// Fetch the Session's newest snapshot from a git remote and import it, bound to PATH, with
     /// every check `session import` makes (a damaged snapshot is exit 10 and changes nothing).
     /// A Session that exists here is replaced only if it is an ancestor of the snapshot (the same
     /// records, plus more); otherwise exit 5 naming where they differ.
-    Pull {
-        /// The Session id (`ses_…`).
-        session: String,
-        /// The git remote (default: the current branch's upstream remote, else `origin`).
-        #[arg(long, value_name = "NAME")]
-        remote: Option<String>,
-        /// The clone of the Session's repository to bind the Session to.
-        #[arg(long, value_name = "PATH")]
-        workspace: PathBuf,
-    },
+    Pull(remote::SessionPullArgs),
     /// Start a new Session from a Session's conversation up to message MSG (the parent is never
     /// changed). With --worktree NAME the new Session gets its own git worktree
     /// `<repo>/.kxen/worktrees/NAME` on the new branch `kxen/NAME`.
-    Fork {
-        /// The Session to fork (`ses_…`).
-        session: String,
-        /// The message to fork at (`msg_…`, see `session show`); it is the last one copied.
-        #[arg(long, value_name = "MSG")]
-        at: String,
-        /// Copy the history up to just before MSG instead.
-        #[arg(long)]
-        before: bool,
-        /// Create a git worktree and branch `kxen/NAME` for the new Session
-        /// (NAME: 1-64 of A-Z a-z 0-9 _ -).
-        #[arg(long, value_name = "NAME")]
-        worktree: Option<String>,
-    },
+    Fork(lineage::SessionForkArgs),
     /// Compare two Sessions: conversations (one block per message), locks and workspace
     /// bindings as unified diffs; in jsonl format one object with the common prefix length and the
     /// diverging messages (read-only).
-    Diff {
-        /// The first Session (`ses_…`).
-        a: String,
-        /// The second Session (`ses_…`).
-        b: String,
-        /// Read the second Session from this state dir instead (e.g. compare a Session with its
-        /// imported copy on another runner).
-        #[arg(long, value_name = "PATH")]
-        other_state_dir: Option<PathBuf>,
-    },
+    Diff(lineage::SessionDiffArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -288,101 +182,38 @@ pub enum RunCommand {
     /// Record the verified outcome of an operation whose outcome is UNKNOWN; the operation is
     /// never re-executed, and the next --resume gives the model exactly this output. Any process
     /// of the operation still running (Linux) is stopped before the outcome is recorded.
-    Resolve {
-        /// The Session id (`ses_…`).
-        session: String,
-        /// The run id (`run_…`).
-        run: String,
-        /// The operation id (`op_…`), from `run show`.
-        op: String,
-        /// What the tool's output was (what the model will see).
-        #[arg(long, value_name = "TEXT")]
-        output: String,
-        /// The tool failed.
-        #[arg(long)]
-        is_error: bool,
-    },
+    Resolve(show::RunResolveArgs),
     /// Approve a call that waits for approval (its policy rule is `ask`): the next --resume runs
     /// it through the durable journal. Bound to the operation and the hash of its arguments;
     /// recorded once (a second decision is exit 5).
-    Approve {
-        /// The Session id (`ses_…`).
-        session: String,
-        /// The run id (`run_…`).
-        run: String,
-        /// The operation id (`op_…`), from `run show` or the `runApprovalRequired` event.
-        op: String,
-        /// Refuse (exit 5) unless the call's arguments hash to this (`argumentsHash` in `run show`).
-        #[arg(long, value_name = "HASH")]
-        arguments_hash: Option<String>,
-    },
+    Approve(show::RunApproveArgs),
     /// Deny a call that waits for approval: it never runs, and the next --resume gives the model
     /// the denial (with the reason) as the tool's error result. Recorded once (exit 5 after).
-    Deny {
-        /// The Session id (`ses_…`).
-        session: String,
-        /// The run id (`run_…`).
-        run: String,
-        /// The operation id (`op_…`).
-        op: String,
-        /// Why (the model reads it).
-        #[arg(long, value_name = "TEXT")]
-        reason: Option<String>,
-        /// Refuse (exit 5) unless the call's arguments hash to this.
-        #[arg(long, value_name = "HASH")]
-        arguments_hash: Option<String>,
-    },
+    Deny(show::RunDenyArgs),
     /// Print a run's state and every tool-journal operation with its phase, and the calls that
     /// wait for approval (read-only).
-    Show {
-        /// The Session id (`ses_…`).
-        session: String,
-        /// The run id (`run_…`).
-        run: String,
-    },
+    Show(show::RunShowArgs),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum AgentCommand {
     /// Write a commented starter definition (refuses to overwrite an existing file).
-    Init {
-        /// Where to write it.
-        #[arg(long, short, default_value = "agent.yaml")]
-        output: PathBuf,
-    },
+    Init(init::AgentInitArgs),
     /// Check a DCPAgent definition against every rule of the spec and print its canonical form
     /// and definitionHash. Deterministic: never calls a model, never writes anything. Exit 0 if
     /// valid, 4 if not (the message names the file, line:column and field path).
-    Validate {
-        /// The DCPAgent YAML file.
-        file: PathBuf,
-    },
+    Validate(agent::AgentValidateArgs),
 }
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
     /// Write a starter runtime policy (refuses to overwrite an existing file).
-    Init {
-        /// Where to write it.
-        #[arg(long, short, default_value = "policy.json")]
-        output: PathBuf,
-    },
+    Init(init::PolicyInitArgs),
     /// Show the merged runtime policy (file plus flags), its hash, the permitted capability
     /// catalog and the `exec` fence with whether this machine can enforce it (checked by starting
     /// `/bin/true` inside it); with --agent, also the capabilities a Session would get, or the
     /// refusal (exit 6). Read-only: writes nothing.
-    Check {
-        #[command(flatten)]
-        policy: PolicyArgs,
-        /// A DCPAgent definition to intersect with the permitted catalog.
-        #[arg(long, value_name = "FILE")]
-        agent: Option<PathBuf>,
-        /// A model config: start each of its `[mcp.servers.NAME]` (in the current directory),
-        /// list their tools and show the rule each gets (allow, ask, deny, or refused and why). A
-        /// server that cannot start or answer is shown with its error, and the exit is 9.
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
-    },
+    Check(agent::PolicyCheckArgs),
 }
 
 /// The policy options shared by every command that creates or continues a Session.
@@ -502,156 +333,117 @@ fn dispatch(cli: Cli) -> Result<ExitStatus> {
         .with_hint("start a run with `kxen-agent run --task …` (or `kxen-agent --task …`)"));
     }
     match command {
-        Command::Session(SessionCommand::List {
-            workspace,
-            remote: Some(remote),
-            ..
-        }) => remote::list(&state()?, workspace.as_deref(), &remote, format),
-        Command::Session(SessionCommand::List {
-            workspace,
-            strict,
-            remote: None,
-        }) => show::session_list(&state()?, workspace.as_deref(), strict, format),
-        Command::Session(SessionCommand::Push { session, remote }) => {
-            remote::push(&state()?, &session, remote.as_deref(), format)
+        Command::Session(SessionCommand::List(args)) => match &args.remote {
+            Some(remote) => remote::list(&state()?, args.workspace.as_deref(), remote, format),
+            None => show::session_list(&state()?, args.workspace.as_deref(), args.strict, format),
+        },
+        Command::Session(SessionCommand::Push(args)) => {
+            remote::push(&state()?, &args.session, args.remote.as_deref(), format)
         }
-        Command::Session(SessionCommand::Pull {
-            session,
-            remote,
-            workspace,
-        }) => remote::pull(&state()?, &session, remote.as_deref(), &workspace, format),
-        Command::Session(SessionCommand::Fork {
-            session,
-            at,
-            before,
-            worktree,
-        }) => {
+        Command::Session(SessionCommand::Pull(args)) => remote::pull(
+            &state()?,
+            &args.session,
+            args.remote.as_deref(),
+            &args.workspace,
+            format,
+        ),
+        Command::Session(SessionCommand::Fork(args)) => {
             let request = crate::session::fork::ForkRequest {
-                parent: session,
-                at,
-                before,
-                worktree,
+                parent: args.session,
+                at: args.at,
+                before: args.before,
+                worktree: args.worktree,
             };
             lineage::session_fork(&state()?, &request, format)
         }
-        Command::Session(SessionCommand::Diff {
-            a,
-            b,
-            other_state_dir,
-        }) => {
+        Command::Session(SessionCommand::Diff(args)) => {
             let state_a = state()?;
-            let state_b = match other_state_dir {
-                Some(dir) => open_state(Some(&dir))?,
+            let state_b = match &args.other_state_dir {
+                Some(dir) => open_state(Some(dir))?,
                 None => state_a.clone(),
             };
-            lineage::session_diff(&state_a, &a, &state_b, &b, format)
+            lineage::session_diff(&state_a, &args.a, &state_b, &args.b, format)
         }
-        Command::Session(SessionCommand::Show { session }) => {
-            show::session_show(&state()?, &session, format)
+        Command::Session(SessionCommand::Show(args)) => {
+            show::session_show(&state()?, &args.session, format)
         }
-        Command::Session(SessionCommand::Verify { session }) => {
-            bundle::verify(&state()?, &session, format)
+        Command::Session(SessionCommand::Verify(args)) => {
+            bundle::verify(&state()?, &args.session, format)
         }
-        Command::Session(SessionCommand::Report {
-            session,
-            output,
-            summary,
-            config,
-        }) => report::report(
+        Command::Session(SessionCommand::Report(args)) => report::report(
             &state()?,
-            &session,
-            output.as_deref(),
-            summary.as_deref(),
-            config.as_deref(),
+            &args.session,
+            args.output.as_deref(),
+            args.summary.as_deref(),
+            args.config.as_deref(),
             format,
         ),
-        Command::Session(SessionCommand::Export { session, output }) => {
-            bundle::export(&state()?, &session, &output, format)
+        Command::Session(SessionCommand::Export(args)) => {
+            bundle::export(&state()?, &args.session, &args.output, format)
         }
-        Command::Session(SessionCommand::Import { file, workspace }) => {
-            bundle::import(&state()?, file, workspace, format)
+        Command::Session(SessionCommand::Import(args)) => {
+            bundle::import(&state()?, args.file, args.workspace, format)
         }
-        Command::Run(cmd) => match *cmd {
-            RunCmd {
-                action: Some(RunCommand::Show { session, run }),
-                ..
-            } => show::run_show(&state()?, &session, &run, format),
-            RunCmd {
-                action:
-                    Some(RunCommand::Resolve {
-                        session,
-                        run,
-                        op,
-                        output,
-                        is_error,
-                    }),
-                ..
-            } => {
+        Command::Run(cmd) => match cmd.action {
+            Some(RunCommand::Show(args)) => {
+                show::run_show(&state()?, &args.session, &args.run, format)
+            }
+            Some(RunCommand::Resolve(args)) => {
                 let resolution = crate::run::resolve::Resolution {
-                    session_id: session,
-                    run_id: run,
-                    op_id: op,
-                    output,
-                    is_error,
+                    session_id: args.session,
+                    run_id: args.run,
+                    op_id: args.op,
+                    output: args.output,
+                    is_error: args.is_error,
                 };
                 show::run_resolve(&state()?, &resolution, format)
             }
-            RunCmd {
-                action:
-                    Some(RunCommand::Approve {
-                        session,
-                        run,
-                        op,
-                        arguments_hash,
-                    }),
-                ..
-            } => {
+            Some(RunCommand::Approve(args)) => {
                 let decision = crate::run::approval::Decision::Approve;
-                let ids = [session.as_str(), run.as_str(), op.as_str()];
-                show::run_decide(&state()?, ids, &decision, arguments_hash.as_deref(), format)
+                let ids = [args.session.as_str(), args.run.as_str(), args.op.as_str()];
+                let hash = args.arguments_hash.as_deref();
+                show::run_decide(&state()?, ids, &decision, hash, format)
             }
-            RunCmd {
-                action:
-                    Some(RunCommand::Deny {
-                        session,
-                        run,
-                        op,
-                        reason,
-                        arguments_hash,
-                    }),
-                ..
-            } => {
-                let decision = crate::run::approval::Decision::Deny { reason };
-                let ids = [session.as_str(), run.as_str(), op.as_str()];
-                show::run_decide(&state()?, ids, &decision, arguments_hash.as_deref(), format)
+            Some(RunCommand::Deny(args)) => {
+                let decision = crate::run::approval::Decision::Deny {
+                    reason: args.reason,
+                };
+                let ids = [args.session.as_str(), args.run.as_str(), args.op.as_str()];
+                let hash = args.arguments_hash.as_deref();
+                show::run_decide(&state()?, ids, &decision, hash, format)
             }
-            RunCmd { args, action: None } => run::run(cli.state_dir.as_deref(), args, format),
+            None => run::run(cli.state_dir.as_deref(), cmd.args, format),
         },
-        Command::Agent(AgentCommand::Init { output }) => init::write_starter(
-            &output,
+        Command::Agent(AgentCommand::Init(args)) => init::write_starter(
+            &args.output,
             crate::templates::AGENT_YAML,
             "agent definition",
             format,
         ),
-        Command::Agent(AgentCommand::Validate { file }) => agent::validate(&file, format),
-        Command::Policy(PolicyCommand::Init { output }) => {
-            init::write_starter(&output, crate::templates::POLICY_JSON, "policy", format)
-        }
-        Command::Policy(PolicyCommand::Check {
-            policy,
-            agent,
-            config,
-        }) => agent::policy_check(&policy.flags(), agent.as_deref(), config.as_deref(), format),
-        Command::Host(HostCommand::Abilities {
-            config,
-            agent,
-            policy,
-        }) => host::abilities(config.as_deref(), agent.as_deref(), &policy.flags()),
-        Command::Config(ConfigCommand::Init {
-            provider,
-            output,
-            force,
-        }) => config::init(provider.template(), output.as_deref(), force, format),
+        Command::Agent(AgentCommand::Validate(args)) => agent::validate(&args.file, format),
+        Command::Policy(PolicyCommand::Init(args)) => init::write_starter(
+            &args.output,
+            crate::templates::POLICY_JSON,
+            "policy",
+            format,
+        ),
+        Command::Policy(PolicyCommand::Check(args)) => agent::policy_check(
+            &args.policy.flags(),
+            args.agent.as_deref(),
+            args.config.as_deref(),
+            format,
+        ),
+        Command::Host(HostCommand::Abilities(args)) => host::abilities(
+            args.config.as_deref(),
+            args.agent.as_deref(),
+            &args.policy.flags(),
+        ),
+        Command::Config(ConfigCommand::Init(args)) => config::init(
+            args.provider.template(),
+            args.output.as_deref(),
+            args.force,
+            format,
+        ),
     }
 }
 

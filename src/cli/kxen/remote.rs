@@ -107,3 +107,26 @@ pub fn list(
     }
     Ok(ExitStatus::Success)
 }
+
+/// The arguments of `kxen-agent session push`.
+#[derive(Debug, clap::Args)]
+pub struct SessionPushArgs {
+    /// The Session id (`ses_…`).
+    pub session: String,
+    /// The git remote (default: the current branch's upstream remote, else `origin`).
+    #[arg(long, value_name = "NAME")]
+    pub remote: Option<String>,
+}
+
+/// The arguments of `kxen-agent session pull`.
+#[derive(Debug, clap::Args)]
+pub struct SessionPullArgs {
+    /// The Session id (`ses_…`).
+    pub session: String,
+    /// The git remote (default: the current branch's upstream remote, else `origin`).
+    #[arg(long, value_name = "NAME")]
+    pub remote: Option<String>,
+    /// The clone of the Session's repository to bind the Session to.
+    #[arg(long, value_name = "PATH")]
+    pub workspace: std::path::PathBuf,
+}

@@ -126,3 +126,22 @@ fn check_file(flag: &str, path: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+/// The arguments of `kxen-agent session report`.
+#[derive(Debug, clap::Args)]
+pub struct SessionReportArgs {
+    /// The Session id (`ses_…`).
+    pub session: String,
+    /// Where to write the page (mode 0600, replaced atomically); `-` is stdout. Default:
+    /// stdout when it is not a terminal, otherwise `SES.html` in the current directory.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+    /// Also write a short Markdown summary (status, cost, tool calls, the exact `run
+    /// approve` / `run resolve` commands of what waits), e.g. for $GITHUB_STEP_SUMMARY.
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<std::path::PathBuf>,
+    /// A model config whose `[providers.NAME.price]` rates price the recorded tokens (runs
+    /// record the provider's name, not its rates). Without it, only tokens are shown.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+}

@@ -437,3 +437,84 @@ mod tests {
         assert_eq!(clip("ééé", 3), "ééé");
     }
 }
+
+/// The arguments of `kxen-agent session list`.
+#[derive(Debug, clap::Args)]
+pub struct SessionListArgs {
+    /// Only the Sessions bound to the repository at PATH (same identity rule as a resume).
+    #[arg(long, value_name = "PATH")]
+    pub workspace: Option<std::path::PathBuf>,
+    /// Exit 10 when a Session cannot be read (it is still listed as `damagedSession`).
+    /// Without it, damage is reported as an entry and a warning, and the exit is 0.
+    #[arg(long)]
+    pub strict: bool,
+    /// List the Sessions stored on git remote NAME instead (`refs/kxen/sessions/*`, and
+    /// whether a run holds a remote lease), of the repository at --workspace PATH (default:
+    /// the current directory).
+    #[arg(long, value_name = "NAME", conflicts_with = "strict")]
+    pub remote: Option<String>,
+}
+
+/// The arguments of `kxen-agent session show`.
+#[derive(Debug, clap::Args)]
+pub struct SessionShowArgs {
+    /// The Session id (`ses_…`).
+    pub session: String,
+}
+
+/// The arguments of `kxen-agent run resolve`.
+#[derive(Debug, clap::Args)]
+pub struct RunResolveArgs {
+    /// The Session id (`ses_…`).
+    pub session: String,
+    /// The run id (`run_…`).
+    pub run: String,
+    /// The operation id (`op_…`), from `run show`.
+    pub op: String,
+    /// What the tool's output was (what the model will see).
+    #[arg(long, value_name = "TEXT")]
+    pub output: String,
+    /// The tool failed.
+    #[arg(long)]
+    pub is_error: bool,
+}
+
+/// The arguments of `kxen-agent run approve`.
+#[derive(Debug, clap::Args)]
+pub struct RunApproveArgs {
+    /// The Session id (`ses_…`).
+    pub session: String,
+    /// The run id (`run_…`).
+    pub run: String,
+    /// The operation id (`op_…`), from `run show` or the `runApprovalRequired` event.
+    pub op: String,
+    /// Refuse (exit 5) unless the call's arguments hash to this (`argumentsHash` in `run show`).
+    #[arg(long, value_name = "HASH")]
+    pub arguments_hash: Option<String>,
+}
+
+/// The arguments of `kxen-agent run deny`.
+#[derive(Debug, clap::Args)]
+pub struct RunDenyArgs {
+    /// The Session id (`ses_…`).
+    pub session: String,
+    /// The run id (`run_…`).
+    pub run: String,
+    /// The operation id (`op_…`).
+    pub op: String,
+    /// Why (the model reads it).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    /// Refuse (exit 5) unless the call's arguments hash to this.
+    #[arg(long, value_name = "HASH")]
+    pub arguments_hash: Option<String>,
+}
+
+/// The arguments of `kxen-agent run show`.
+#[derive(Debug, clap::Args)]
+pub struct RunShowArgs {
+    /// The Session id (`ses_…`).
+    pub session: String,
+    /// The run id (`run_…`).
+    pub run: String,
+}
