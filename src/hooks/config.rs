@@ -90,6 +90,26 @@ impl HookEntry {
 }
 
 impl HooksConfig {
+    /// The same hooks with every value that equals its default left out.
+    fn normalized(&self) -> HooksConfig {
+        let plain = |entries: &[HookEntry]| -> Vec<HookEntry> {
+            entries
+                .iter()
+                .map(|e| HookEntry {
+                    timeout_ms: e.timeout_ms.filter(|ms| *ms != DEFAULT_TIMEOUT_MS),
+                    sandbox: e.sandbox.filter(|m| *m != SandboxMode::ReadOnly),
+                    ..e.clone()
+                })
+                .collect()
+        };
+        HooksConfig {
+            pre_tool_use: plain(&self.pre_tool_use),
+            post_tool_use: plain(&self.post_tool_use),
+            run_start: plain(&self.run_start),
+            run_end: plain(&self.run_end),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self == &HooksConfig::default()
     }
@@ -142,12 +162,15 @@ impl HooksConfig {
         None
     }
 
-    /// The hash the Session's lock records: a resume with other hooks is drift.
+    /// The hash the Session's lock records: a resume with other hooks is drift. A value spelled
+    /// out at its default (`timeout_ms = 60000`, `sandbox = "readOnly"`) hashes as if omitted,
+    /// so writing the default down is not drift; the hash of a config that omits them is the
+    /// one earlier versions recorded.
     pub fn hash(&self) -> Option<String> {
         if self.is_empty() {
             return None;
         }
-        let value = serde_json::to_value(self).ok()?;
+        let value = serde_json::to_value(self.normalized()).ok()?;
         Some(format!("sha256:{}", crate::canonical::hash_hex(&value)))
     }
 }
@@ -198,5 +221,22 @@ mod tests {
                 .is_err()
         );
         assert!(toml::from_str::<HooksConfig>("[[on_start]]\ncommand=[\"x\"]\n").is_err());
+    }
+
+    #[test]
+    fn a_default_spelled_out_hashes_as_if_omitted() {
+        let omitted = parse("[[pre_tool_use]]\ncommand = [\"/bin/true\"]\n");
+        let spelled = parse(
+            "[[pre_tool_use]]\ncommand = [\"/bin/true\"]\ntimeout_ms = 60000\nsandbox = \"readOnly\"\n",
+        );
+        let other = parse("[[pre_tool_use]]\ncommand = [\"/bin/true\"]\ntimeout_ms = 5\n");
+        assert_eq!(omitted.hash(), spelled.hash());
+        assert_ne!(omitted.hash(), other.hash());
+        // The omitted form hashes as before the normalization (Sessions locked then resume).
+        let before = serde_json::to_value(&omitted).unwrap();
+        assert_eq!(
+            omitted.hash().unwrap(),
+            format!("sha256:{}", crate::canonical::hash_hex(&before))
+        );
     }
 }
