@@ -32,6 +32,9 @@ pub const ALL: &[&str] = &[
     // (nothing ran); an operator's decision is journaled by `run approve` / `run deny`.
     "approval.after-awaiting",
     "approval.after-decision",
+    // A call every matching `pre_tool_use` hook allowed (run::approval::hook_allowed): the
+    // hooks' answer is durable (held and approved in one append), the call not yet started.
+    "hook.after-allowed",
     // A `task` call (run::children): the child Session exists (created after the parent's
     // `started` record), not yet run; the child's run ended, the parent's outcome not recorded.
     "task.after-child-created",

@@ -55,6 +55,18 @@ pub enum Verdict {
     Ask { hook: String, reason: String },
 }
 
+/// The `pre_tool_use` hooks about tool `tool`, named as `run show` names a hook (joined with
+/// ", "); empty when none matches, and then no hook runs and nothing is journaled for them.
+pub fn matching_pre_hooks(config: &HooksConfig, tool: &str) -> String {
+    config
+        .pre_tool_use
+        .iter()
+        .filter(|e| e.matches(tool))
+        .map(|e| e.describe("pre_tool_use"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Runs the `pre_tool_use` hooks of `config` matching the call (see the module doc).
 pub fn pre_tool_use(config: &HooksConfig, fence: &RunFence, call: CallFacts) -> Verdict {
     let mut verdict = Verdict::Allow;

@@ -157,6 +157,30 @@ pub fn hook_denied(
     Ok(())
 }
 
+/// Every `pre_tool_use` hook that matched the call allowed it: journaled as held by the hooks
+/// and approved, in one append, before the call's `started` record. A kill between the hooks'
+/// answer and the start then resumes into an approved operation ([`decided`]), so the hooks
+/// are never asked twice about one operation. Costs one fsync, only for a call a hook matched.
+pub fn hook_allowed(
+    journal: &mut Journal,
+    message_id: &str,
+    index: usize,
+    call: &ToolCall,
+    op_id: &str,
+    hooks: &str,
+) -> Result<()> {
+    journal.record_steps(vec![
+        awaiting(message_id, index, call, op_id, hooks),
+        JournalRecord::Approved {
+            op_id: op_id.to_string(),
+            at: crate::clock::now_rfc3339(),
+            arguments_hash: arguments_hash(&call.arguments),
+        },
+    ])?;
+    failpoint::hit("hook.after-allowed");
+    Ok(())
+}
+
 /// A call that will not run (`why`: a cancel, the budget) whose operation was approved: its
 /// outcome is known — it did not run — and recorded, so the loop settles it like any outcome.
 /// Returns the operation id, or `None` when the call has no approved operation (the loop then

@@ -231,13 +231,14 @@ impl Loop<'_, '_> {
                 tool: &call.name,
                 arguments: &call.arguments,
             };
-            let verdict = match self.ex.hooks.pre_tool_use.is_empty() {
+            let hooked = crate::hooks::matching_pre_hooks(self.ex.hooks, &call.name);
+            let verdict = match hooked.is_empty() {
                 true => crate::hooks::Verdict::Allow,
                 false => crate::hooks::pre_tool_use(self.ex.hooks, self.ex.fence, facts),
             };
             let asks = crate::policy::rule_for(self.ex.tool_rules, &call.name).0
                 == crate::policy::ToolRule::Ask;
-            if asks || verdict != crate::hooks::Verdict::Allow {
+            if asks || !hooked.is_empty() {
                 // The call an `awaitingApproval` record names must be durable first.
                 self.assistant_durable()?;
             }
@@ -254,6 +255,13 @@ impl Loop<'_, '_> {
                     let journal = &mut self.journal;
                     approval::hook_asked(journal, message_id, index, call, &op_id, &hook, &reason)?;
                     return Ok((slots, Some(op_id)));
+                }
+                // The hooks' answer is durable before the start (an `ask` rule's hold is too).
+                crate::hooks::Verdict::Allow if !hooked.is_empty() && !asks => {
+                    let journal = &mut self.journal;
+                    approval::hook_allowed(journal, message_id, index, call, &op_id, &hooked)?;
+                    slots.push(slot(Verdict::Run(admitted, op_id)));
+                    continue;
                 }
                 crate::hooks::Verdict::Allow => {}
             }

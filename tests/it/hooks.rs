@@ -479,6 +479,56 @@ fn a_kill_right_after_a_hooks_deny_never_turns_it_into_a_hold() {
 }
 
 #[test]
+fn a_kill_after_the_hooks_allowed_resumes_without_asking_them_again() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let log_path = env.path().join("hook.log");
+    let allow = script(
+        &env,
+        "allow.sh",
+        &format!(
+            "cat >/dev/null; echo asked >> {}; exit 0",
+            log_path.display()
+        ),
+    );
+    let cfg = config(
+        &env,
+        &[
+            call("c1", "exec", json!({"command": "echo ran >> counter.txt"})),
+            answer("done"),
+        ],
+        &hook("pre_tool_use", "exec", &allow, "sandbox = \"off\""),
+    );
+    let mut cmd = run_cmd(&env, &repo, fixer(&env), &cfg, "work", true);
+    cmd.env("KXEN_FAILPOINT", "hook.after-allowed");
+    let crashed = Run::from(cmd.output().unwrap());
+    assert_ne!(
+        crashed.code, 0,
+        "the failpoint was reached: {}",
+        crashed.stdout
+    );
+    assert_eq!(log(&env), ["asked"]);
+    assert!(!repo.join("counter.txt").exists(), "nothing started yet");
+    let (session, _) = only_session(&env);
+    let verify = env.run("kxen-agent", &["session", "verify", &session]);
+    verify.expect(0);
+    let resume = [
+        "--resume",
+        session.as_str(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--allow-shell",
+    ];
+    env.run("kxen-agent", &resume).expect(0);
+    assert_eq!(log(&env), ["asked"], "the hook was asked once");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("counter.txt")).unwrap(),
+        "ran\n",
+        "the call ran once"
+    );
+}
+
+#[test]
 fn time_in_hooks_counts_and_a_cancel_during_a_hook_starts_nothing() {
     let env = TestEnv::new();
     let repo = env.git_repo("repo", &[("README", "x\n")]);
