@@ -16,6 +16,7 @@ pub mod bundle;
 pub mod canonical;
 pub mod cli;
 pub mod clock;
+pub mod config;
 pub mod dwp;
 pub mod error;
 pub mod fsx;

@@ -70,8 +70,8 @@ impl ModelConfigTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::ModelConfig;
-    use crate::provider::config::ConfigSource;
+    use crate::config::ConfigSource;
+    use crate::config::ModelConfig;
     use std::path::Path;
 
     fn load(text: &str) -> ModelConfig {

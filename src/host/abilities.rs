@@ -21,9 +21,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use crate::config::ModelConfig;
 use crate::dwp::config::ABILITIES;
 use crate::error::Result;
-use crate::provider::ModelConfig;
 use crate::provider::config::{Price, ProviderConfig};
 
 /// What the host abilities are computed from.
@@ -146,7 +146,7 @@ pub fn as_frame(abilities: &BTreeMap<String, bool>) -> crate::dwp::resources::Ab
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::config::ConfigSource;
+    use crate::config::ConfigSource;
 
     fn config(dir: &Path, text: &str) -> ModelConfig {
         ModelConfig::parse(text, &dir.join("config.toml"), ConfigSource::Flag).unwrap()

@@ -21,8 +21,8 @@ pub use binding::PlanBinding;
 pub use meter::{Exhausted, PlanHost};
 
 use crate::agent::DcpAgentLock;
+use crate::config::ModelConfig;
 use crate::error::Result;
-use crate::provider::ModelConfig;
 use crate::session::UsageRecord;
 use crate::state::{SessionPaths, StateDir};
 

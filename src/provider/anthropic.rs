@@ -501,8 +501,8 @@ impl MessagesStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{ConfigSource, ModelConfig};
     use crate::provider::loopback::{Reply, serve};
-    use crate::provider::{ModelConfig, config::ConfigSource};
 
     fn provider(url: &str, extra: &str) -> Box<dyn Provider> {
         let text = format!(

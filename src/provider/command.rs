@@ -161,9 +161,9 @@ pub(crate) fn excerpt(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ConfigSource;
+    use crate::config::ModelConfig;
     use crate::error::ErrorKind;
-    use crate::provider::ModelConfig;
-    use crate::provider::config::ConfigSource;
     use serde_json::json;
 
     fn setup(script: &str, extra: &str) -> (tempfile::TempDir, Box<dyn Provider>) {

@@ -1,8 +1,8 @@
 //! Model providers (MRM, docs/spec.md §10): the runtime's model-role map and the clients behind
 //! it.
 //!
-//! A [`ModelConfig`] (TOML, see [`config`]) maps role names (`execution`, `planning`, …) to
-//! providers of three kinds: an OpenAI-compatible chat-completions endpoint ([`openai`]), an
+//! The model config ([`crate::config::ModelConfig`], TOML) maps role names (`execution`,
+//! `planning`, …) to providers of three kinds: an OpenAI-compatible chat-completions endpoint ([`openai`]), an
 //! external command speaking JSON on stdin/stdout ([`command`]), and a deterministic script that
 //! replays recorded responses ([`script`]). The definition never names a provider or a model;
 //! credentials are read from the environment at call time and never stored.
@@ -28,7 +28,7 @@ use serde_json::Value;
 use crate::error::Result;
 use crate::tools::ToolSchema;
 
-pub use config::{ModelConfig, ProviderInfo};
+pub use config::ProviderInfo;
 
 /// The model role that writes compaction summaries; unmapped, the execution role's provider
 /// does (`run::compaction` asks for it, the script provider answers it in kind).

@@ -515,9 +515,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ConfigSource;
+    use crate::config::ModelConfig;
     use crate::error::ErrorKind;
-    use crate::provider::ModelConfig;
-    use crate::provider::config::ConfigSource;
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpListener;
     use std::sync::mpsc;

@@ -21,8 +21,8 @@ mod summary;
 
 use std::collections::BTreeMap;
 
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::provider::ModelConfig;
 use crate::provider::config::Price;
 use crate::session::verify;
 use crate::session::{store, view};

@@ -45,7 +45,7 @@ use crate::session::run_record::RunState;
 use crate::tools::task::TaskRunner;
 use crate::tools::{self, OperationMark, ToolContext, ToolOutput};
 
-pub use crate::provider::config::DEFAULT_PARALLEL_TOOLS;
+pub use crate::config::DEFAULT_PARALLEL_TOOLS;
 
 /// How many of `calls` (from the first) form one batch: consecutive parallel-safe calls, at
 /// most `limit`. 1 means "run the first call alone".

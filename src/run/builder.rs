@@ -8,8 +8,9 @@
 use std::time::Duration;
 
 use crate::agent::{self, AgentDefinition};
+use crate::config::ModelConfig;
 use crate::error::{Error, ErrorKind, Result};
-use crate::provider::{ChatMessage, ModelConfig, ModelRequest};
+use crate::provider::{ChatMessage, ModelRequest};
 use crate::run::contract::strip_fence;
 
 /// The model role the Builder calls.

@@ -27,8 +27,9 @@
 
 use std::sync::Arc;
 
+use crate::config::ModelConfig;
 use crate::error::Result;
-use crate::provider::{COMPACTION_ROLE, ChatMessage, ChatRole, ModelConfig, Provider};
+use crate::provider::{COMPACTION_ROLE, ChatMessage, ChatRole, Provider};
 
 /// `compact_at` when the config does not give it.
 pub const DEFAULT_COMPACT_AT: f64 = 0.8;

@@ -11,11 +11,11 @@ use serde_json::Value;
 
 use crate::agent::DcpAgentLock;
 use crate::agent::{self, AgentDefinition};
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::git::{self, WorkspaceBinding};
 use crate::ids::{self, IdKind};
 use crate::policy::{self, MergedPolicy, PolicyFlags};
-use crate::provider::ModelConfig;
 use crate::run::builder;
 use crate::run::events::Event;
 use crate::run::prepared::{Prepared, Runtime};

@@ -17,11 +17,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::host::PlanHost;
 use crate::host::binding::{self, Bound};
 use crate::policy::PolicyFlags;
-use crate::provider::ModelConfig;
 use crate::run::agent_loop::{self, Ending, Execution};
 use crate::run::create::{self, NewRunRequest};
 use crate::run::events::{Event, EventSink};

@@ -12,9 +12,10 @@ use std::sync::atomic::AtomicBool;
 use serde_json::Value;
 
 use crate::agent::DcpAgentLock;
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::policy::MergedPolicy;
-use crate::provider::{ModelConfig, Provider};
+use crate::provider::Provider;
 use crate::run::agent_loop::Execution;
 use crate::session::{Lease, SessionMeta};
 use crate::state::{SessionPaths, StateDir};

@@ -10,12 +10,12 @@
 
 use std::path::PathBuf;
 
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::fsx;
 use crate::git;
 use crate::ids::{self, IdKind};
 use crate::policy::{self, MergedPolicy, PolicyFlags};
-use crate::provider::ModelConfig;
 use crate::run::prepared::{Prepared, Runtime};
 use crate::run::settle;
 use crate::session::run_record::RunState;

@@ -102,7 +102,7 @@ pub fn policy_check(
     };
     // `lsp` works only with a language server of the config (as at Session creation).
     let lsp_servers = match config {
-        Some(path) => crate::provider::ModelConfig::load(Some(path))?
+        Some(path) => crate::config::ModelConfig::load(Some(path))?
             .lsp_servers()
             .clone(),
         None => Default::default(),
@@ -224,7 +224,7 @@ pub fn policy_check(
 /// (nothing is written to the state dir; the current directory stands for the workspace of its
 /// fence), and what `policy` does with each tool.
 fn mcp_catalog(path: &Path, merged: &policy::MergedPolicy) -> Result<Vec<crate::mcp::ServerView>> {
-    let config = crate::provider::ModelConfig::load(Some(path))?;
+    let config = crate::config::ModelConfig::load(Some(path))?;
     let cwd = std::env::current_dir()
         .map_err(|e| Error::io("read the current directory", Path::new("."), e))?;
     let home = tempfile::tempdir()

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use crate::cli::output::{self, Format};
+use crate::config::ModelConfig;
 use crate::error::{Error, ExitStatus, Result};
 use crate::fsx;
-use crate::provider::ModelConfig;
 use crate::templates::ModelConfigTemplate;
 
 /// Mode of a written config: it holds no secret (only the *names* of key variables).

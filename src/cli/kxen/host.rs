@@ -4,10 +4,10 @@ use std::path::Path;
 
 use crate::agent::{self, DcpAgentLock};
 use crate::cli::output;
+use crate::config::ModelConfig;
 use crate::error::{ExitStatus, Result};
 use crate::host::abilities::{self, HostInputs};
 use crate::policy::{self, PolicyFlags};
-use crate::provider::ModelConfig;
 
 /// Prints the map as one JSON line (the same in both formats: it is meant for `--caps`).
 pub fn abilities(

@@ -47,7 +47,7 @@ pub fn report(
         check_file("--summary", path)?;
     }
     let pricing = match config {
-        Some(path) => Pricing::from_config(&crate::provider::ModelConfig::load(Some(path))?),
+        Some(path) => Pricing::from_config(&crate::config::ModelConfig::load(Some(path))?),
         None => Pricing::default(),
     };
     let built = report::build(state, session_id, &pricing)?;
