@@ -42,6 +42,16 @@ pub enum Gate {
     Wait(String),
 }
 
+/// A call about to be journaled under `op_id` before it starts: call `index` of assistant
+/// message `message_id`.
+#[derive(Debug, Clone, Copy)]
+pub struct HeldCall<'a> {
+    pub message_id: &'a str,
+    pub index: usize,
+    pub call: &'a ToolCall,
+    pub op_id: &'a str,
+}
+
 /// The approved operation of call `index` of `message_id`, if it has one (checked against the
 /// call's arguments); `None` for a call nothing was recorded for yet.
 pub fn decided(
@@ -75,33 +85,25 @@ pub fn decided(
 
 /// A call nothing was recorded for, to start under the new `op_id`: held when its policy
 /// rule is `ask` (`awaitingApproval` is durable), else run.
-pub fn hold_or_run(
-    journal: &mut Journal,
-    rules: &ToolRules,
-    message_id: &str,
-    index: usize,
-    call: &ToolCall,
-    op_id: String,
-) -> Result<Gate> {
-    let (rule, pattern) = crate::policy::rule_for(rules, &call.name);
+pub fn hold_or_run(journal: &mut Journal, rules: &ToolRules, held: HeldCall) -> Result<Gate> {
+    let (rule, pattern) = crate::policy::rule_for(rules, &held.call.name);
     if rule != ToolRule::Ask {
-        return Ok(Gate::Run(op_id));
+        return Ok(Gate::Run(held.op_id.to_string()));
     }
-    let record = awaiting(message_id, index, call, &op_id, pattern.unwrap_or_default());
-    journal.record(record)?;
+    journal.record(awaiting(held, pattern.unwrap_or_default()))?;
     failpoint::hit("approval.after-awaiting");
-    Ok(Gate::Wait(op_id))
+    Ok(Gate::Wait(held.op_id.to_string()))
 }
 
-/// The `awaitingApproval` record of call `index` of `message_id` under `op_id`, held by `rule`
-/// (an `mcpTools` pattern, or the hook that asked or denied).
-fn awaiting(
-    message_id: &str,
-    index: usize,
-    call: &ToolCall,
-    op_id: &str,
-    rule: &str,
-) -> JournalRecord {
+/// The `awaitingApproval` record of `held`, held by `rule` (an `mcpTools` pattern, or the
+/// hook that asked or denied).
+fn awaiting(held: HeldCall, rule: &str) -> JournalRecord {
+    let HeldCall {
+        message_id,
+        index,
+        call,
+        op_id,
+    } = held;
     JournalRecord::AwaitingApproval {
         op_id: op_id.to_string(),
         at: crate::clock::now_rfc3339(),
@@ -117,17 +119,9 @@ fn awaiting(
 
 /// A `pre_tool_use` hook asked a human about the call: held like an `ask` rule, the hook named
 /// as its rule (`hook: …`), so `run approve`/`run deny` decide it and the hook is not asked again.
-pub fn hook_asked(
-    journal: &mut Journal,
-    message_id: &str,
-    index: usize,
-    call: &ToolCall,
-    op_id: &str,
-    hook: &str,
-    reason: &str,
-) -> Result<()> {
+pub fn hook_asked(journal: &mut Journal, held: HeldCall, hook: &str, reason: &str) -> Result<()> {
     let rule = format!("{hook}: {reason}");
-    journal.record(awaiting(message_id, index, call, op_id, &rule))?;
+    journal.record(awaiting(held, &rule))?;
     failpoint::hit("approval.after-awaiting");
     Ok(())
 }
@@ -135,21 +129,13 @@ pub fn hook_asked(
 /// A `pre_tool_use` hook denied the call: journaled as held by the hook and denied, in one
 /// append (a kill leaves both or neither), so the call never starts, the model reads `reason`,
 /// and a resume settles it without asking the hook again.
-pub fn hook_denied(
-    journal: &mut Journal,
-    message_id: &str,
-    index: usize,
-    call: &ToolCall,
-    op_id: &str,
-    hook: &str,
-    reason: &str,
-) -> Result<()> {
+pub fn hook_denied(journal: &mut Journal, held: HeldCall, hook: &str, reason: &str) -> Result<()> {
     journal.record_steps(vec![
-        awaiting(message_id, index, call, op_id, hook),
+        awaiting(held, hook),
         JournalRecord::Denied {
-            op_id: op_id.to_string(),
+            op_id: held.op_id.to_string(),
             at: crate::clock::now_rfc3339(),
-            arguments_hash: arguments_hash(&call.arguments),
+            arguments_hash: arguments_hash(&held.call.arguments),
             output: error_outcome(format!("denied by {hook}, the call was not run: {reason}")),
         },
     ])?;
@@ -161,20 +147,13 @@ pub fn hook_denied(
 /// and approved, in one append, before the call's `started` record. A kill between the hooks'
 /// answer and the start then resumes into an approved operation ([`decided`]), so the hooks
 /// are never asked twice about one operation. Costs one fsync, only for a call a hook matched.
-pub fn hook_allowed(
-    journal: &mut Journal,
-    message_id: &str,
-    index: usize,
-    call: &ToolCall,
-    op_id: &str,
-    hooks: &str,
-) -> Result<()> {
+pub fn hook_allowed(journal: &mut Journal, held: HeldCall, hooks: &str) -> Result<()> {
     journal.record_steps(vec![
-        awaiting(message_id, index, call, op_id, hooks),
+        awaiting(held, hooks),
         JournalRecord::Approved {
-            op_id: op_id.to_string(),
+            op_id: held.op_id.to_string(),
             at: crate::clock::now_rfc3339(),
-            arguments_hash: arguments_hash(&call.arguments),
+            arguments_hash: arguments_hash(&held.call.arguments),
         },
     ])?;
     failpoint::hit("hook.after-allowed");

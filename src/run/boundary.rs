@@ -242,31 +242,32 @@ impl Loop<'_, '_> {
                 // The call an `awaitingApproval` record names must be durable first.
                 self.assistant_durable()?;
             }
+            let held = approval::HeldCall {
+                message_id,
+                index,
+                call,
+                op_id: &op_id,
+            };
+            let journal = &mut self.journal;
             match verdict {
                 crate::hooks::Verdict::Deny { hook, reason } => {
-                    let journal = &mut self.journal;
-                    approval::hook_denied(
-                        journal, message_id, index, call, &op_id, &hook, &reason,
-                    )?;
+                    approval::hook_denied(journal, held, &hook, &reason)?;
                     slots.push(slot(Verdict::Denied(op_id)));
                     continue;
                 }
                 crate::hooks::Verdict::Ask { hook, reason } => {
-                    let journal = &mut self.journal;
-                    approval::hook_asked(journal, message_id, index, call, &op_id, &hook, &reason)?;
+                    approval::hook_asked(journal, held, &hook, &reason)?;
                     return Ok((slots, Some(op_id)));
                 }
                 // The hooks' answer is durable before the start (an `ask` rule's hold is too).
                 crate::hooks::Verdict::Allow if !hooked.is_empty() && !asks => {
-                    let journal = &mut self.journal;
-                    approval::hook_allowed(journal, message_id, index, call, &op_id, &hooked)?;
+                    approval::hook_allowed(journal, held, &hooked)?;
                     slots.push(slot(Verdict::Run(admitted, op_id)));
                     continue;
                 }
                 crate::hooks::Verdict::Allow => {}
             }
-            let rules = self.ex.tool_rules;
-            match approval::hold_or_run(&mut self.journal, rules, message_id, index, call, op_id)? {
+            match approval::hold_or_run(journal, self.ex.tool_rules, held)? {
                 approval::Gate::Run(op_id) => slots.push(slot(Verdict::Run(admitted, op_id))),
                 approval::Gate::Wait(op_id) => return Ok((slots, Some(op_id))),
             }
