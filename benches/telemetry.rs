@@ -20,7 +20,7 @@ use kxen::run::agent_loop::{self, Ending};
 use kxen::run::create::NewRunRequest;
 use kxen::run::events::Discard;
 use kxen::state::StateDir;
-use kxen::telemetry::{Protocol, Settings, export::Exporter, sink::TracingSink};
+use kxen::telemetry::{Protocol, Settings, Tracing};
 
 mod support;
 
@@ -58,6 +58,7 @@ fn main() {
         headers: Default::default(),
         service_name: "bench".into(),
         protocol: Protocol::Protobuf,
+        content: false,
     };
     let mut plain = Vec::new();
     let mut traced = Vec::new();
@@ -118,14 +119,11 @@ fn run(calls: usize, settings: Option<Settings>, rep: usize) -> f64 {
     let ending = match settings {
         None => agent_loop::execute(&execution, &prepared.run_id, &mut discard).unwrap(),
         Some(s) => {
-            let mut sink = TracingSink::new(
-                &mut discard,
-                Exporter::start(s),
-                prepared.provider_info.as_ref(),
-                &state,
-            );
+            let tracing = Tracing::start(s);
+            let mut sink = tracing.sink(&mut discard, prepared.provider_info.as_ref(), &state);
             let ending = agent_loop::execute(&execution, &prepared.run_id, &mut sink).unwrap();
-            if let Some(warning) = sink.finish() {
+            sink.finish();
+            if let Some(warning) = tracing.finish() {
                 panic!("spans lost: {warning}");
             }
             ending

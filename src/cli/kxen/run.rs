@@ -174,6 +174,7 @@ pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<E
     let ending = super::trace::traced(
         &state,
         prepared.provider_info.as_ref(),
+        &prepared.telemetry,
         &mut renderer,
         format,
         |sink| agent_loop::execute(&execution, &prepared.run_id, sink),
@@ -332,6 +333,7 @@ fn resume_here(
             super::trace::traced(
                 &state,
                 resumed.provider_info.as_ref(),
+                &resumed.telemetry,
                 &mut sink,
                 format,
                 |sink| agent_loop::execute(&execution, &resumed.run_id, sink),
@@ -340,6 +342,7 @@ fn resume_here(
         _ => super::trace::traced(
             &state,
             resumed.provider_info.as_ref(),
+            &resumed.telemetry,
             &mut renderer,
             format,
             |sink| agent_loop::execute(&execution, &resumed.run_id, sink),
