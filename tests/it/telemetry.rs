@@ -919,3 +919,78 @@ fn an_mcp_request_is_a_span_under_its_tool_call() {
         assert!(request["end"].as_u64() <= call["end"].as_u64());
     }
 }
+
+/// An `lsp` call's requests to its language server are CLIENT spans under the call's span, one
+/// per request (the server's start-up handshake included), with the method and the server.
+#[test]
+fn lsp_requests_are_spans_under_their_tool_call() {
+    let Some(python) = crate::lsp::pylsp_python() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let rx = receiver(&env, "ok");
+    let repo = env.git_repo("repo", &[("ok.py", "fine\n")]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lsp/fake_server.py");
+    let entry = format!(
+        "[lsp.fake]\ncommand = [{python:?}, {:?}]\nextensions = [\".py\"]\ntimeout_ms = 3000\n\
+         sandbox = \"off\"\n",
+        script.to_str().unwrap(),
+    );
+    let config = crate::lsp::config_with(
+        &env,
+        &[
+            call(
+                "c1",
+                "lsp",
+                json!({"operation": "hover", "path": "ok.py", "line": 1, "character": 1}),
+            ),
+            answer("done"),
+        ],
+        &entry,
+    );
+    let agent = agent(
+        &env,
+        "lsp-user",
+        "read, lsp",
+        "",
+        "{format: text, requiredFields: []}",
+    );
+    let run = traced(
+        &env,
+        &[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", rx.port),
+        )],
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "look",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    let spans = rx.spans();
+    let call = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool lsp")
+        .expect("the lsp call");
+    let hover = spans
+        .iter()
+        .find(|s| s["name"] == "lsp textDocument/hover")
+        .unwrap_or_else(|| panic!("the hover request: {spans:#?}"));
+    assert_eq!(hover["parentSpanId"], call["spanId"]);
+    assert_eq!(hover["kind"], 3);
+    assert_eq!(attr(hover, "kxen.lsp.method"), "textDocument/hover");
+    assert_eq!(attr(hover, "kxen.lsp.server"), "fake");
+    assert_eq!(hover["status"], 0);
+    let requests = spans
+        .iter()
+        .filter(|s| s["parentSpanId"] == call["spanId"])
+        .count();
+    assert!(requests >= 1);
+}
