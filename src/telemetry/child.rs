@@ -27,10 +27,11 @@ pub fn traced<T>(
     inner: &mut dyn EventSink,
     execute: impl FnOnce(&mut dyn EventSink) -> T,
 ) -> T {
-    let (Some(under), Some((queue, content))) = (
-        current::op_parent(of.parent_run_id, of.op_id),
-        current::queue(),
-    ) else {
+    // Under the `task` call's span; a child that the parent's recovery resumes has no call span
+    // in this attempt: under the attempt's `invoke_agent` then.
+    let under = current::op_parent(of.parent_run_id, of.op_id)
+        .or_else(|| current::op_parent(of.parent_run_id, current::RUN));
+    let (Some(under), Some((queue, content))) = (under, current::queue()) else {
         return execute(inner);
     };
     let mut sink = TracingSink::for_child(

@@ -29,6 +29,10 @@ pub struct Parent {
     pub run_id: String,
 }
 
+/// The operation id under which a run's `invoke_agent` span of the current attempt is
+/// registered (no real operation id is empty).
+pub const RUN: &str = "";
+
 /// Whether a tracer is installed (the fast path of every function here).
 static ON: AtomicBool = AtomicBool::new(false);
 

@@ -324,6 +324,17 @@ impl<'a> TracingSink<'a> {
                     run.attributes
                         .push(("gen_ai.input.messages", Self::message_value("user", task)));
                 }
+                // The attempt itself, for a `task` child its recovery resumes (no call span).
+                current::op_started(
+                    run_id,
+                    current::RUN,
+                    Parent {
+                        trace_id: self.trace_id,
+                        span_id: run.span_id,
+                        session_id: session_id.clone(),
+                        run_id: run_id.clone(),
+                    },
+                );
                 self.run = Some(run);
                 self.waiting_since = Some(span::now_ns());
                 self.journal = None;
