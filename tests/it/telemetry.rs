@@ -736,6 +736,31 @@ fn the_config_table_alone_exports_and_keeps_content_out() {
         assert!(!String::from_utf8_lossy(&bytes).contains("table-token"));
     }
 
+    // The header's variable unset: one warning naming it, and the run goes on untraced.
+    let before = rx.spans().len();
+    let run = traced(
+        &env,
+        &[],
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "t",
+            "--agent",
+            fixer(&env).to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    assert!(
+        run.stderr.contains("telemetry is off") && run.stderr.contains("COLLECTOR_AUTH"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(rx.spans().len(), before);
+
     // An unknown key of the table is the config's error: exit 4, naming the file and the key.
     let bad = crate::mcp::config(&env, &[answer("x")], "[telemetry]\nendpoints = \"x\"\n");
     let run = traced(
@@ -995,4 +1020,59 @@ fn lsp_requests_are_spans_under_their_tool_call() {
         .expect("the initialize request");
     assert_eq!(init["parentSpanId"], call["spanId"]);
     assert!(init["end"].as_u64() <= hover["start"].as_u64());
+}
+
+/// Over Streamable HTTP the request span says so (`network.transport=tcp`, protocol http).
+#[test]
+fn an_mcp_request_over_http_says_its_transport() {
+    use crate::mcp_http::{HttpServer, ServerOptions, http_entry};
+    let Some(py) = crate::mcp::python() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let rx = receiver(&env, "ok");
+    let server = HttpServer::start(&env, &py, &ServerOptions::default());
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let config = crate::mcp::config(
+        &env,
+        &[
+            call("c1", "mcp__fx__echo", json!({"text": "over http"})),
+            answer("done"),
+        ],
+        &http_entry(&server.url(), ""),
+    );
+    let agent = crate::mcp::text_agent(&env, "mcp__fx__echo", "");
+    let run = traced(
+        &env,
+        &[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", rx.port),
+        )],
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "echo",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-mcp",
+        ],
+    );
+    run.expect(0);
+    let spans = rx.spans();
+    let call = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool mcp__fx__echo")
+        .expect("the tool call");
+    let request = spans
+        .iter()
+        .find(|s| s["name"] == "tools/call echo")
+        .unwrap_or_else(|| panic!("the MCP request: {spans:#?}"));
+    assert_eq!(request["parentSpanId"], call["spanId"]);
+    assert_eq!(attr(request, "network.transport"), "tcp");
+    assert_eq!(attr(request, "network.protocol.name"), "http");
+    assert_eq!(attr(request, "kxen.mcp.outcome"), "ok");
 }
