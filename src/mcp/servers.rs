@@ -367,8 +367,6 @@ impl Servers {
     }
 }
 
-/// Connects to the Streamable HTTP server `url` of entry `config`; its bearer token is read
-/// from the environment kxen-agent started with, now (never stored).
 /// The `tools/call {tool}` span of one call (the OTel MCP conventions: kind CLIENT,
 /// `mcp.method.name`, `jsonrpc.request.id`, `network.transport`, `gen_ai.tool.name`,
 /// `error.type` when it failed), with the server's config name and the outcome: `ok`, `error`
@@ -414,6 +412,8 @@ fn trace_call(
     call.end(format!("tools/call {tool}"), attributes, status, &message);
 }
 
+/// Connects to the Streamable HTTP server `url` of entry `config`; its bearer token is read
+/// from the environment kxen-agent started with, now (never stored).
 fn connect(
     server: &str,
     url: &str,

@@ -168,7 +168,8 @@ pub fn client_call() -> Option<ClientCall> {
 
 impl ClientCall {
     /// Ends the request: one CLIENT span `name` under the tool call's span, with
-    /// `attributes` after the Session and run ids.
+    /// `attributes` after the Session and run ids. `message` (a server's error text, which may
+    /// quote arguments or files) becomes the status message only when content is opted in.
     pub fn end(
         self,
         name: String,
@@ -176,7 +177,13 @@ impl ClientCall {
         status: Status,
         message: &str,
     ) {
-        let Some((queue, _)) = queue() else { return };
+        let Some((queue, content)) = queue() else {
+            return;
+        };
+        let message = match content {
+            true => crate::text::preview(&crate::redact::redact(message), 200),
+            false => String::new(),
+        };
         let mut all = Vec::with_capacity(attributes.len() + 2);
         all.push(("kxen.session.id", Value::from(self.parent.session_id)));
         all.push(("kxen.run.id", Value::from(self.parent.run_id)));
@@ -191,7 +198,7 @@ impl ClientCall {
             end_ns: span::now_ns(),
             attributes: all,
             status,
-            status_message: crate::text::preview(&crate::redact::redact(message), 200),
+            status_message: message,
         });
     }
 }
