@@ -1076,3 +1076,77 @@ fn an_mcp_request_over_http_says_its_transport() {
     assert_eq!(attr(request, "network.protocol.name"), "http");
     assert_eq!(attr(request, "kxen.mcp.outcome"), "ok");
 }
+
+/// The parent dies right after creating its `task` child; the resume's recovery runs the child:
+/// there is no `task` call span in that attempt, so the child's run goes under the attempt's
+/// `invoke_agent` span, with its own model and tool spans, in the parent's trace.
+#[test]
+fn a_child_run_by_the_parents_recovery_is_under_the_resumed_attempt() {
+    use crate::task::{child, delegator, tasks};
+    let env = TestEnv::new();
+    let rx = receiver(&env, "ok");
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let config = script_config(
+        &env,
+        &[
+            tasks(&[("t1", "check a", "Read the README, then say a-ok")]),
+            child("check a", call("a1", "read", json!({"path": "README"}))),
+            child("check a", answer("a-ok")),
+            answer("checked"),
+        ],
+    );
+    let endpoint = format!("http://127.0.0.1:{}", rx.port);
+    let agent = delegator(&env, 8);
+    let crashed = env
+        .cmd("kxen-agent")
+        .args(["run", "--workspace", repo.to_str().unwrap()])
+        .args(["--task", "delegate", "--agent", agent.to_str().unwrap()])
+        .args(["--config", config.to_str().unwrap(), "--allow-shell"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("KXEN_FAILPOINT", "task.after-child-created")
+        .env("KXEN_TEST_NO_POWERCUT", "1")
+        .output()
+        .unwrap();
+    assert_eq!(crashed.status.code(), None, "the failpoint aborts");
+    let parent = crate::task::session_list(&env)
+        .into_iter()
+        .find(|s| s["parentId"].is_null())
+        .unwrap();
+    let id = parent["id"].as_str().unwrap().to_string();
+    let run = traced(
+        &env,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)],
+        &[
+            "--resume",
+            &id,
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ],
+    );
+    run.expect(0);
+    let spans = rx.spans();
+    let resumed = spans
+        .iter()
+        .find(|s| {
+            s["name"] == "invoke_agent"
+                && s["parentSpanId"] == ""
+                && attr(s, "kxen.run.status") == "completed"
+        })
+        .unwrap_or_else(|| panic!("the resumed attempt: {spans:#?}"));
+    let child_root = spans
+        .iter()
+        .find(|s| s["name"] == "invoke_agent" && s["parentSpanId"] == resumed["spanId"])
+        .unwrap_or_else(|| panic!("the child's run under the resumed attempt: {spans:#?}"));
+    assert_eq!(child_root["traceId"], resumed["traceId"]);
+    assert_ne!(
+        attr(child_root, "kxen.session.id"),
+        attr(resumed, "kxen.session.id")
+    );
+    let read = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool read")
+        .expect("the child's read");
+    assert_eq!(read["traceId"], resumed["traceId"]);
+    assert_eq!(attr(read, "kxen.run.id"), attr(child_root, "kxen.run.id"));
+}
