@@ -44,6 +44,8 @@
 //! compaction = "local"                 # optional: who writes summaries (default: execution's)
 //! [tools]
 //! parallel = 4                         # read-class and `task` calls of one turn run together
+//! [telemetry]                          # trace export (crate::telemetry::config)
+//! endpoint = "http://localhost:4318"
 //! [lsp.python]                         # a language server of the `lsp` tool (crate::lsp::config)
 //! command = ["/usr/bin/python3", "-m", "pylsp"]
 //! extensions = [".py"]
@@ -58,6 +60,7 @@ use serde::Deserialize;
 use crate::error::{Error, ErrorKind, Result};
 use crate::provider::Provider;
 use crate::provider::config::{Price, ProviderConfig, ProviderInfo};
+use crate::telemetry::config::TelemetryConfig;
 
 /// How many calls may run together when the config does not say (`[tools] parallel`; the run's
 /// batches: `crate::run::agent_loop`).
@@ -90,6 +93,8 @@ pub struct ModelConfig {
     hooks: crate::hooks::HooksConfig,
     /// `context_files`: the repository rule files a run reads ([`crate::run::context`]).
     context_files: Vec<String>,
+    /// `[telemetry]`: trace export ([`crate::telemetry::config`]).
+    telemetry: TelemetryConfig,
 }
 
 /// The file names of `context_files` when the config does not say.
@@ -126,6 +131,8 @@ struct ConfigFile {
     tools: ToolsSection,
     #[serde(default)]
     hooks: crate::hooks::HooksConfig,
+    #[serde(default)]
+    telemetry: TelemetryConfig,
 }
 
 /// `[tools]`: how tool calls run.
@@ -176,6 +183,7 @@ impl ModelConfig {
                     parallel_tools: DEFAULT_PARALLEL_TOOLS,
                     hooks: Default::default(),
                     context_files: default_context_files(),
+                    telemetry: Default::default(),
                 });
             }
             Err(e) => {
@@ -295,6 +303,7 @@ impl ModelConfig {
             },
             lsp_servers: file.lsp,
             hooks: file.hooks,
+            telemetry: file.telemetry,
         };
         config.validate()?;
         for p in config.providers.values() {
@@ -310,6 +319,11 @@ impl ModelConfig {
                 crate::tools::register_provider_key_env(name);
                 crate::own_env::forget(name)?;
             }
+        }
+        // A collector header (`[telemetry] headers_env`) is a credential too.
+        for name in config.telemetry.secret_vars() {
+            crate::tools::register_provider_key_env(name);
+            crate::own_env::forget(name)?;
         }
         Ok(config)
     }
@@ -336,6 +350,7 @@ impl ModelConfig {
         if let Some(why) = self.hooks.error() {
             return Err(self.invalid(why));
         }
+        self.telemetry.check().map_err(|why| self.invalid(why))?;
         for (role, provider) in &self.roles {
             if !self.providers.contains_key(provider) {
                 return Err(self.invalid(format!(
@@ -387,6 +402,11 @@ impl ModelConfig {
     /// The `[[hooks.EVENT]]` tables.
     pub fn hooks(&self) -> &crate::hooks::HooksConfig {
         &self.hooks
+    }
+
+    /// The `[telemetry]` table.
+    pub fn telemetry(&self) -> &TelemetryConfig {
+        &self.telemetry
     }
 
     /// The `[lsp.NAME]` tables.

@@ -320,8 +320,43 @@ impl Client {
     }
 
     /// Sends request `method` and waits for its answer (at most `timeout_ms`; a cancel sends
-    /// `$/cancelRequest` and gives up).
+    /// `$/cancelRequest` and gives up). Within a traced tool call, one span per request
+    /// (`crate::telemetry::current`).
     pub fn request(
+        &mut self,
+        method: &str,
+        params: Value,
+        cancel: &AtomicBool,
+    ) -> Result<Value, Failure> {
+        let traced = crate::telemetry::current::client_call();
+        let result = self.send_request(method, params, cancel);
+        if let Some(call) = traced {
+            use crate::telemetry::span::{Status, Value as Attr};
+            let mut attributes = vec![
+                ("kxen.lsp.method", Attr::from(method)),
+                ("kxen.lsp.server", Attr::from(self.server.as_str())),
+                ("jsonrpc.request.id", Attr::from(self.next_id.to_string())),
+                ("network.transport", Attr::from("pipe")),
+            ];
+            let (status, message) = match &result {
+                Ok(_) => (Status::Unset, String::new()),
+                Err(failure) => {
+                    let kind = match failure {
+                        Failure::Rpc(_) => "jsonrpc_error",
+                        Failure::Broken(_) => "broken",
+                        Failure::Timeout(_) => "timeout",
+                        Failure::Canceled => "canceled",
+                    };
+                    attributes.push(("error.type", Attr::from(kind)));
+                    (Status::Error, failure.to_string())
+                }
+            };
+            call.end(format!("lsp {method}"), attributes, status, &message);
+        }
+        result
+    }
+
+    fn send_request(
         &mut self,
         method: &str,
         params: Value,

@@ -340,6 +340,11 @@ impl HttpClient {
         )
     }
 
+    /// The JSON-RPC id of the last request sent (a trace span's `jsonrpc.request.id`).
+    pub fn last_request_id(&self) -> u64 {
+        self.next_id
+    }
+
     /// What the server asked of us during the last `tools/call` (one line per elicitation).
     pub fn take_exchanges(&mut self) -> Vec<String> {
         std::mem::take(&mut *self.wire.exchanges())

@@ -62,6 +62,21 @@ impl Peer {
         }
     }
 
+    fn last_request_id(&self) -> u64 {
+        match self {
+            Peer::Stdio(c) => c.last_request_id(),
+            Peer::Http(c) => c.last_request_id(),
+        }
+    }
+
+    /// `network.transport` of the OTel conventions: stdio is a pipe, Streamable HTTP is TCP.
+    fn transport(&self) -> &'static str {
+        match self {
+            Peer::Stdio(_) => "pipe",
+            Peer::Http(_) => "tcp",
+        }
+    }
+
     fn take_exchanges(&mut self) -> Vec<String> {
         match self {
             Peer::Stdio(c) => c.take_exchanges(),
@@ -214,7 +229,11 @@ impl Servers {
                 ));
             }
         };
+        let traced = crate::telemetry::current::client_call();
         let result = client.call_tool(tool, arguments, cancel);
+        if let Some(call) = traced {
+            trace_call(call, server, tool, client, &result);
+        }
         // What the server asked of us during the call goes into the outcome (journaled with
         // it), whatever the outcome is.
         let exchanges = client.take_exchanges();
@@ -346,6 +365,51 @@ impl Servers {
         })?;
         Ok(Peer::Stdio(client))
     }
+}
+
+/// The `tools/call {tool}` span of one call (the OTel MCP conventions: kind CLIENT,
+/// `mcp.method.name`, `jsonrpc.request.id`, `network.transport`, `gen_ai.tool.name`,
+/// `error.type` when it failed), with the server's config name and the outcome: `ok`, `error`
+/// (the tool's own error), `refused` (a JSON-RPC error), `notSent`, or `unknown` (sent, no
+/// answer: the call may have acted).
+fn trace_call(
+    call: crate::telemetry::current::ClientCall,
+    server: &str,
+    tool: &str,
+    peer: &Peer,
+    result: &std::result::Result<Value, Failure>,
+) {
+    use crate::telemetry::span::{Status, Value as Attr};
+    let (outcome, error, message) = match result {
+        Ok(r) if r["isError"] == true => ("error", Some("tool_error"), String::new()),
+        Ok(_) => ("ok", None, String::new()),
+        Err(Failure::Rpc(why)) => ("refused", Some("jsonrpc_error"), why.clone()),
+        Err(Failure::NotSent(why)) => ("notSent", Some("not_sent"), why.clone()),
+        Err(other) => ("unknown", Some("no_answer"), other.to_string()),
+    };
+    let mut attributes = vec![
+        ("mcp.method.name", Attr::from("tools/call")),
+        ("gen_ai.operation.name", Attr::from("execute_tool")),
+        ("gen_ai.tool.name", Attr::from(tool)),
+        (
+            "jsonrpc.request.id",
+            Attr::from(peer.last_request_id().to_string()),
+        ),
+        ("network.transport", Attr::from(peer.transport())),
+        ("kxen.mcp.server", Attr::from(server)),
+        ("kxen.mcp.outcome", Attr::from(outcome)),
+    ];
+    if let Peer::Http(_) = peer {
+        attributes.push(("network.protocol.name", Attr::from("http")));
+    }
+    let status = match error {
+        Some(kind) => {
+            attributes.push(("error.type", Attr::from(kind)));
+            Status::Error
+        }
+        None => Status::Unset,
+    };
+    call.end(format!("tools/call {tool}"), attributes, status, &message);
 }
 
 /// Connects to the Streamable HTTP server `url` of entry `config`; its bearer token is read

@@ -311,7 +311,20 @@ fn run_child(
     if let Some(host) = parent.plan {
         agent_loop::lock_host(host).delegation_launched(&delegated)?;
     }
-    let ending = agent_loop::execute(&execution, &run_id, &mut Discard)?;
+    // A traced parent's child is traced too, under the parent's `task` span. `run` calling up
+    // into `telemetry` (which reads run events): the one place a child's sink is chosen.
+    let of = crate::telemetry::child::ChildOf {
+        parent_run_id: meta.task_parent.as_ref().map_or("", |t| t.run_id.as_str()),
+        op_id: meta.task_parent.as_ref().map_or("", |t| t.op_id.as_str()),
+        depth: meta.task_parent.as_ref().map_or(1, |t| t.depth),
+    };
+    let ending = crate::telemetry::child::traced(
+        parent.state,
+        &of,
+        parent.provider_info.as_ref(),
+        &mut Discard,
+        |sink| agent_loop::execute(&execution, &run_id, sink),
+    )?;
     failpoint::hit("task.after-child-ended");
     if let (Some(host), Ending::Finished(result)) = (parent.plan, &ending) {
         let end = match result.status {

@@ -31,6 +31,7 @@ use crate::state::StateDir;
 use crate::sync::PushedSnapshot;
 use crate::sync::lease::LeaseRecord;
 use crate::sync::remote_run::{RemoteRun, RemoteRunRequest, workspace_or_cwd};
+use crate::telemetry::config::TelemetryConfig;
 
 /// A DWP plan task a run works on (`--plan DIR --plan-task T`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,13 +99,22 @@ pub struct Ended {
     pub pushed: Option<PushedSnapshot>,
 }
 
+/// What the caller's [`Observe`] learns of the run it wraps.
+#[derive(Clone, Copy)]
+pub struct RunFacts<'a> {
+    pub state: &'a StateDir,
+    /// The provider serving the run (its name and model: a span's `gen_ai.*` attributes).
+    pub provider_info: Option<&'a Value>,
+    /// The config's `[telemetry]` table.
+    pub telemetry: &'a TelemetryConfig,
+}
+
 /// What a caller may wrap around the run's execution: the sink it gets is the one the run
-/// emits to (the CLI adds telemetry this way; `provider_info` names the model for its spans).
+/// emits to (the CLI adds telemetry this way).
 pub trait Observe {
     fn observe(
         &mut self,
-        state: &StateDir,
-        provider_info: Option<&Value>,
+        facts: RunFacts,
         sink: &mut dyn EventSink,
         execute: &mut dyn FnMut(&mut dyn EventSink) -> Result<Ending>,
     ) -> Result<Ending>;
@@ -116,8 +126,7 @@ pub struct Plain;
 impl Observe for Plain {
     fn observe(
         &mut self,
-        _state: &StateDir,
-        _provider_info: Option<&Value>,
+        _facts: RunFacts,
         sink: &mut dyn EventSink,
         execute: &mut dyn FnMut(&mut dyn EventSink) -> Result<Ending>,
     ) -> Result<Ending> {
@@ -333,12 +342,14 @@ fn execute(
         plan,
         ..prepared.execution(cancel)
     };
-    observe.observe(
-        &prepared.state,
-        prepared.provider_info.as_ref(),
-        sink,
-        &mut |sink| agent_loop::execute(&execution, &prepared.run_id, sink),
-    )
+    let facts = RunFacts {
+        state: &prepared.state,
+        provider_info: prepared.provider_info.as_ref(),
+        telemetry: &prepared.telemetry,
+    };
+    observe.observe(facts, sink, &mut |sink| {
+        agent_loop::execute(&execution, &prepared.run_id, sink)
+    })
 }
 
 /// A new Session whose state dir lies inside its workspace is refused: the agent's own tools

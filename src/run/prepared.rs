@@ -56,6 +56,8 @@ pub struct Prepared {
     pub context_files: Vec<String>,
     /// The `price`s of the execution and compaction models.
     pub prices: Prices,
+    /// `[telemetry]` of the config.
+    pub telemetry: crate::telemetry::TelemetryConfig,
     /// [`DcpAgentLock::tool_names`] of the lock, held for the execution to borrow.
     tool_names: Vec<String>,
 }
@@ -75,6 +77,8 @@ pub struct Runtime {
     /// The config's `context_files`.
     pub context_files: Vec<String>,
     pub prices: Prices,
+    /// `[telemetry]` of the config (the command's tracing: `crate::telemetry`).
+    pub telemetry: crate::telemetry::TelemetryConfig,
 }
 
 /// What the models of a run charge (`None`: no `price` configured for that provider): each
@@ -144,6 +148,7 @@ impl Runtime {
             hooks: config.hooks().clone(),
             context_files: config.context_files().to_vec(),
             prices,
+            telemetry: config.telemetry().clone(),
         })
     }
 }
@@ -179,6 +184,7 @@ impl Prepared {
             hooks: runtime.hooks,
             context_files: runtime.context_files,
             prices: runtime.prices,
+            telemetry: runtime.telemetry,
         }
     }
 

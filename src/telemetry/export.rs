@@ -3,6 +3,8 @@
 //! slow or unreachable collector only delays this thread, and the end of the run waits at most
 //! [`FLUSH_WAIT`] for what is still queued.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -23,10 +25,31 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 pub const FLUSH_WAIT: Duration = Duration::from_millis(1500);
 
 pub struct Exporter {
-    queue: SyncSender<Span>,
-    dropped: u64,
+    queue: Queue,
     thread: JoinHandle<Report>,
     done: Receiver<()>,
+}
+
+/// The sending end of the exporter's queue: cheap to clone, one per sink (a `task` child's run
+/// and every MCP or LSP request of a traced tool call send through their own clone).
+#[derive(Clone)]
+pub struct Queue {
+    spans: SyncSender<Span>,
+    /// Spans handed to [`Queue::send`], and those dropped on a full queue.
+    sent: Arc<AtomicU64>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Queue {
+    /// Queues a finished span, or drops it (counted) if the queue is full. Never blocks.
+    pub fn send(&self, span: Span) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            self.spans.try_send(span)
+        {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// What the exporter thread could not do.
@@ -56,31 +79,32 @@ impl Exporter {
             }),
         };
         Exporter {
-            queue,
-            dropped: 0,
+            queue: Queue {
+                spans: queue,
+                sent: Arc::new(AtomicU64::new(0)),
+                dropped: Arc::new(AtomicU64::new(0)),
+            },
             thread,
             done,
         }
     }
 
-    /// Queues a finished span, or drops it if the queue is full.
-    pub fn send(&mut self, span: Span) {
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
-            self.queue.try_send(span)
-        {
-            self.dropped += 1;
-        }
+    /// A sending end of the queue.
+    pub fn queue(&self) -> Queue {
+        self.queue.clone()
     }
 
     /// Sends what is queued, waiting at most [`FLUSH_WAIT`]; returns one warning when spans were
-    /// lost (dropped, refused by the collector, or still unsent at the deadline).
-    pub fn finish(self, queued: u64) -> Option<String> {
+    /// lost (dropped, refused by the collector, or still unsent at the deadline). Every clone of
+    /// the queue must be gone by now (the thread drains until the last sender is dropped).
+    pub fn finish(self) -> Option<String> {
         let Exporter {
             queue,
-            dropped,
             thread,
             done,
         } = self;
+        let queued = queue.sent.load(Ordering::Relaxed);
+        let dropped = queue.dropped.load(Ordering::Relaxed);
         drop(queue);
         let report = match done.recv_timeout(FLUSH_WAIT) {
             Ok(()) => thread.join().unwrap_or_default(),

@@ -7,15 +7,21 @@
 //! start to the outcome; a call held for approval is an `execute_tool` span with outcome
 //! `awaitingApproval`, a call refused without running one with `refused`). Every span carries
 //! `kxen.session.id` and `kxen.run.id`. Attribute values are ids, names, statuses and counts
-//! only: no task, prompt, argument or output.
+//! only — unless the config opts in (`[telemetry] content = true`): then the task, the model's
+//! text, each call's arguments and the start of its output too, redacted and cut to
+//! [`CONTENT_BYTES`].
+//!
+//! While a tool call runs its span is registered in [`super::current`], so an MCP or LSP request
+//! it makes and a `task` child it runs go under it. A child's run has a sink of its own
+//! ([`TracingSink::for_child`]) in the parent's trace, rooted at the parent's `task` span.
 
 use std::collections::HashMap;
 
 use serde_json::Value as Json;
 
-use super::export::Exporter;
+use super::current::{self, Parent};
+use super::export::Queue;
 use super::span::{self, Kind, Span, Status, Value};
-use crate::journal::ChildRef;
 use crate::run::events::{Event, EventSink};
 use crate::session::UsageRecord;
 use crate::state::StateDir;
@@ -30,9 +36,20 @@ struct Open {
     attributes: Vec<(&'static str, Value)>,
 }
 
+/// The most bytes of one content attribute (`content = true`); longer text is cut.
+pub const CONTENT_BYTES: usize = 4096;
+
 pub struct TracingSink<'a> {
     inner: &'a mut dyn EventSink,
-    exporter: Exporter,
+    queue: Queue,
+    /// `[telemetry] content`: prompts, arguments and outputs go into attributes.
+    content: bool,
+    /// A `task` child's sink: the parent's `task` span, whose trace the child's spans join.
+    under: Option<Parent>,
+    /// `kxen.task.depth` of a child's run.
+    depth: Option<u64>,
+    /// The model's text of the answer being received (`content = true`).
+    model_text: Option<String>,
     /// `gen_ai.provider.name` and `gen_ai.request.model` of the run's model calls.
     provider: Option<String>,
     model: Option<String>,
@@ -48,7 +65,6 @@ pub struct TracingSink<'a> {
     tools: HashMap<String, Open>,
     journal: Option<JournalTail>,
     state: Option<StateDir>,
-    sent: u64,
 }
 
 impl<'a> TracingSink<'a> {
@@ -57,9 +73,10 @@ impl<'a> TracingSink<'a> {
     /// to (events do not say).
     pub fn new(
         inner: &'a mut dyn EventSink,
-        exporter: Exporter,
+        queue: Queue,
         provider_info: Option<&Json>,
         state: &StateDir,
+        content: bool,
     ) -> TracingSink<'a> {
         let field = |key: &str| {
             provider_info
@@ -68,7 +85,11 @@ impl<'a> TracingSink<'a> {
         };
         TracingSink {
             inner,
-            exporter,
+            queue,
+            content,
+            under: None,
+            depth: None,
+            model_text: None,
             provider: field("kind"),
             model: field("model"),
             session_id: String::new(),
@@ -80,8 +101,51 @@ impl<'a> TracingSink<'a> {
             tools: HashMap::new(),
             journal: None,
             state: Some(state.clone()),
-            sent: 0,
         }
+    }
+
+    /// The sink of a `task` child's run (depth `depth`): its spans join `under`'s trace, its
+    /// `invoke_agent` span a child of `under` (the parent's `execute_tool task` span).
+    pub fn for_child(
+        inner: &'a mut dyn EventSink,
+        queue: Queue,
+        provider_info: Option<&Json>,
+        state: &StateDir,
+        content: bool,
+        under: Parent,
+        depth: u64,
+    ) -> TracingSink<'a> {
+        let mut sink = TracingSink::new(inner, queue, provider_info, state, content);
+        sink.under = Some(under);
+        sink.depth = Some(depth);
+        sink
+    }
+
+    /// `text` as a content attribute: redacted (every credential this process knows), then cut
+    /// to [`CONTENT_BYTES`] on a character boundary.
+    fn content_value(text: &str) -> Value {
+        Value::Str(Self::clipped(text))
+    }
+
+    /// `text` as the one text part of a message of `role`, in the GenAI conventions' JSON form
+    /// of `gen_ai.input.messages` / `gen_ai.output.messages` (the text redacted and cut).
+    fn message_value(role: &str, text: &str) -> Value {
+        let parts = serde_json::json!([{"type": "text", "content": Self::clipped(text)}]);
+        Value::Str(serde_json::json!([{"role": role, "parts": parts}]).to_string())
+    }
+
+    fn clipped(text: &str) -> String {
+        let mut text = crate::redact::redact(text);
+        if text.len() > CONTENT_BYTES {
+            let mut cut = CONTENT_BYTES;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let more = text.len() - cut;
+            text.truncate(cut);
+            text.push_str(&format!("… [{more} more bytes]"));
+        }
+        text
     }
 
     fn open(&self, name: String, kind: Kind, parent: Option<[u8; 8]>) -> Open {
@@ -99,8 +163,7 @@ impl<'a> TracingSink<'a> {
     }
 
     fn close(&mut self, open: Open, status: Status, message: &str) {
-        self.sent += 1;
-        self.exporter.send(Span {
+        self.queue.send(Span {
             trace_id: self.trace_id,
             span_id: open.span_id,
             parent: open.parent,
@@ -148,6 +211,12 @@ impl<'a> TracingSink<'a> {
             chat.attributes
                 .push(("gen_ai.usage.output_tokens", Value::from(u.output_tokens)));
         }
+        if let Some(text) = self.model_text.take().filter(|t| !t.is_empty()) {
+            chat.attributes.push((
+                "gen_ai.output.messages",
+                Self::message_value("assistant", &text),
+            ));
+        }
         self.last_chat = Some((message_id.unwrap_or_default().to_string(), chat.span_id));
         self.close(chat, Status::Unset, "");
     }
@@ -191,33 +260,6 @@ impl<'a> TracingSink<'a> {
         open
     }
 
-    /// A `task` call returned: its child's run, under the call's span.
-    fn child_spans(&mut self, op_id: &str, parent: [u8; 8]) {
-        let Some(child) = self
-            .journal
-            .as_ref()
-            .and_then(|j| j.children.get(op_id))
-            .cloned()
-        else {
-            return;
-        };
-        let Some(state) = &self.state else { return };
-        let mut spans = Vec::new();
-        super::children::spans(
-            state,
-            self.trace_id,
-            parent,
-            &child.session_id,
-            &child.run_id,
-            1,
-            &mut spans,
-        );
-        for span in spans {
-            self.sent += 1;
-            self.exporter.send(span);
-        }
-    }
-
     /// Ends the attempt's span (and anything still open under it).
     fn end_run(&mut self, status: &str, error: Option<&str>, extra: Vec<(&'static str, Value)>) {
         // A completed run ended with the model's final answer: that call ends with the run. A
@@ -226,6 +268,7 @@ impl<'a> TracingSink<'a> {
             self.chat(None, None, "stop");
         }
         self.waiting_since = None;
+        current::run_ended(&self.run_id);
         let tools: Vec<Open> = self.tools.drain().map(|(_, o)| o).collect();
         for mut tool in tools {
             tool.attributes.push(("kxen.tool.phase", "started".into()));
@@ -241,14 +284,11 @@ impl<'a> TracingSink<'a> {
         }
     }
 
-    /// Ends what is open and sends what is queued (at most a short wait); the warning to show
-    /// when spans were lost.
-    pub fn finish(mut self) -> Option<String> {
+    /// Ends what is still open (an attempt that stopped without a final event).
+    pub fn finish(mut self) {
         if self.run.is_some() {
             self.end_run("interrupted", None, Vec::new());
         }
-        let sent = self.sent;
-        self.exporter.finish(sent)
     }
 
     fn observe(&mut self, event: &Event) {
@@ -256,21 +296,45 @@ impl<'a> TracingSink<'a> {
             Event::SessionCreated { session_id, .. } => self.session_id = session_id.clone(),
             Event::SessionResumed { session_id, .. } => self.session_id = session_id.clone(),
             Event::RunStarted {
-                session_id, run_id, ..
+                session_id,
+                run_id,
+                task,
             } => {
                 if self.run.is_some() {
                     self.end_run("interrupted", None, Vec::new());
                 }
                 self.session_id = session_id.clone();
                 self.run_id = run_id.clone();
-                self.trace_id = span::trace_id(run_id);
-                let mut run = self.open("invoke_agent".into(), Kind::Internal, None);
+                self.trace_id = match &self.under {
+                    Some(parent) => parent.trace_id,
+                    None => span::trace_id(run_id),
+                };
+                let root_parent = self.under.as_ref().map(|p| p.span_id);
+                let mut run = self.open("invoke_agent".into(), Kind::Internal, root_parent);
                 run.attributes
                     .push(("gen_ai.operation.name", "invoke_agent".into()));
                 if let Some(p) = &self.provider {
                     run.attributes
                         .push(("gen_ai.provider.name", p.clone().into()));
                 }
+                if let Some(depth) = self.depth {
+                    run.attributes.push(("kxen.task.depth", Value::from(depth)));
+                }
+                if self.content {
+                    run.attributes
+                        .push(("gen_ai.input.messages", Self::message_value("user", task)));
+                }
+                // The attempt itself, for a `task` child its recovery resumes (no call span).
+                current::op_started(
+                    run_id,
+                    current::RUN,
+                    Parent {
+                        trace_id: self.trace_id,
+                        span_id: run.span_id,
+                        session_id: session_id.clone(),
+                        run_id: run_id.clone(),
+                    },
+                );
                 self.run = Some(run);
                 self.waiting_since = Some(span::now_ns());
                 self.journal = None;
@@ -284,15 +348,40 @@ impl<'a> TracingSink<'a> {
                 self.chat(Some(&id), *usage, "compaction");
                 self.waiting_since = Some(span::now_ns());
             }
-            Event::ToolStarted { op_id, tool, .. } => {
+            Event::ModelText { text, .. } if self.content => {
+                self.model_text = Some(text.clone());
+            }
+            Event::ToolStarted {
+                op_id,
+                tool,
+                arguments,
+                ..
+            } => {
                 self.turn_of(op_id);
-                let open = self.tool_span(Some(op_id), tool);
+                let mut open = self.tool_span(Some(op_id), tool);
+                if self.content {
+                    open.attributes.push((
+                        "gen_ai.tool.call.arguments",
+                        Self::content_value(&arguments.to_string()),
+                    ));
+                }
+                current::op_started(
+                    &self.run_id,
+                    op_id,
+                    Parent {
+                        trace_id: self.trace_id,
+                        span_id: open.span_id,
+                        session_id: self.session_id.clone(),
+                        run_id: self.run_id.clone(),
+                    },
+                );
                 self.tools.insert(op_id.clone(), open);
             }
             Event::ToolFinished {
                 op_id,
                 tool,
                 is_error,
+                output,
                 ..
             } => {
                 let (mut open, outcome) =
@@ -302,8 +391,12 @@ impl<'a> TracingSink<'a> {
                         None => (self.tool_span(op_id.as_deref(), tool), "refused"),
                     };
                 open.attributes.push(("kxen.tool.outcome", outcome.into()));
+                if self.content {
+                    open.attributes
+                        .push(("gen_ai.tool.call.result", Self::content_value(output)));
+                }
                 if let Some(op) = op_id.as_deref() {
-                    self.child_spans(op, open.span_id);
+                    current::op_ended(&self.run_id, op);
                 }
                 let status = if *is_error {
                     Status::Error
@@ -383,8 +476,6 @@ struct JournalTail {
     path: std::path::PathBuf,
     offset: u64,
     ops: HashMap<String, (String, Option<UsageRecord>)>,
-    /// `task` operations: the child Session and run each one runs.
-    children: HashMap<String, ChildRef>,
 }
 
 #[derive(serde::Deserialize)]
@@ -394,8 +485,6 @@ struct StartLine {
     message_id: String,
     #[serde(default)]
     assistant: Option<AssistantLine>,
-    #[serde(default)]
-    child: Option<ChildRef>,
 }
 
 #[derive(serde::Deserialize)]
@@ -410,7 +499,6 @@ impl JournalTail {
             path,
             offset: 0,
             ops: HashMap::new(),
-            children: HashMap::new(),
         }
     }
 
@@ -448,9 +536,6 @@ impl JournalTail {
                 continue;
             }
             if let Ok(start) = serde_json::from_slice::<StartLine>(line) {
-                if let Some(child) = start.child {
-                    self.children.insert(start.op_id.clone(), child);
-                }
                 let usage = start.assistant.and_then(|a| a.usage);
                 let entry = self
                     .ops

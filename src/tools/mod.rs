@@ -148,11 +148,15 @@ impl Admitted<'_> {
             Ok(ws) => cap(redacted(self.run(&ws, ctx)), ctx.blobs),
             Err(e) => ToolOutput::error(e),
         };
-        catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|_| {
-            ToolOutput::error(format!(
-                "internal error: the `{name}` tool failed unexpectedly (a bug in kxen-agent); \
-                 nothing more is known"
-            ))
+        // The call's span (when its run is traced) is current while it runs: the MCP and LSP
+        // requests it makes go under it (`crate::telemetry::current`).
+        crate::telemetry::current::within(ctx.mark.run_id, ctx.mark.op_id, || {
+            catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|_| {
+                ToolOutput::error(format!(
+                    "internal error: the `{name}` tool failed unexpectedly (a bug in kxen-agent); \
+                     nothing more is known"
+                ))
+            })
         })
     }
 }

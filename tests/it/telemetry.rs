@@ -1,7 +1,8 @@
 //! OpenTelemetry traces: runs export spans to a trace receiver built on the official
 //! `opentelemetry-proto` definitions (fixtures/otel/receiver.py, installed by `.ci/run`), over
 //! OTLP/HTTP protobuf and JSON. The span tree, attribute names, one trace across a resume, no
-//! secret, and a collector that is down or hangs costs the run nothing but a warning.
+//! secret, and a collector that is down or hangs costs the run nothing but a warning; the
+//! config's `[telemetry]` table, content opt-in, MCP request spans and `task` children.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -552,11 +553,24 @@ fn a_task_childs_run_is_under_its_parents_task_span() {
         attr(task, "kxen.session.id")
     );
     assert_eq!(attr(child_root, "kxen.run.status"), "completed");
+    assert_eq!(attr(child_root, "kxen.task.depth"), 1);
+    // The child's own model calls, live: both under its root; its read under the first.
+    let child_chats: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"].as_str().unwrap().starts_with("chat"))
+        .filter(|s| s["parentSpanId"] == child_root["spanId"])
+        .collect();
+    assert_eq!(child_chats.len(), 2, "{spans:#?}");
+    assert!(
+        child_chats
+            .iter()
+            .all(|c| attr(c, "kxen.run.id") == attr(child_root, "kxen.run.id"))
+    );
     let read = spans
         .iter()
         .find(|s| s["name"] == "execute_tool read")
         .expect("the child's read");
-    assert_eq!(read["parentSpanId"], child_root["spanId"]);
+    assert_eq!(read["parentSpanId"], child_chats[0]["spanId"]);
     assert_eq!(attr(read, "kxen.tool.outcome"), "ok");
     assert_eq!(
         attr(read, "kxen.session.id"),
@@ -642,4 +656,497 @@ fn the_collector_token_never_reaches_a_tool_or_the_session() {
     assert!(!rx.spans().is_empty());
     let raw = std::fs::read(rx.out.with_extension("jsonl.raw")).unwrap();
     assert!(!String::from_utf8_lossy(&raw).contains(token));
+}
+
+/// `[telemetry]` of the config, with no OTEL_ variable: the table alone switches tracing on, its
+/// header comes from the variable `headers_env` names (never the file), and without `content`
+/// no task, argument or output is exported.
+#[test]
+fn the_config_table_alone_exports_and_keeps_content_out() {
+    let env = TestEnv::new();
+    let rx = receiver(&env, "ok");
+    let repo = env.git_repo("repo", &[("README", "readme-body-7f3a\n")]);
+    let table = format!(
+        "[telemetry]\nendpoint = \"http://127.0.0.1:{}\"\nservice_name = \"from-table\"\n\
+         headers_env = {{ authorization = \"COLLECTOR_AUTH\" }}\n",
+        rx.port
+    );
+    let config = crate::mcp::config(
+        &env,
+        &[
+            call(
+                "c1",
+                "write",
+                json!({"path": "a.txt", "content": "argument-body-9c1e"}),
+            ),
+            call("c2", "read", json!({"path": "README"})),
+            answer("model-answer-5d2b"),
+        ],
+        &table,
+    );
+    let token = "Bearer table-token-3e8d";
+    let run = traced(
+        &env,
+        &[("COLLECTOR_AUTH", token.to_string())],
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "task-text-a61f",
+            "--agent",
+            fixer(&env).to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    assert!(!run.stderr.contains("telemetry"), "{}", run.stderr);
+    let spans = rx.spans();
+    assert!(
+        spans.iter().any(|s| s["name"] == "invoke_agent"),
+        "{spans:#?}"
+    );
+    assert!(spans.iter().any(|s| s["name"] == "execute_tool read"));
+    assert!(
+        spans
+            .iter()
+            .all(|s| s["resource"]["service.name"] == "from-table")
+    );
+    assert!(spans.iter().all(|s| s["authorization"] == token));
+    let raw = std::fs::read(rx.out.with_extension("jsonl.raw")).unwrap();
+    let raw = String::from_utf8_lossy(&raw);
+    for content in [
+        "task-text-a61f",
+        "argument-body-9c1e",
+        "readme-body-7f3a",
+        "model-answer-5d2b",
+    ] {
+        assert!(!raw.contains(content), "{content} was exported");
+    }
+    assert!(
+        spans
+            .iter()
+            .all(|s| attr(s, "gen_ai.tool.call.arguments").is_null())
+    );
+    // The header's value is a credential: nowhere in what kxen-agent wrote or printed.
+    assert!(!run.stdout.contains("table-token") && !run.stderr.contains("table-token"));
+    for file in files_under(&env.state_dir()) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains("table-token"));
+    }
+
+    // The header's variable unset: one warning naming it, and the run goes on untraced.
+    let before = rx.spans().len();
+    let run = traced(
+        &env,
+        &[],
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "t",
+            "--agent",
+            fixer(&env).to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    assert!(
+        run.stderr.contains("telemetry is off") && run.stderr.contains("COLLECTOR_AUTH"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(rx.spans().len(), before);
+
+    // An unknown key of the table is the config's error: exit 4, naming the file and the key.
+    let bad = crate::mcp::config(&env, &[answer("x")], "[telemetry]\nendpoints = \"x\"\n");
+    let run = traced(
+        &env,
+        &[],
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "t",
+            "--agent",
+            fixer(&env).to_str().unwrap(),
+            "--config",
+            bad.to_str().unwrap(),
+        ],
+    );
+    run.expect(4);
+    assert!(
+        run.stderr.contains(bad.to_str().unwrap()) && run.stderr.contains("endpoints"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// `content = true`: the task, the arguments, the output and the model's text are in the
+/// spans — and a secret of the environment in them is still redacted.
+#[test]
+fn content_opt_in_exports_the_prompt_but_never_a_secret() {
+    let env = TestEnv::new();
+    let rx = receiver(&env, "ok");
+    let repo = env.git_repo("repo", &[("README", "readme-body-7f3a\n")]);
+    let table = format!(
+        "[telemetry]\nendpoint = \"http://127.0.0.1:{}\"\ncontent = true\n",
+        rx.port
+    );
+    let config = crate::mcp::config(
+        &env,
+        &[
+            call(
+                "c1",
+                "write",
+                json!({"path": "a.txt", "content": format!("argument-body-9c1e {CANARY}")}),
+            ),
+            call("c2", "read", json!({"path": "README"})),
+            answer("model-answer-5d2b"),
+        ],
+        &table,
+    );
+    let task = format!("task-text-a61f {CANARY}");
+    let run = traced(
+        &env,
+        &[],
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            &task,
+            "--agent",
+            fixer(&env).to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    let spans = rx.spans();
+    let root = spans.iter().find(|s| s["name"] == "invoke_agent").unwrap();
+    let prompt = attr(root, "gen_ai.input.messages").as_str().unwrap();
+    let prompt: Value = serde_json::from_str(prompt).unwrap();
+    assert_eq!(prompt[0]["role"], "user");
+    assert!(
+        prompt[0]["parts"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("task-text-a61f"),
+        "{prompt}"
+    );
+    let write = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool write")
+        .unwrap();
+    assert!(
+        attr(write, "gen_ai.tool.call.arguments")
+            .as_str()
+            .unwrap()
+            .contains("argument-body-9c1e")
+    );
+    let read = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool read")
+        .unwrap();
+    assert!(
+        attr(read, "gen_ai.tool.call.result")
+            .as_str()
+            .unwrap()
+            .contains("readme-body-7f3a")
+    );
+    assert!(spans.iter().any(|s| {
+        attr(s, "gen_ai.output.messages")
+            .as_str()
+            .is_some_and(|m| m.contains("model-answer-5d2b"))
+    }));
+    let raw = std::fs::read(rx.out.with_extension("jsonl.raw")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&raw).contains(CANARY),
+        "a secret was exported"
+    );
+}
+
+/// An MCP `tools/call` is a CLIENT span under its tool call's span, named and attributed as the
+/// OTel MCP conventions say; the tool's own error is an error status.
+#[test]
+fn an_mcp_request_is_a_span_under_its_tool_call() {
+    let Some(py) = crate::mcp::python() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let rx = receiver(&env, "ok");
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let server = crate::mcp::fixture_server(&env, &py, "");
+    let config = crate::mcp::config(
+        &env,
+        &[
+            json!({"text": "", "toolCalls": [
+                {"id": "c1", "name": "mcp__fx__echo", "arguments": {"text": "hi"}},
+                {"id": "c2", "name": "mcp__fx__fail", "arguments": {"text": "boom"}}]}),
+            answer("done"),
+        ],
+        &server,
+    );
+    let agent = crate::mcp::text_agent(&env, "mcp__fx__echo, mcp__fx__fail", "");
+    let run = traced(
+        &env,
+        &[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", rx.port),
+        )],
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "echo",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-mcp",
+        ],
+    );
+    run.expect(0);
+    let spans = rx.spans();
+    for (tool, outcome, status) in [("echo", "ok", 0), ("fail", "error", 2)] {
+        let call = spans
+            .iter()
+            .find(|s| s["name"] == format!("execute_tool mcp__fx__{tool}"))
+            .expect("the tool call");
+        let request = spans
+            .iter()
+            .find(|s| s["name"] == format!("tools/call {tool}"))
+            .unwrap_or_else(|| panic!("the MCP request of {tool}: {spans:#?}"));
+        assert_eq!(request["parentSpanId"], call["spanId"]);
+        assert_eq!(request["traceId"], call["traceId"]);
+        assert_eq!(request["kind"], 3); // CLIENT
+        assert_eq!(attr(request, "mcp.method.name"), "tools/call");
+        assert_eq!(attr(request, "gen_ai.tool.name"), tool);
+        assert_eq!(attr(request, "kxen.mcp.server"), "fx");
+        assert_eq!(attr(request, "network.transport"), "pipe");
+        assert_eq!(attr(request, "kxen.mcp.outcome"), outcome);
+        assert_eq!(request["status"], status);
+        assert!(
+            attr(request, "jsonrpc.request.id")
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .is_ok()
+        );
+        assert_eq!(attr(request, "kxen.run.id"), attr(call, "kxen.run.id"));
+        assert!(request["start"].as_u64() >= call["start"].as_u64());
+        assert!(request["end"].as_u64() <= call["end"].as_u64());
+    }
+}
+
+/// An `lsp` call's requests to its language server are CLIENT spans under the call's span, one
+/// per request (the server's start-up handshake included), with the method and the server.
+#[test]
+fn lsp_requests_are_spans_under_their_tool_call() {
+    let Some(python) = crate::lsp::pylsp_python() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let rx = receiver(&env, "ok");
+    let repo = env.git_repo("repo", &[("ok.py", "fine\n")]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lsp/fake_server.py");
+    let entry = format!(
+        "[lsp.fake]\ncommand = [{python:?}, {:?}]\nextensions = [\".py\"]\ntimeout_ms = 3000\n\
+         sandbox = \"off\"\n",
+        script.to_str().unwrap(),
+    );
+    let config = crate::lsp::config_with(
+        &env,
+        &[
+            call(
+                "c1",
+                "lsp",
+                json!({"operation": "hover", "path": "ok.py", "line": 1, "character": 1}),
+            ),
+            answer("done"),
+        ],
+        &entry,
+    );
+    let agent = agent(
+        &env,
+        "lsp-user",
+        "read, lsp",
+        "",
+        "{format: text, requiredFields: []}",
+    );
+    let run = traced(
+        &env,
+        &[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", rx.port),
+        )],
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "look",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    run.expect(0);
+    let spans = rx.spans();
+    let call = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool lsp")
+        .expect("the lsp call");
+    let hover = spans
+        .iter()
+        .find(|s| s["name"] == "lsp textDocument/hover")
+        .unwrap_or_else(|| panic!("the hover request: {spans:#?}"));
+    assert_eq!(hover["parentSpanId"], call["spanId"]);
+    assert_eq!(hover["kind"], 3);
+    assert_eq!(attr(hover, "kxen.lsp.method"), "textDocument/hover");
+    assert_eq!(attr(hover, "kxen.lsp.server"), "fake");
+    assert_eq!(hover["status"], 0);
+    // The call started the server: its handshake is a request of the call too.
+    let init = spans
+        .iter()
+        .find(|s| s["name"] == "lsp initialize")
+        .expect("the initialize request");
+    assert_eq!(init["parentSpanId"], call["spanId"]);
+    assert!(init["end"].as_u64() <= hover["start"].as_u64());
+}
+
+/// Over Streamable HTTP the request span says so (`network.transport=tcp`, protocol http).
+#[test]
+fn an_mcp_request_over_http_says_its_transport() {
+    use crate::mcp_http::{HttpServer, ServerOptions, http_entry};
+    let Some(py) = crate::mcp::python() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let rx = receiver(&env, "ok");
+    let server = HttpServer::start(&env, &py, &ServerOptions::default());
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let config = crate::mcp::config(
+        &env,
+        &[
+            call("c1", "mcp__fx__echo", json!({"text": "over http"})),
+            answer("done"),
+        ],
+        &http_entry(&server.url(), ""),
+    );
+    let agent = crate::mcp::text_agent(&env, "mcp__fx__echo", "");
+    let run = traced(
+        &env,
+        &[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", rx.port),
+        )],
+        &[
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "echo",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-mcp",
+        ],
+    );
+    run.expect(0);
+    let spans = rx.spans();
+    let call = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool mcp__fx__echo")
+        .expect("the tool call");
+    let request = spans
+        .iter()
+        .find(|s| s["name"] == "tools/call echo")
+        .unwrap_or_else(|| panic!("the MCP request: {spans:#?}"));
+    assert_eq!(request["parentSpanId"], call["spanId"]);
+    assert_eq!(attr(request, "network.transport"), "tcp");
+    assert_eq!(attr(request, "network.protocol.name"), "http");
+    assert_eq!(attr(request, "kxen.mcp.outcome"), "ok");
+}
+
+/// The parent dies right after creating its `task` child; the resume's recovery runs the child:
+/// there is no `task` call span in that attempt, so the child's run goes under the attempt's
+/// `invoke_agent` span, with its own model and tool spans, in the parent's trace.
+#[test]
+fn a_child_run_by_the_parents_recovery_is_under_the_resumed_attempt() {
+    use crate::task::{child, delegator, tasks};
+    let env = TestEnv::new();
+    let rx = receiver(&env, "ok");
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let config = script_config(
+        &env,
+        &[
+            tasks(&[("t1", "check a", "Read the README, then say a-ok")]),
+            child("check a", call("a1", "read", json!({"path": "README"}))),
+            child("check a", answer("a-ok")),
+            answer("checked"),
+        ],
+    );
+    let endpoint = format!("http://127.0.0.1:{}", rx.port);
+    let agent = delegator(&env, 8);
+    let crashed = env
+        .cmd("kxen-agent")
+        .args(["run", "--workspace", repo.to_str().unwrap()])
+        .args(["--task", "delegate", "--agent", agent.to_str().unwrap()])
+        .args(["--config", config.to_str().unwrap(), "--allow-shell"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("KXEN_FAILPOINT", "task.after-child-created")
+        .env("KXEN_TEST_NO_POWERCUT", "1")
+        .output()
+        .unwrap();
+    assert_eq!(crashed.status.code(), None, "the failpoint aborts");
+    let parent = crate::task::session_list(&env)
+        .into_iter()
+        .find(|s| s["parentId"].is_null())
+        .unwrap();
+    let id = parent["id"].as_str().unwrap().to_string();
+    let run = traced(
+        &env,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)],
+        &[
+            "--resume",
+            &id,
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ],
+    );
+    run.expect(0);
+    let spans = rx.spans();
+    let resumed = spans
+        .iter()
+        .find(|s| {
+            s["name"] == "invoke_agent"
+                && s["parentSpanId"] == ""
+                && attr(s, "kxen.run.status") == "completed"
+        })
+        .unwrap_or_else(|| panic!("the resumed attempt: {spans:#?}"));
+    let child_root = spans
+        .iter()
+        .find(|s| s["name"] == "invoke_agent" && s["parentSpanId"] == resumed["spanId"])
+        .unwrap_or_else(|| panic!("the child's run under the resumed attempt: {spans:#?}"));
+    assert_eq!(child_root["traceId"], resumed["traceId"]);
+    assert_ne!(
+        attr(child_root, "kxen.session.id"),
+        attr(resumed, "kxen.session.id")
+    );
+    let read = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool read")
+        .expect("the child's read");
+    assert_eq!(read["traceId"], resumed["traceId"]);
+    assert_eq!(attr(read, "kxen.run.id"), attr(child_root, "kxen.run.id"));
 }

@@ -11,7 +11,9 @@ use super::signals;
 use crate::cli::output::{Diagnostics, Format};
 use crate::error::{Error, ErrorKind, ExitStatus, Result};
 use crate::run::agent_loop::Ending;
-use crate::run::entry::{self, ContinueRequest, Observe, PlanTask, RemoteOptions, StartRequest};
+use crate::run::entry::{
+    self, ContinueRequest, Observe, PlanTask, RemoteOptions, RunFacts, StartRequest,
+};
 use crate::run::events::EventSink;
 use crate::run::{FailReason, RunResult, RunStatus};
 use crate::state::StateDir;
@@ -204,12 +206,16 @@ struct Traced {
 impl Observe for Traced {
     fn observe(
         &mut self,
-        state: &StateDir,
-        provider_info: Option<&serde_json::Value>,
+        facts: RunFacts,
         sink: &mut dyn EventSink,
         execute: &mut dyn FnMut(&mut dyn EventSink) -> Result<Ending>,
     ) -> Result<Ending> {
-        super::trace::traced(state, provider_info, sink, self.format, execute)
+        let RunFacts {
+            state,
+            provider_info,
+            telemetry,
+        } = facts;
+        super::trace::traced(state, provider_info, telemetry, sink, self.format, execute)
     }
 }
 

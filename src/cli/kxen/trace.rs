@@ -1,5 +1,5 @@
-//! A run's events through the OpenTelemetry exporter, when the environment switches it on
-//! (`crate::telemetry`): the run itself is the same either way.
+//! A run's events through the OpenTelemetry exporter, when the environment or the config's
+//! `[telemetry]` table switches it on (`crate::telemetry`): the run itself is the same either way.
 
 use serde_json::Value;
 
@@ -7,18 +7,20 @@ use crate::cli::output::{Diagnostics, Format};
 use crate::error::Result;
 use crate::run::events::EventSink;
 use crate::state::StateDir;
-use crate::telemetry::{Settings, export::Exporter, sink::TracingSink};
+use crate::telemetry::{Settings, TelemetryConfig, Tracing};
 
-/// Runs `execute` with `sink`, wrapped in a [`TracingSink`] when `OTEL_EXPORTER_OTLP_*` asks for
-/// traces. Tracing never fails the run: bad settings and lost spans are warnings.
+/// Runs `execute` with `sink`, wrapped in a tracing sink when `OTEL_EXPORTER_OTLP_*` or
+/// `[telemetry]` ask for traces. Tracing never fails the run: bad settings and lost spans are
+/// warnings.
 pub fn traced<T>(
     state: &StateDir,
     provider_info: Option<&Value>,
+    config: &TelemetryConfig,
     sink: &mut dyn EventSink,
     format: Format,
     execute: impl FnOnce(&mut dyn EventSink) -> Result<T>,
 ) -> Result<T> {
-    let settings = match Settings::from_env() {
+    let settings = match Settings::from_env(config) {
         Ok(Some(s)) => s,
         Ok(None) => return execute(sink),
         Err(e) => {
@@ -26,9 +28,11 @@ pub fn traced<T>(
             return execute(sink);
         }
     };
-    let mut traced = TracingSink::new(sink, Exporter::start(settings), provider_info, state);
+    let tracing = Tracing::start(settings);
+    let mut traced = tracing.sink(sink, provider_info, state);
     let result = execute(&mut traced);
-    if let Some(warning) = traced.finish() {
+    traced.finish();
+    if let Some(warning) = tracing.finish() {
         Diagnostics::kxen(format).warning(&warning);
     }
     result
