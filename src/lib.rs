@@ -19,6 +19,7 @@ pub mod clock;
 pub mod config;
 pub mod dwp;
 pub mod error;
+pub mod events;
 pub mod fsx;
 pub mod git;
 pub mod hash;
@@ -43,6 +44,7 @@ pub mod telemetry;
 pub mod templates;
 pub mod text;
 pub mod tools;
+pub mod usage;
 
 pub use error::{Error, ErrorKind, Result};
 

@@ -109,7 +109,7 @@ pub fn post_tool_use(
                 "{} exited with code {code} for operation {}; the result is unchanged ({})",
                 entry.describe("post_tool_use"),
                 call.op_id,
-                crate::run::events::preview(stderr.trim(), 200)
+                crate::text::preview(stderr.trim(), 200)
             )),
             Ended::Failed(why) => warnings.push(format!(
                 "{} failed for operation {}: {why}; the result is unchanged",
@@ -235,7 +235,7 @@ fn decide(ended: Ended) -> Decision {
             "the hook exited with code {code} (denied: hooks fail closed){}",
             match stderr.trim() {
                 "" => String::new(),
-                err => format!(": {}", crate::run::events::preview(err, 500)),
+                err => format!(": {}", crate::text::preview(err, 500)),
             }
         )),
         Ended::Failed(why) => Decision::Deny(format!("{why} (denied: hooks fail closed)")),

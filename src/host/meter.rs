@@ -49,7 +49,7 @@ use crate::dwp::resources::fold::Fold;
 use crate::dwp::resources::{Abilities, limits};
 use crate::error::Result;
 use crate::fsx::failpoint;
-use crate::session::UsageRecord;
+use crate::usage::UsageRecord;
 
 /// The actor identity of this host's samples.
 pub fn identity() -> String {

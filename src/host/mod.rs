@@ -23,8 +23,8 @@ pub use meter::{Exhausted, PlanHost};
 use crate::agent::DcpAgentLock;
 use crate::config::ModelConfig;
 use crate::error::Result;
-use crate::session::UsageRecord;
 use crate::state::{SessionPaths, StateDir};
+use crate::usage::UsageRecord;
 
 /// The plan host of a run on `binding`, for a Session with this lock and config. `base` is what
 /// the Session's earlier runs on the same plan task used ([`session_base`]), `tree` what the

@@ -24,6 +24,7 @@ use serde_json::Value;
 use crate::agent::AgentDefinition;
 use crate::blobs::BlobStore;
 use crate::error::{Error, Result};
+use crate::events::{Event, EventSink, preview};
 use crate::fsx::failpoint;
 use crate::host::{Exhausted, PlanHost};
 use crate::ids::{self, IdKind};
@@ -33,7 +34,6 @@ use crate::provider::{
     CallEvent, ChatMessage, ModelRequest, ModelResponse, Observer, Provider, ToolCall,
 };
 use crate::run::conversation::Conversation;
-use crate::run::events::{Event, EventSink, preview};
 use crate::run::repeat::RepeatGuard;
 use crate::run::settle;
 use crate::run::{approval, children, compaction, contract, prompt};

@@ -21,11 +21,11 @@
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::events::Event;
 use crate::fsx::failpoint;
 use crate::journal::{Journal, JournalRecord, OpPhase, OpState, OpTable, ToolOutcome};
 use crate::policy::{ToolRule, ToolRules};
 use crate::provider::ToolCall;
-use crate::run::events::Event;
 use crate::state::StateDir;
 
 /// `sha256:` of the canonical JSON of a call's arguments: what a decision is bound to.

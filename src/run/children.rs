@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use crate::agent::DcpAgentLock;
 use crate::error::{Error, Result};
+use crate::events::Discard;
 use crate::fsx::failpoint;
 use crate::host::delegation::End;
 use crate::ids::{self, IdKind};
@@ -37,7 +38,6 @@ use crate::journal::ChildRef;
 use crate::policy::MergedPolicy;
 use crate::provider::{ModelRequest, ModelResponse, Provider};
 use crate::run::agent_loop::{self, Ending, Execution};
-use crate::run::events::Discard;
 use crate::session::run_record::{RunState, RunStatus};
 use crate::session::store::{self, NewSession};
 use crate::session::{ForkKind, Lease, Message, Role, SessionMeta, TaskParent, meta};

@@ -19,12 +19,12 @@ use serde_json::Value;
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
+use crate::events::{Event, EventSink};
 use crate::host::PlanHost;
 use crate::host::binding::{self, Bound};
 use crate::policy::PolicyFlags;
 use crate::run::agent_loop::{self, Ending, Execution};
 use crate::run::create::{self, NewRunRequest};
-use crate::run::events::{Event, EventSink};
 use crate::run::resume::{self as resume_run, ResumeRequest};
 use crate::run::{Prepared, RunState};
 use crate::state::StateDir;

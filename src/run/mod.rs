@@ -16,7 +16,9 @@ pub mod contract;
 pub mod conversation;
 pub mod create;
 pub mod entry;
-pub mod events;
+/// The run's events live at the ground floor ([`crate::events`]) so that their consumers (the
+/// renderer, telemetry) need not import the run; the old path still names them.
+pub use crate::events;
 pub mod operator;
 pub mod prepared;
 pub mod prompt;

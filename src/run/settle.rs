@@ -67,8 +67,8 @@ pub fn finish(run: &mut RunState, paths: &RunPaths, messages: &mut MessageLog) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::UsageRecord;
     use crate::session::run_record::RunStatus;
+    use crate::usage::UsageRecord;
 
     #[test]
     fn finish_is_idempotent_and_appends_the_final_message_once() {

@@ -164,7 +164,7 @@ fn read_messages(path: &Path) -> Result<Vec<Message>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::UsageRecord;
+    use crate::usage::UsageRecord;
 
     #[test]
     fn a_call_without_usage_or_price_makes_the_sum_unknown() {

@@ -8,7 +8,7 @@ use serde_json::Value as Json;
 
 use super::current;
 use super::sink::TracingSink;
-use crate::run::events::EventSink;
+use crate::events::EventSink;
 use crate::state::StateDir;
 
 /// Where a child run comes from: the parent's run and `task` operation, and the child's depth.

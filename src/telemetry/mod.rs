@@ -79,7 +79,7 @@ const HEADER_VARS: [&str; 2] = [
 pub fn protect_env() -> Result<()> {
     for name in HEADER_VARS {
         if crate::own_env::var_os(name).is_some() {
-            crate::tools::register_provider_key_env(name);
+            crate::secrets::register_provider_key_env(name);
             crate::own_env::forget(name)?;
         }
     }
@@ -222,7 +222,7 @@ impl Tracing {
     /// A sink that turns `inner`'s events into spans of the top-level run.
     pub fn sink<'a>(
         &self,
-        inner: &'a mut dyn crate::run::events::EventSink,
+        inner: &'a mut dyn crate::events::EventSink,
         provider_info: Option<&serde_json::Value>,
         state: &crate::state::StateDir,
     ) -> sink::TracingSink<'a> {

@@ -22,9 +22,9 @@ use serde_json::Value as Json;
 use super::current::{self, Parent};
 use super::export::Queue;
 use super::span::{self, Kind, Span, Status, Value};
-use crate::run::events::{Event, EventSink};
-use crate::session::UsageRecord;
+use crate::events::{Event, EventSink};
 use crate::state::StateDir;
+use crate::usage::UsageRecord;
 
 /// A span being measured.
 struct Open {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use crate::cli::output::{self, Format};
-use crate::run::events::{Event, EventSink, preview};
+use crate::events::{Event, EventSink, preview};
 
 pub struct Renderer {
     format: Format,

@@ -10,11 +10,11 @@ use super::render::Renderer;
 use super::signals;
 use crate::cli::output::{Diagnostics, Format};
 use crate::error::{Error, ErrorKind, ExitStatus, Result};
+use crate::events::EventSink;
 use crate::run::agent_loop::Ending;
 use crate::run::entry::{
     self, ContinueRequest, Observe, PlanTask, RemoteOptions, RunFacts, StartRequest,
 };
-use crate::run::events::EventSink;
 use crate::run::{FailReason, RunResult, RunStatus};
 use crate::state::StateDir;
 

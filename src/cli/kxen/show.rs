@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::render::Renderer;
 use crate::cli::output::{self, Format};
 use crate::error::{Error, ExitStatus, Result};
-use crate::run::events::{Event, EventSink};
+use crate::events::{Event, EventSink};
 use crate::session::view;
 use crate::state::StateDir;
 

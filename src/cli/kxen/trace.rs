@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::cli::output::{Diagnostics, Format};
 use crate::error::Result;
-use crate::run::events::EventSink;
+use crate::events::EventSink;
 use crate::state::StateDir;
 use crate::telemetry::{Settings, TelemetryConfig, Tracing};
 

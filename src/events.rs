@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::session::UsageRecord;
+use crate::usage::UsageRecord;
 
 /// One event. Serialized with a `type` field in camelCase (`{"type":"toolStarted",…}`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
