@@ -17,15 +17,15 @@
 //!    client authenticated with `client_secret_basic` (the default), `client_secret_post` when
 //!    that is all the server takes, or `none` without a secret.
 //!
-//! The token lives only in the client's memory (it is asked for again at the next connect) and
-//! is scrubbed from every message like `bearer_token_env`'s; the secret is read from the
+//! The tokens are kept in the per-user token store ([`super::oauth_store`]), refreshed with
+//! [`refresh`] when they expire, and scrubbed from every message like `bearer_token_env`'s
+//! (every token is registered with the redaction set); the secret is read from the
 //! environment variable the entry names, when kxen-agent connects. Every metadata document and
 //! token answer is bounded (size and `timeout_ms`), redirects are not followed, and every URL
 //! involved must be `https://` (or `http://` on this machine), so a token or secret never
 //! crosses the network in cleartext.
 //!
-//! Not here yet (issue 32): `mcp login` and a token store, refresh tokens, Client ID Metadata
-//! Documents, step-up on `403 insufficient_scope`, `private_key_jwt`.
+//! Not here yet (issue 32): Client ID Metadata Documents, `private_key_jwt`.
 
 use std::time::{Duration, Instant};
 
@@ -113,6 +113,14 @@ impl OAuthConfig {
 pub struct Client {
     pub config: OAuthConfig,
     pub secret: Option<String>,
+    /// The server's name (messages naming `kxen-agent mcp login NAME`).
+    pub server: String,
+    /// Whether a person may be asked to approve (the authorization-code grant).
+    pub person: super::oauth_code::Person,
+    /// Where its tokens are kept between connects (`None`: memory only).
+    pub store: Option<super::oauth_store::Slot>,
+    /// How long a person may take to approve (`None`: the server's `timeout_ms`).
+    pub approval_wait: Option<Duration>,
 }
 
 /// A `WWW-Authenticate: Bearer …` challenge's parameters.
@@ -120,6 +128,8 @@ pub struct Client {
 pub struct Challenge {
     pub resource_metadata: Option<String>,
     pub scope: Option<String>,
+    /// `error` (`insufficient_scope` asks for more scope: a refresh would not bring it).
+    pub error: Option<String>,
 }
 
 /// The `Bearer` challenge of a `WWW-Authenticate` value (auth-params `key="value"` or
@@ -149,6 +159,7 @@ pub fn parse_challenge(header: &str) -> Challenge {
         match key.as_str() {
             "resource_metadata" => out.resource_metadata = Some(value),
             "scope" => out.scope = Some(value),
+            "error" => out.error = Some(value),
             _ => {}
         }
         rest = next;
@@ -156,9 +167,107 @@ pub fn parse_challenge(header: &str) -> Challenge {
     out
 }
 
-/// An access token and what it was asked for.
+/// A token answer (RFC 6749 §5.1).
 pub struct Token {
     pub access_token: String,
+    pub refresh_token: Option<String>,
+    /// Seconds from now.
+    pub expires_in: Option<i64>,
+    /// The scope granted, when the answer says (else what was asked for).
+    pub scope: Option<String>,
+}
+
+/// What an authorization found and got: the token and what a later refresh needs without
+/// discovering again.
+pub struct Authorized {
+    pub token: Token,
+    pub issuer: String,
+    pub token_endpoint: String,
+    pub auth_methods: Vec<String>,
+    pub resource: Option<String>,
+    /// The scope asked for.
+    pub scope: Option<String>,
+    /// A client registered dynamically during the grant.
+    pub registration: Option<super::oauth_store::Registration>,
+}
+
+impl Authorized {
+    /// The store entry of this authorization of `url` by `client`.
+    pub fn entry(&self, url: &str, client: &Client) -> super::oauth_store::Entry {
+        super::oauth_store::Entry {
+            version: 1,
+            server_url: url.to_string(),
+            server_name: client.server.clone(),
+            issuer: self.issuer.clone(),
+            token_endpoint: self.token_endpoint.clone(),
+            auth_methods: self.auth_methods.clone(),
+            resource: self.resource.clone(),
+            grant: client.config.grant.clone(),
+            registration: self.registration.clone(),
+            access_token: self.token.access_token.clone(),
+            refresh_token: self.token.refresh_token.clone(),
+            expires_at: self
+                .token
+                .expires_in
+                .map(|s| super::oauth_store::now_secs().saturating_add(s)),
+            scope: self.token.scope.clone().or_else(|| self.scope.clone()),
+            obtained_at: crate::clock::now_rfc3339(),
+        }
+    }
+}
+
+/// Refreshes `entry` (the `refresh_token` grant, one round trip to the token endpoint it
+/// names): the entry with the new tokens (the refresh token kept when none new is issued).
+pub fn refresh(
+    agent: &ureq::Agent,
+    entry: &super::oauth_store::Entry,
+    client: &Client,
+    until: Instant,
+) -> Result<super::oauth_store::Entry, String> {
+    let refresh_token = entry
+        .refresh_token
+        .as_deref()
+        .ok_or("the stored token cannot be refreshed (no refresh token)")?;
+    let token_endpoint = url::Url::parse(&entry.token_endpoint)
+        .map_err(|e| format!("the stored token endpoint is not a URL: {e}"))?;
+    safe_url(&token_endpoint, "the token endpoint")?;
+    let mut form = url::form_urlencoded::Serializer::new(String::new());
+    form.append_pair("grant_type", "refresh_token")
+        .append_pair("refresh_token", refresh_token);
+    if let Some(resource) = &entry.resource {
+        form.append_pair("resource", resource);
+    }
+    let identity = match &entry.registration {
+        Some(r) => Identity {
+            client_id: r.client_id.clone(),
+            secret: r.client_secret.clone(),
+            method: r.token_endpoint_auth_method.clone(),
+        },
+        None => Identity {
+            client_id: client.config.client_id.clone().unwrap_or_default(),
+            secret: client.secret.clone(),
+            method: None,
+        },
+    };
+    let methods: Vec<&str> = if entry.auth_methods.is_empty() {
+        vec!["client_secret_basic"]
+    } else {
+        entry.auth_methods.iter().map(String::as_str).collect()
+    };
+    let token = request_token(agent, &token_endpoint, &identity, form, &methods, until)?;
+    let mut next = entry.clone();
+    next.access_token = token.access_token;
+    if token.refresh_token.is_some() {
+        next.refresh_token = token.refresh_token;
+    }
+    next.expires_at = token
+        .expires_in
+        .map(|s| super::oauth_store::now_secs().saturating_add(s));
+    if token.scope.is_some() {
+        next.scope = token.scope;
+    }
+    next.obtained_at = crate::clock::now_rfc3339();
+    Ok(next)
 }
 
 /// Runs the flow of the module doc for `endpoint` after a 401 with `challenge`, with the
@@ -168,8 +277,9 @@ pub fn authorize(
     endpoint: &url::Url,
     challenge: &Challenge,
     client: &Client,
+    registration: Option<&super::oauth_store::Registration>,
     until: Instant,
-) -> Result<Token, String> {
+) -> Result<Authorized, String> {
     let (resource, prm, as_url, meta) = match protected_resource(agent, endpoint, challenge, until)?
     {
         Lookup::Found(prm_url, prm) => {
@@ -217,6 +327,28 @@ pub fn authorize(
         })
     }
     .filter(|s| !s.is_empty());
+    // A person's grant asks for a refresh token too, when the authorization server offers
+    // one (`offline_access` in its `scopes_supported`): the next connect then needs nobody.
+    let offers_offline = meta["scopes_supported"]
+        .as_array()
+        .is_some_and(|s| s.iter().any(|s| s == "offline_access"));
+    let scope = match scope {
+        Some(s) if client.config.grant == "authorization_code" && offers_offline => {
+            if s.split(' ').any(|s| s == "offline_access") {
+                Some(s)
+            } else {
+                Some(format!("{s} offline_access"))
+            }
+        }
+        None if client.config.grant == "authorization_code" && offers_offline => {
+            Some("offline_access".to_string())
+        }
+        other => other,
+    };
+    let issuer = meta["issuer"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| as_url.clone());
     let methods: Vec<&str> = meta["token_endpoint_auth_methods_supported"]
         .as_array()
         .map(|m| m.iter().filter_map(Value::as_str).collect())
@@ -235,9 +367,18 @@ pub fn authorize(
             secret: client.secret.clone(),
             method: None,
         };
-        return request_token(agent, &token_endpoint, &identity, form, &methods, until);
+        let token = request_token(agent, &token_endpoint, &identity, form, &methods, until)?;
+        return Ok(Authorized {
+            token,
+            issuer,
+            token_endpoint: token_endpoint.to_string(),
+            auth_methods: methods.iter().map(|m| m.to_string()).collect(),
+            resource: resource.map(str::to_string),
+            scope,
+            registration: None,
+        });
     }
-    super::oauth_code::authorization_code(
+    let (token, registration) = super::oauth_code::authorization_code(
         agent,
         &super::oauth_code::Flow {
             meta: &meta,
@@ -246,9 +387,19 @@ pub fn authorize(
             scope: scope.as_deref(),
             methods: &methods,
             client,
+            registration,
         },
         until,
-    )
+    )?;
+    Ok(Authorized {
+        token,
+        issuer,
+        token_endpoint: token_endpoint.to_string(),
+        auth_methods: methods.iter().map(|m| m.to_string()).collect(),
+        resource: resource.map(str::to_string),
+        scope,
+        registration,
+    })
 }
 
 /// Who the client is at the token endpoint.
@@ -450,6 +601,13 @@ pub(crate) fn request_token(
         .send(form.finish().as_bytes())
         .map_err(|e| format!("the token request to {token_endpoint} failed: {e}"))?;
     let status = response.status().as_u16();
+    if (300..400).contains(&status) {
+        return Err(redirect_refused(
+            &response,
+            "the token endpoint",
+            token_endpoint.as_str(),
+        ));
+    }
     let body = response
         .body_mut()
         .with_config()
@@ -475,9 +633,36 @@ pub(crate) fn request_token(
     {
         return Err("the token endpoint answered a token that is not a Bearer token".into());
     }
+    let refresh_token = answer["refresh_token"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .map(str::to_string);
+    crate::redact::register_value(access_token);
+    if let Some(t) = &refresh_token {
+        crate::redact::register_value(t);
+    }
     Ok(Token {
         access_token: access_token.to_string(),
+        refresh_token,
+        expires_in: answer["expires_in"].as_i64().filter(|s| *s > 0),
+        scope: answer["scope"].as_str().map(str::to_string),
     })
+}
+
+/// Why a redirect answer is refused: no credential follows a redirect (it could lead to another
+/// origin, which would then get the client's secret or code).
+fn redirect_refused(response: &ureq::http::Response<ureq::Body>, what: &str, url: &str) -> String {
+    let location = response
+        .headers()
+        .get("location")
+        .and_then(|l| l.to_str().ok())
+        .unwrap_or("nowhere");
+    format!(
+        "{what} {url} redirects to {} (HTTP {}); kxen-agent follows no redirect during \
+         authorization",
+        crate::text::preview(location, 120),
+        response.status().as_u16()
+    )
 }
 
 /// Refuses a protected-resource `resource` that is not this server (RFC 8707: a token for

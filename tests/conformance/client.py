@@ -93,6 +93,8 @@ def main():
         config = os.path.join(tmp, "config.toml")
         server = f"[mcp.servers.conf]\nurl = {json.dumps(url)}\ntimeout_ms = 20000\n"
         child_env = dict(os.environ)
+        # Each scenario's tokens in a store of its own (never the user's, never shared).
+        child_env["KXEN_TOKEN_DIR"] = os.path.join(tmp, "tokens")
         context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
         if context.get("client_id"):
             # A pre-registered client: its secret in the environment (a config holds no
