@@ -25,7 +25,7 @@
 //! involved must be `https://` (or `http://` on this machine), so a token or secret never
 //! crosses the network in cleartext.
 //!
-//! Not here yet (issue 32): Client ID Metadata Documents, `private_key_jwt`.
+//! Not here yet (issue 32): `private_key_jwt`.
 
 use std::time::{Duration, Instant};
 
@@ -53,6 +53,11 @@ pub struct OAuthConfig {
     /// The scopes to ask for (absent: the server's challenge, else its `scopes_supported`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
+    /// A Client ID Metadata Document (an `https://` URL with a path, where the operator
+    /// publishes kxen-agent's client metadata): used as the `client_id` when the authorization
+    /// server says `client_id_metadata_document_supported`, instead of registering.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_metadata_url: Option<String>,
 }
 
 /// The grants an `oauth` table may name.
@@ -70,11 +75,20 @@ impl Default for OAuthConfig {
             client_secret_env: None,
             grant: default_grant(),
             scopes: Vec::new(),
+            client_metadata_url: None,
         }
     }
 }
 
 impl OAuthConfig {
+    /// The client a token store entry is kept for: the configured `client_id`, else the
+    /// `client_metadata_url`, else `None` (a client registered dynamically).
+    pub fn store_client(&self) -> Option<&str> {
+        self.client_id
+            .as_deref()
+            .or(self.client_metadata_url.as_deref())
+    }
+
     /// Why the table is invalid, or `None` (`at` names it).
     pub fn error(&self, at: &str) -> Option<String> {
         if self.client_id.as_deref() == Some("") {
@@ -92,6 +106,22 @@ impl OAuthConfig {
                 "{at}.oauth: grant \"client_credentials\" needs the client_id of a registered \
                  client"
             ));
+        }
+        if let Some(url) = &self.client_metadata_url {
+            let ok = url::Url::parse(url)
+                .is_ok_and(|u| u.scheme() == "https" && !u.path().trim_matches('/').is_empty());
+            if !ok {
+                return Some(format!(
+                    "{at}.oauth: client_metadata_url = {url:?} must be an https:// URL with a \
+                     path (where the client's metadata document is published)"
+                ));
+            }
+            if self.client_id.is_some() || self.grant != "authorization_code" {
+                return Some(format!(
+                    "{at}.oauth: client_metadata_url is the client id of the authorization-code \
+                     grant; give it or client_id, not both"
+                ));
+            }
         }
         if self.client_id.is_none() && self.client_secret_env.is_some() {
             return Some(format!(
@@ -727,6 +757,34 @@ mod tests {
             parse_challenge("Bearer scope=read").scope.as_deref(),
             Some("read")
         );
+    }
+
+    #[test]
+    fn a_client_metadata_url_is_an_https_document_of_the_code_grant() {
+        let table = |url: &str, client_id: Option<&str>| OAuthConfig {
+            client_metadata_url: Some(url.into()),
+            client_id: client_id.map(str::to_string),
+            ..OAuthConfig::default()
+        };
+        assert_eq!(
+            table("https://example.com/kxen.json", None).error("x"),
+            None
+        );
+        for bad in [
+            "http://example.com/kxen.json",
+            "https://example.com/",
+            "nonsense",
+        ] {
+            assert!(table(bad, None).error("x").is_some(), "{bad}");
+        }
+        assert!(
+            table("https://example.com/kxen.json", Some("ci"))
+                .error("x")
+                .unwrap()
+                .contains("not both")
+        );
+        let t = table("https://example.com/kxen.json", None);
+        assert_eq!(t.store_client(), Some("https://example.com/kxen.json"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The authorization-code grant of [`super::oauth`], for a person at hand: PKCE (S256), a
 //! loopback redirect (RFC 8252) and, without a configured `client_id`, dynamic client
-//! registration (RFC 7591), reused from the token store when it holds one.
+//! registration (RFC 7591) or a configured Client ID Metadata Document (`client_metadata_url`,
+//! when the authorization server takes one), reused from the token store when it holds one.
 //!
 //! A person is at hand ([`Person`]) when `BROWSER` is set: kxen-agent starts `$BROWSER
 //! <authorization URL>` (no shell; `%s` in it stands for the URL; secrets of our environment are
@@ -155,7 +156,21 @@ pub fn authorization_code(
             Some(r),
         ),
         (None, None) => {
-            let identity = register(agent, flow.meta, &redirect_uri, until)?;
+            // A Client ID Metadata Document when the server takes one; else registration.
+            let cimd = flow
+                .client
+                .config
+                .client_metadata_url
+                .as_ref()
+                .filter(|_| flow.meta["client_id_metadata_document_supported"] == true);
+            let identity = match cimd {
+                Some(url) => Identity {
+                    client_id: url.clone(),
+                    secret: None,
+                    method: Some("none".into()),
+                },
+                None => register(agent, flow.meta, &redirect_uri, until)?,
+            };
             let registration = Registration {
                 client_id: identity.client_id.clone(),
                 client_secret: identity.secret.clone(),

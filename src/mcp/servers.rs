@@ -446,7 +446,7 @@ fn connect(
             let slot = how
                 .store
                 .as_ref()
-                .map(|store| store.slot(server, url, oauth.client_id.as_deref()));
+                .map(|store| store.slot(server, url, oauth.store_client()));
             Some(super::oauth::Client {
                 config: oauth,
                 secret,

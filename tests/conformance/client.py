@@ -113,6 +113,14 @@ def main():
             if context.get("client_secret"):
                 server += 'client_secret_env = "KXEN_CONFORMANCE_CLIENT_SECRET"\n'
                 child_env["KXEN_CONFORMANCE_CLIENT_SECRET"] = context["client_secret"]
+        elif scenario.startswith("auth/"):
+            # No pre-registered client: the Client ID Metadata Document the suite's servers
+            # know (used where the authorization server says it takes one, else kxen-agent
+            # registers itself).
+            server += (
+                "[mcp.servers.conf.oauth]\n"
+                'client_metadata_url = "https://conformance-test.local/client-metadata.json"\n'
+            )
         if scenario.startswith("auth/"):
             # The authorization-code grant needs a person with a browser; the suite's
             # authorization server approves at once, so a browser that follows redirects will do.

@@ -110,11 +110,13 @@ fn mcp(env: &TestEnv, args: &[&str], browser_cmd: Option<&str>) -> Run {
 }
 
 /// `run` without a person at hand (no BROWSER, stdin not a terminal), the clock moved by
-/// `skew_ms`.
+/// `skew_ms`. The store is named by `KXEN_TOKEN_DIR` here (the same directory `mcp` finds by
+/// `XDG_STATE_HOME`), which no tool may see.
 fn run(env: &TestEnv, args: &[&str], skew_ms: i64) -> Run {
     let mut cmd = env.cmd("kxen-agent");
     cmd.args(args)
         .stdin(Stdio::null())
+        .env("KXEN_TOKEN_DIR", store_dir(env))
         .env("KXEN_TEST_CLOCK_SKEW_MS", skew_ms.to_string());
     Run::from(cmd.output().unwrap())
 }

@@ -1,5 +1,6 @@
 //! `kxen-agent mcp login|logout|status`: the OAuth tokens of the runtime config's MCP servers
-//! in the per-user token store ([`crate::mcp::oauth_store`], docs/mcp-login.md).
+//! in the per-user token store ([`crate::mcp::oauth_store`], docs/mcp.md "Logins and the token
+//! store").
 //!
 //! - `login NAME` authorizes now, as a run would when the server asks (the authorization-code
 //!   grant: `$BROWSER URL`, else the URL on stderr; `client_credentials` needs nobody), and
@@ -100,7 +101,7 @@ fn oauth_server(config: &ModelConfig, name: &str) -> Result<(ServerConfig, Strin
 
 /// The store slot of `entry` (server `name` at `url`).
 fn slot_of(store: &Store, name: &str, url: &str, entry: &ServerConfig) -> Slot {
-    let client_id = entry.oauth.as_ref().and_then(|o| o.client_id.as_deref());
+    let client_id = entry.oauth.as_ref().and_then(|o| o.store_client());
     store.slot(name, url, client_id)
 }
 
