@@ -25,7 +25,8 @@
 //! involved must be `https://` (or `http://` on this machine), so a token or secret never
 //! crosses the network in cleartext.
 //!
-//! Not here yet (issue 32): `private_key_jwt`.
+//! A registered client authenticates with its secret, or with `private_key_jwt` (RFC 7523: an
+//! ES256 client assertion signed with `private_key_file`).
 
 use std::time::{Duration, Instant};
 
@@ -58,6 +59,14 @@ pub struct OAuthConfig {
     /// server says `client_id_metadata_document_supported`, instead of registering.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_metadata_url: Option<String>,
+    /// `private_key_jwt` (RFC 7523): the registered client's private key (a PKCS#8 PEM file,
+    /// absolute path), read at connect; it signs a short-lived client assertion per token
+    /// request instead of sending a secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key_file: Option<std::path::PathBuf>,
+    /// The assertion's signature algorithm: `ES256` (the default, and the only one spoken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_algorithm: Option<String>,
 }
 
 /// The grants an `oauth` table may name.
@@ -76,6 +85,8 @@ impl Default for OAuthConfig {
             grant: default_grant(),
             scopes: Vec::new(),
             client_metadata_url: None,
+            private_key_file: None,
+            signing_algorithm: None,
         }
     }
 }
@@ -123,6 +134,35 @@ impl OAuthConfig {
                 ));
             }
         }
+        if let Some(path) = &self.private_key_file {
+            if self.client_id.is_none() || self.client_secret_env.is_some() {
+                return Some(format!(
+                    "{at}.oauth: private_key_file authenticates a registered client_id, instead \
+                     of client_secret_env (give client_id, and not both)"
+                ));
+            }
+            if !path.is_absolute() {
+                return Some(format!(
+                    "{at}.oauth: private_key_file = {:?} must be an absolute path",
+                    path.display().to_string()
+                ));
+            }
+        }
+        match self.signing_algorithm.as_deref() {
+            None => {}
+            Some(_) if self.private_key_file.is_none() => {
+                return Some(format!(
+                    "{at}.oauth: signing_algorithm is for private_key_file"
+                ));
+            }
+            Some("ES256") => {}
+            Some(other) => {
+                return Some(format!(
+                    "{at}.oauth: signing_algorithm {other:?} is not supported; kxen-agent signs \
+                     client assertions with ES256"
+                ));
+            }
+        }
         if self.client_id.is_none() && self.client_secret_env.is_some() {
             return Some(format!(
                 "{at}.oauth: client_secret_env without client_id: a secret belongs to a \
@@ -151,6 +191,75 @@ pub struct Client {
     pub store: Option<super::oauth_store::Slot>,
     /// How long a person may take to approve (`None`: the server's `timeout_ms`).
     pub approval_wait: Option<Duration>,
+    /// The PKCS#8 DER of `private_key_file` (read at connect, [`read_private_key`]).
+    pub private_key: Option<Vec<u8>>,
+}
+
+/// Reads a PKCS#8 PEM private key (`-----BEGIN PRIVATE KEY-----`) of P-256 for ES256 client
+/// assertions; the error names the file, never its content.
+pub fn read_private_key(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read private_key_file {}: {e}", path.display()))?;
+    let body = text
+        .split("-----BEGIN PRIVATE KEY-----")
+        .nth(1)
+        .and_then(|rest| rest.split("-----END PRIVATE KEY-----").next())
+        .ok_or_else(|| {
+            format!(
+                "private_key_file {} is not a PKCS#8 PEM key (-----BEGIN PRIVATE KEY-----); \
+                 convert one with `openssl pkcs8 -topk8 -nocrypt`",
+                path.display()
+            )
+        })?;
+    let compact: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(compact)
+        .map_err(|_| format!("private_key_file {} is not valid PEM", path.display()))?;
+    ring::signature::EcdsaKeyPair::from_pkcs8(
+        &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+        &der,
+        &ring::rand::SystemRandom::new(),
+    )
+    .map_err(|_| {
+        format!(
+            "private_key_file {} is not a P-256 key (ES256 needs one)",
+            path.display()
+        )
+    })?;
+    Ok(der)
+}
+
+/// A client assertion (RFC 7523 §2.2): a JWT signed with ES256 by `key`, issued and subject
+/// `client_id`, for `audience` (the authorization server's issuer), valid 5 minutes, with a
+/// random `jti` so it cannot be replayed.
+fn client_assertion(client_id: &str, audience: &str, key: &[u8]) -> Result<String, String> {
+    let rng = ring::rand::SystemRandom::new();
+    let pair = ring::signature::EcdsaKeyPair::from_pkcs8(
+        &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+        key,
+        &rng,
+    )
+    .map_err(|_| "the private key is not a P-256 key".to_string())?;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let now = super::oauth_store::now_secs();
+    let jti: String = crate::ids::random_bytes::<16>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let header = b64(serde_json::json!({"alg": "ES256", "typ": "JWT"})
+        .to_string()
+        .as_bytes());
+    let claims = b64(serde_json::json!({
+        "iss": client_id, "sub": client_id, "aud": audience,
+        "iat": now, "exp": now + 300, "jti": jti,
+    })
+    .to_string()
+    .as_bytes());
+    let input = format!("{header}.{claims}");
+    let signature = pair
+        .sign(&rng, input.as_bytes())
+        .map_err(|_| "signing the client assertion failed".to_string())?;
+    Ok(format!("{input}.{}", b64(signature.as_ref())))
 }
 
 /// A `WWW-Authenticate: Bearer …` challenge's parameters.
@@ -272,11 +381,16 @@ pub fn refresh(
             client_id: r.client_id.clone(),
             secret: r.client_secret.clone(),
             method: r.token_endpoint_auth_method.clone(),
+            jwt: None,
         },
         None => Identity {
             client_id: client.config.client_id.clone().unwrap_or_default(),
             secret: client.secret.clone(),
             method: None,
+            jwt: client
+                .private_key
+                .clone()
+                .map(|key| (key, entry.issuer.clone())),
         },
     };
     let methods: Vec<&str> = if entry.auth_methods.is_empty() {
@@ -396,6 +510,7 @@ pub fn authorize(
             client_id: client.config.client_id.clone().unwrap_or_default(),
             secret: client.secret.clone(),
             method: None,
+            jwt: client.private_key.clone().map(|key| (key, issuer.clone())),
         };
         let token = request_token(agent, &token_endpoint, &identity, form, &methods, until)?;
         return Ok(Authorized {
@@ -438,6 +553,8 @@ pub(crate) struct Identity {
     pub secret: Option<String>,
     /// The authentication the registration named (`token_endpoint_auth_method`), if any.
     pub method: Option<String>,
+    /// `private_key_jwt`: the key (PKCS#8 DER) and the assertion's audience.
+    pub jwt: Option<(Vec<u8>, String)>,
 }
 
 /// The protected-resource metadata: its URL and the document.
@@ -580,6 +697,7 @@ pub(crate) fn request_token(
 ) -> Result<Token, String> {
     let id = &identity.client_id;
     let method = match (&identity.secret, identity.method.as_deref()) {
+        _ if identity.jwt.is_some() => "private_key_jwt",
         (None, _) => "none",
         (Some(_), Some(m)) => m,
         (Some(_), None) if methods.contains(&"client_secret_basic") => "client_secret_basic",
@@ -609,6 +727,15 @@ pub(crate) fn request_token(
         }
         "none" => {
             form.append_pair("client_id", id);
+        }
+        "private_key_jwt" => {
+            let (key, audience) = identity.jwt.as_ref().expect("chosen for a key");
+            form.append_pair("client_id", id);
+            form.append_pair(
+                "client_assertion_type",
+                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+            );
+            form.append_pair("client_assertion", &client_assertion(id, audience, key)?);
         }
         other => {
             return Err(format!(
@@ -785,6 +912,56 @@ mod tests {
         );
         let t = table("https://example.com/kxen.json", None);
         assert_eq!(t.store_client(), Some("https://example.com/kxen.json"));
+    }
+
+    #[test]
+    fn a_client_assertion_is_an_es256_jwt_the_public_key_verifies() {
+        use ring::signature::{self, KeyPair};
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = signature::EcdsaKeyPair::generate_pkcs8(
+            &signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            &rng,
+        )
+        .unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let pem = tmp.path().join("key.pem");
+        let body = base64::engine::general_purpose::STANDARD.encode(pkcs8.as_ref());
+        std::fs::write(
+            &pem,
+            format!("-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n"),
+        )
+        .unwrap();
+        let key = read_private_key(&pem).unwrap();
+        let jwt = client_assertion("kxen-ci", "https://as.example.com", &key).unwrap();
+        let parts: Vec<&str> = jwt.split('.').collect();
+        assert_eq!(parts.len(), 3);
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let claims: Value = serde_json::from_slice(&b64.decode(parts[1]).unwrap()).unwrap();
+        assert_eq!(claims["iss"], "kxen-ci");
+        assert_eq!(claims["sub"], "kxen-ci");
+        assert_eq!(claims["aud"], "https://as.example.com");
+        assert!(claims["exp"].as_i64().unwrap() > claims["iat"].as_i64().unwrap());
+        let pair = signature::EcdsaKeyPair::from_pkcs8(
+            &signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            pkcs8.as_ref(),
+            &rng,
+        )
+        .unwrap();
+        signature::UnparsedPublicKey::new(
+            &signature::ECDSA_P256_SHA256_FIXED,
+            pair.public_key().as_ref(),
+        )
+        .verify(
+            format!("{}.{}", parts[0], parts[1]).as_bytes(),
+            &b64.decode(parts[2]).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(&pem, "-----BEGIN EC PRIVATE KEY-----\nAAAA\n").unwrap();
+        assert!(
+            read_private_key(&pem)
+                .unwrap_err()
+                .contains("openssl pkcs8")
+        );
     }
 
     #[test]

@@ -144,6 +144,13 @@ pub fn authorization_code(
                 client_id: id.clone(),
                 secret: flow.client.secret.clone(),
                 method: None,
+                jwt: flow.client.private_key.clone().map(|key| {
+                    let issuer = flow.meta["issuer"].as_str();
+                    (
+                        key,
+                        issuer.unwrap_or(flow.token_endpoint.as_str()).to_string(),
+                    )
+                }),
             },
             None,
         ),
@@ -152,6 +159,7 @@ pub fn authorization_code(
                 client_id: r.client_id.clone(),
                 secret: r.client_secret.clone(),
                 method: r.token_endpoint_auth_method.clone(),
+                jwt: None,
             },
             Some(r),
         ),
@@ -168,6 +176,7 @@ pub fn authorization_code(
                     client_id: url.clone(),
                     secret: None,
                     method: Some("none".into()),
+                    jwt: None,
                 },
                 None => register(agent, flow.meta, &redirect_uri, until)?,
             };
@@ -292,6 +301,7 @@ fn register(
         method: answer["token_endpoint_auth_method"]
             .as_str()
             .map(str::to_string),
+        jwt: None,
     })
 }
 

@@ -439,6 +439,19 @@ fn connect(
                     }
                 },
             };
+            let private_key =
+                match &oauth.private_key_file {
+                    None => None,
+                    Some(path) => Some(super::oauth::read_private_key(path).map_err(|why| {
+                        StartFailure {
+                            why,
+                            setup: Some(format!(
+                                "fix private_key_file in [mcp.servers.{server}.oauth] (a PKCS#8 \
+                             PEM P-256 key)"
+                            )),
+                        }
+                    })?),
+                };
             let mut oauth = oauth.clone();
             if !how.scopes.is_empty() {
                 oauth.scopes = how.scopes.clone();
@@ -454,6 +467,7 @@ fn connect(
                 person: how.person,
                 store: slot,
                 approval_wait: how.login.then_some(super::oauth_code::LOGIN_WAIT),
+                private_key,
             })
         }
     };

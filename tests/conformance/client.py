@@ -110,6 +110,14 @@ def main():
                 f"client_id = {json.dumps(context['client_id'])}\n"
                 f"grant = {json.dumps(grant)}\n"
             )
+            if context.get("private_key_pem"):
+                # private_key_jwt: the key in a file of the user's (0600), named by the config.
+                key = os.path.join(tmp, "key.pem")
+                fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(context["private_key_pem"])
+                server += f"private_key_file = {json.dumps(key)}\n"
+                server += f"signing_algorithm = {json.dumps(context.get('signing_algorithm', 'ES256'))}\n"
             if context.get("client_secret"):
                 server += 'client_secret_env = "KXEN_CONFORMANCE_CLIENT_SECRET"\n'
                 child_env["KXEN_CONFORMANCE_CLIENT_SECRET"] = context["client_secret"]
