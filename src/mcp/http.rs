@@ -228,6 +228,21 @@ impl HttpClient {
         let (Some(entry), Some(oauth)) = (self.stored.clone(), self.oauth.clone()) else {
             return Err("no stored token".into());
         };
+        let _lock = match &oauth.store {
+            Some(slot) => Some(slot.lock(self.timeout).map_err(|e| e.message)?),
+            None => None,
+        };
+        // Another process may have refreshed it while this one waited: its tokens are used.
+        if let Some(slot) = &oauth.store
+            && let Ok(Some(current)) = slot.load()
+            && current.access_token != entry.access_token
+            && current.is_fresh()
+        {
+            self.wire.token = Some(current.access_token.clone());
+            self.refreshed = Some(current.access_token.clone());
+            self.stored = Some(Box::new(current));
+            return Ok(());
+        }
         let until = Instant::now() + self.timeout;
         let next = super::oauth::refresh(&self.wire.agent, &entry, &oauth, until)?;
         if let Some(slot) = &oauth.store {

@@ -229,6 +229,18 @@ impl Slot {
         fsx::write_atomic_json(&self.path, entry, ENTRY_MODE)
     }
 
+    /// Locks the store (its directory, so no lock file lies among the entries) while a refresh
+    /// replaces an entry: two processes refreshing the same rotating refresh token at once would
+    /// leave one of them with a refused refresh.
+    pub fn lock(&self, wait: std::time::Duration) -> Result<fsx::FileLock> {
+        fsx::FileLock::directory(
+            fsx_parent(&self.path),
+            fsx::LockWait::Up(wait),
+            "the MCP token store",
+            |_| {},
+        )
+    }
+
     /// Deletes the entry; whether there was one.
     pub fn remove(&self) -> Result<bool> {
         let existed = self.path.symlink_metadata().is_ok();

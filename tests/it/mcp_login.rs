@@ -475,3 +475,47 @@ fn a_killed_login_leaves_no_store_file() {
     child.wait().unwrap();
     assert!(store_files(&env).is_empty(), "{:?}", store_files(&env));
 }
+
+/// Two processes that find the same expired token at once refresh it once: the second waits
+/// for the store's lock and uses the tokens the first stored (a rotating refresh token used
+/// twice would be refused).
+#[test]
+fn concurrent_connects_refresh_an_expired_token_once() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let server = OAuthServer::start(&env, &py, "");
+    let cfg = config(&env, &[answer("done")], &server.entry(10_000));
+    mcp(
+        &env,
+        &["login", "fx", "--config", cfg.to_str().unwrap()],
+        Some(&browser()),
+    )
+    .expect(0);
+    let check = || {
+        env.cmd("kxen-agent")
+            .args([
+                "policy",
+                "check",
+                "--allow-mcp",
+                "--config",
+                cfg.to_str().unwrap(),
+            ])
+            .stdin(Stdio::null())
+            .env("KXEN_TEST_CLOCK_SKEW_MS", (2 * 3600 * 1000).to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (check(), check());
+    for child in [a, b] {
+        let out = Run::from(child.wait_with_output().unwrap());
+        out.expect(0);
+        assert!(out.stdout.contains("mcp__fx__whoami"), "{}", out.stdout);
+    }
+    let log = server.log();
+    let refreshes = log.iter().filter(|l| *l == "token refresh_token").count();
+    assert_eq!(refreshes, 1, "{log:?}");
+    let authorizations = log.iter().filter(|l| l.starts_with("authorize")).count();
+    assert_eq!(authorizations, 1, "only the login's: {log:?}");
+}
