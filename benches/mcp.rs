@@ -18,6 +18,13 @@
 //!    Python client (`mcp.client.streamable_http` + `ClientSession`), timed inside its process.
 //!    Target: ≤ 1.2×.
 //!
+//! 5. OAuth: the same N calls to an OAuth-protected server (fixtures/mcp/oauth_http.py, its own
+//!    authorization server, JSON answers) with a valid token from the token store (after one
+//!    `kxen-agent mcp login`), against N direct POSTs carrying the token plus the fsync floor.
+//!    Target: ≤ 1.3×. Then connect + handshake + `tools/list` with a fresh stored token and with
+//!    an expired one (median of `KXEN_BENCH_STARTS`): the refresh must add one round trip (the
+//!    server's log counts the requests) and about one round trip's time.
+//!
 //! Run: `cargo bench --bench mcp` (needs python3 with `pip install mcp`; uses `CARGO_TARGET_TMPDIR`
 //! or `KXEN_BENCH_DIR`).
 
@@ -36,6 +43,10 @@ mod support;
 use support::{env_num, fsync_floor, median};
 
 fn main() {
+    let tmp_tokens = tempfile::tempdir().unwrap();
+    // SAFETY: nothing else runs yet (no thread started): the token store of section 5 is this
+    // scratch directory, never the user's.
+    unsafe { std::env::set_var("KXEN_TOKEN_DIR", tmp_tokens.path().join("tokens")) };
     let calls: usize = env_num("KXEN_BENCH_CALLS", 1000);
     let starts: usize = env_num("KXEN_BENCH_STARTS", 5);
     let Some(python) = python() else {
@@ -129,6 +140,151 @@ fn main() {
         "  ratio: {:.2}x the Python client (target <= 1.20x)",
         ours / theirs
     );
+    oauth(root, &python, calls, starts);
+}
+
+/// Section 5 of the module doc.
+fn oauth(root: &Path, python: &str, calls: usize, starts: usize) {
+    let dir = root.join("oauth");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("oauth.log");
+    let port_file = dir.join("port");
+    let mut child = Command::new(python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp/oauth_http.py"))
+        .env("PORT_FILE", &port_file)
+        .env("OAUTH_LOG", &log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let port: u16 = loop {
+        if let Ok(text) = std::fs::read_to_string(&port_file) {
+            break text.trim().parse().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let entry = format!("[mcp.servers.fx]\nurl = {url:?}\n");
+    let config = dir.join("login.toml");
+    std::fs::write(&config, &entry).unwrap();
+    let browser = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/browser.py");
+    let login = Command::new(env!("CARGO_BIN_EXE_kxen-agent"))
+        .args(["mcp", "login", "fx", "--config", config.to_str().unwrap()])
+        .env("BROWSER", format!("{python} {}", browser.display()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        login.status.success(),
+        "{}",
+        String::from_utf8_lossy(&login.stderr)
+    );
+    let store = std::path::PathBuf::from(std::env::var_os("KXEN_TOKEN_DIR").unwrap());
+    let entry_file = std::fs::read_dir(&store)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let stored: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&entry_file).unwrap()).unwrap();
+    let token = stored["accessToken"].as_str().unwrap().to_string();
+
+    let (run_secs, appends, bytes) = run_agent(&dir, &entry, calls);
+    let trips_secs = token_round_trips(&url, &token, calls);
+    let fsync_secs = fsync_floor(&dir, appends, bytes / appends.max(1));
+    let floor = trips_secs + fsync_secs;
+    println!(
+        "mcp: {calls} calls of `echo` (OAuth-protected server, a stored token) through a scripted run"
+    );
+    println!(
+        "  run:   {run_secs:.3} s total, {:.3} ms per call",
+        run_secs / calls as f64 * 1e3
+    );
+    println!(
+        "  floor: {floor:.3} s = {trips_secs:.3} s of direct POSTs with the token + {fsync_secs:.3} s \
+         fsync floor ({appends} durable appends)"
+    );
+    println!(
+        "  ratio: {:.2}x the floor (target <= 1.30x)",
+        run_secs / floor
+    );
+
+    let http_config = format!("url = {url:?}\n");
+    let requests = || std::fs::read_to_string(&log).unwrap().lines().count();
+    let fresh = median(
+        (0..starts)
+            .map(|_| kxen_start(root, &http_config))
+            .collect(),
+    );
+    let mut extra = Vec::new();
+    let expired = median(
+        (0..starts)
+            .map(|_| {
+                // The stored token made stale (its expiry in the past): the connect refreshes it.
+                let mut entry: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(&entry_file).unwrap()).unwrap();
+                entry["expiresAt"] = serde_json::json!(0);
+                std::fs::write(&entry_file, serde_json::to_vec(&entry).unwrap()).unwrap();
+                let before = requests();
+                let secs = kxen_start(root, &http_config);
+                extra.push(requests() - before);
+                secs
+            })
+            .collect(),
+    );
+    let (_, one_trip) = {
+        let start = Instant::now();
+        token_round_trips(&url, &token, 20);
+        ((), start.elapsed().as_secs_f64() / 20.0)
+    };
+    println!("mcp: connect + handshake + tools/list to the OAuth server, median of {starts}");
+    println!("  stored token valid:   {:.1} ms", fresh * 1e3);
+    println!(
+        "  stored token expired: {:.1} ms (requests per connect: {:?}, of which the refresh is 1; \
+         the handshake and listing are 3)",
+        expired * 1e3,
+        extra
+    );
+    println!(
+        "  the refresh added {:.1} ms (one POST to this server: ~{:.1} ms)",
+        (expired - fresh) * 1e3,
+        one_trip * 1e3
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// `calls` `tools/call` POSTs of `echo` carrying `token`, after a handshake (not timed).
+fn token_round_trips(url: &str, token: &str, calls: usize) -> f64 {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .build()
+        .into();
+    let post = |body: String| {
+        agent
+            .post(url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("Authorization", format!("Bearer {token}"))
+            .send(body.as_bytes())
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap_or_default()
+    };
+    let init = post(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"floor","version":"1"}}}"#.into());
+    assert!(init.contains("\"result\""), "{init}");
+    let start = Instant::now();
+    for i in 1..=calls {
+        let text = post(format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"echo {i}"}}}}}}"#
+        ));
+        assert!(text.contains("\"result\""), "{text}");
+    }
+    start.elapsed().as_secs_f64()
 }
 
 /// `server.py --http` on a free port; killed when dropped.

@@ -128,8 +128,11 @@ fn synced_temp(
     fill: impl FnOnce(&mut dyn Write) -> Result<()>,
 ) -> Result<tempfile::NamedTempFile> {
     let dir = parent_dir(path);
+    // Created with `mode` (never wider than the final file, before any byte is written: a
+    // token or key is never readable by others, not even for a moment), set again after.
     let tmp = tempfile::Builder::new()
         .prefix(".tmp-")
+        .permissions(fs::Permissions::from_mode(mode))
         .tempfile_in(dir)
         .map_err(|e| Error::io("create a temp file in", dir, e))?;
     fill_and_sync(tmp, path, mode, fill)

@@ -20,8 +20,9 @@
 //!   is resumed first (`stream_answer`).
 //! - Requests the server sends us are answered at once ([`super::inbound`]), on the stream of a
 //!   POST and on the standalone stream opened after the handshake (`listen`).
-//! - The bearer token (`bearer_token_env`) is read at connect time and lives only in this
-//!   value's memory and the `Authorization` header; every message made of what a server sent is
+//! - The bearer token (`bearer_token_env`, or an OAuth token of the token store or issued at
+//!   connect) lives only in this value's memory, the `Authorization` header and (OAuth) the
+//!   per-user token store ([`super::oauth_store`]); every message made of what a server sent is
 //!   redacted ([`crate::redact`], and the token itself) before it leaves this module.
 //! - Redirects are followed only to the same origin (307/308, which resend the same POST);
 //!   another origin, or a redirect that would turn the POST into a GET, is refused.
@@ -82,6 +83,11 @@ pub struct Connect<'a> {
     pub answerer: Answerer,
     /// The OAuth client to authorize with when the server asks for it (a 401).
     pub oauth: Option<super::oauth::Client>,
+    /// What the token store holds for this server and client (read by the caller).
+    pub stored: Option<super::oauth_store::Entry>,
+    /// `mcp login`: the stored tokens are not sent (only a registered client is reused), so
+    /// the server asks for a new authorization.
+    pub login: bool,
 }
 
 /// What is sent with every message. Cloned into the thread that makes a request.
@@ -140,9 +146,19 @@ pub struct HttpClient {
     has_tools: bool,
     /// Set to stop the thread reading the standalone event stream ([`Self::listen`]).
     listening: Option<Arc<AtomicBool>>,
-    oauth: Option<super::oauth::Client>,
+    /// Boxed: most servers have none, and `Peer` holds a client inline.
+    oauth: Option<Box<super::oauth::Client>>,
     /// The `WWW-Authenticate` of the last 401.
     challenge: Option<String>,
+    /// The token store's entry for this server (updated by every authorization and refresh).
+    stored: Option<Box<super::oauth_store::Entry>>,
+    /// The endpoint as configured (the token store's key).
+    url: String,
+    /// The access token the last refresh brought: refused again, it is not refreshed again.
+    refreshed: Option<String>,
+    /// A refresh was refused: the next authorization is a new grant.
+    refresh_refused: bool,
+    login: bool,
 }
 
 impl HttpClient {
@@ -180,11 +196,62 @@ impl HttpClient {
             expired: false,
             has_tools: true,
             listening: None,
-            oauth: spec.oauth,
+            oauth: spec.oauth.map(Box::new),
             challenge: None,
+            stored: spec.stored.map(Box::new),
+            url: spec.url.to_string(),
+            refreshed: None,
+            refresh_refused: false,
+            login: spec.login,
         };
+        client.use_stored();
         client.handshake()?;
         Ok(client)
+    }
+
+    /// Sends the stored access token while it is fresh; an expired one is refreshed first
+    /// (one round trip). A refresh that fails leaves no token: the server's 401 then starts an
+    /// authorization as without a store.
+    fn use_stored(&mut self) {
+        let Some(entry) = self.stored.as_ref().filter(|_| !self.login) else {
+            return;
+        };
+        if entry.is_fresh() {
+            self.wire.token = Some(entry.access_token.clone());
+        } else if entry.refresh_token.is_some() && self.refresh_stored().is_err() {
+            self.refresh_refused = true;
+        }
+    }
+
+    /// Refreshes the stored entry and keeps the new tokens (in the store, atomically).
+    fn refresh_stored(&mut self) -> Result<(), String> {
+        let (Some(entry), Some(oauth)) = (self.stored.clone(), self.oauth.clone()) else {
+            return Err("no stored token".into());
+        };
+        let _lock = match &oauth.store {
+            Some(slot) => Some(slot.lock(self.timeout).map_err(|e| e.message)?),
+            None => None,
+        };
+        // Another process may have refreshed it while this one waited: its tokens are used.
+        if let Some(slot) = &oauth.store
+            && let Ok(Some(current)) = slot.load()
+            && current.access_token != entry.access_token
+            && current.is_fresh()
+        {
+            self.wire.token = Some(current.access_token.clone());
+            self.refreshed = Some(current.access_token.clone());
+            self.stored = Some(Box::new(current));
+            return Ok(());
+        }
+        let until = Instant::now() + self.timeout;
+        let next = super::oauth::refresh(&self.wire.agent, &entry, &oauth, until)?;
+        if let Some(slot) = &oauth.store {
+            slot.save(&next).map_err(|e| e.message)?;
+        }
+        self.wire.token = Some(next.access_token.clone());
+        self.refreshed = Some(next.access_token.clone());
+        self.stored = Some(Box::new(next));
+        Ok(())
     }
 
     fn handshake(&mut self) -> Result<(), String> {
@@ -233,16 +300,57 @@ impl HttpClient {
     /// Gets a token with the configured OAuth client after a 401 with `challenge`
     /// ([`super::oauth`]); it replaces the one held (in memory only).
     fn authorize(&mut self, challenge: &str, oauth: &super::oauth::Client) -> Result<(), String> {
-        let until = Instant::now() + self.timeout;
         let parsed = super::oauth::parse_challenge(challenge);
-        let token =
-            super::oauth::authorize(&self.wire.agent, &self.wire.endpoint, &parsed, oauth, until)
-                .map_err(|why| {
-                let why = scrub(&why, oauth.secret.as_deref());
-                format!("OAuth authorization failed: {}", self.scrub(&why))
+        // A stored refresh token first (one round trip, nobody asked), unless the server wants
+        // more scope than the token has, or the token it refused came from a refresh.
+        let refreshable = self
+            .stored
+            .as_ref()
+            .is_some_and(|e| e.refresh_token.is_some());
+        if refreshable
+            && !self.login
+            && parsed.error.as_deref() != Some("insufficient_scope")
+            && !self.refresh_refused
+            && (self.refreshed.is_none() || self.refreshed != self.wire.token)
+        {
+            if self.refresh_stored().is_ok() {
+                return Ok(());
+            }
+            self.refresh_refused = true;
+        }
+        let until = Instant::now() + self.timeout;
+        let registration = self.stored.as_ref().and_then(|e| e.registration.clone());
+        let authorized = super::oauth::authorize(
+            &self.wire.agent,
+            &self.wire.endpoint,
+            &parsed,
+            oauth,
+            registration.as_ref(),
+            until,
+        )
+        .map_err(|why| {
+            let why = scrub(&why, oauth.secret.as_deref());
+            format!("OAuth authorization failed: {}", self.scrub(&why))
+        })?;
+        let entry = authorized.entry(&self.url, oauth);
+        if let Some(slot) = &oauth.store {
+            slot.save(&entry).map_err(|e| {
+                format!(
+                    "OAuth authorization succeeded but storing the token failed: {}",
+                    e.message
+                )
             })?;
-        self.wire.token = Some(token.access_token);
+        }
+        self.wire.token = Some(entry.access_token.clone());
+        self.refreshed = None;
+        self.refresh_refused = false;
+        self.stored = Some(Box::new(entry));
         Ok(())
+    }
+
+    /// Whether the connection holds a token (`mcp login` reports a server that never asked).
+    pub fn is_authorized(&self) -> bool {
+        self.wire.token.is_some()
     }
 
     /// Opens the standalone event stream (a GET on the endpoint), where a server sends the

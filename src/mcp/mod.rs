@@ -6,7 +6,9 @@
 //! - [`http`]: the protocol over Streamable HTTP (a `url` server), with [`sse`] for answers that
 //!   come as an event stream.
 //! - [`inbound`]: the answers to a server's own requests (ping, elicitation, roots, sampling).
-//! - [`oauth`]: OAuth `client_credentials` for a `url` server (`[mcp.servers.NAME.oauth]`).
+//! - [`oauth`]: OAuth for a `url` server (`[mcp.servers.NAME.oauth]`): discovery, the
+//!   `client_credentials` grant, refresh; [`oauth_code`] the authorization-code grant a person
+//!   approves; [`oauth_store`] the per-user token store (`kxen-agent mcp login/logout/status`).
 //! - [`servers`]: the servers of one execution, started on demand, restarted after a crash, and
 //!   the conversion of a `tools/call` result into a tool output.
 //! - [`grant`]: the intersection of a definition's MCP capabilities with the policy and the
@@ -23,6 +25,7 @@ pub mod http;
 pub mod inbound;
 pub mod oauth;
 pub mod oauth_code;
+pub mod oauth_store;
 pub mod servers;
 pub mod sse;
 

@@ -17,15 +17,16 @@
 //!    client authenticated with `client_secret_basic` (the default), `client_secret_post` when
 //!    that is all the server takes, or `none` without a secret.
 //!
-//! The token lives only in the client's memory (it is asked for again at the next connect) and
-//! is scrubbed from every message like `bearer_token_env`'s; the secret is read from the
+//! The tokens are kept in the per-user token store ([`super::oauth_store`]), refreshed with
+//! [`refresh`] when they expire, and scrubbed from every message like `bearer_token_env`'s
+//! (every token is registered with the redaction set); the secret is read from the
 //! environment variable the entry names, when kxen-agent connects. Every metadata document and
 //! token answer is bounded (size and `timeout_ms`), redirects are not followed, and every URL
 //! involved must be `https://` (or `http://` on this machine), so a token or secret never
 //! crosses the network in cleartext.
 //!
-//! Not here yet (issue 32): `mcp login` and a token store, refresh tokens, Client ID Metadata
-//! Documents, step-up on `403 insufficient_scope`, `private_key_jwt`.
+//! A registered client authenticates with its secret, or with `private_key_jwt` (RFC 7523: an
+//! ES256 client assertion signed with `private_key_file`).
 
 use std::time::{Duration, Instant};
 
@@ -53,6 +54,19 @@ pub struct OAuthConfig {
     /// The scopes to ask for (absent: the server's challenge, else its `scopes_supported`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
+    /// A Client ID Metadata Document (an `https://` URL with a path, where the operator
+    /// publishes kxen-agent's client metadata): used as the `client_id` when the authorization
+    /// server says `client_id_metadata_document_supported`, instead of registering.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_metadata_url: Option<String>,
+    /// `private_key_jwt` (RFC 7523): the registered client's private key (a PKCS#8 PEM file,
+    /// absolute path), read at connect; it signs a short-lived client assertion per token
+    /// request instead of sending a secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key_file: Option<std::path::PathBuf>,
+    /// The assertion's signature algorithm: `ES256` (the default, and the only one spoken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_algorithm: Option<String>,
 }
 
 /// The grants an `oauth` table may name.
@@ -70,11 +84,22 @@ impl Default for OAuthConfig {
             client_secret_env: None,
             grant: default_grant(),
             scopes: Vec::new(),
+            client_metadata_url: None,
+            private_key_file: None,
+            signing_algorithm: None,
         }
     }
 }
 
 impl OAuthConfig {
+    /// The client a token store entry is kept for: the configured `client_id`, else the
+    /// `client_metadata_url`, else `None` (a client registered dynamically).
+    pub fn store_client(&self) -> Option<&str> {
+        self.client_id
+            .as_deref()
+            .or(self.client_metadata_url.as_deref())
+    }
+
     /// Why the table is invalid, or `None` (`at` names it).
     pub fn error(&self, at: &str) -> Option<String> {
         if self.client_id.as_deref() == Some("") {
@@ -92,6 +117,51 @@ impl OAuthConfig {
                 "{at}.oauth: grant \"client_credentials\" needs the client_id of a registered \
                  client"
             ));
+        }
+        if let Some(url) = &self.client_metadata_url {
+            let ok = url::Url::parse(url)
+                .is_ok_and(|u| u.scheme() == "https" && !u.path().trim_matches('/').is_empty());
+            if !ok {
+                return Some(format!(
+                    "{at}.oauth: client_metadata_url = {url:?} must be an https:// URL with a \
+                     path (where the client's metadata document is published)"
+                ));
+            }
+            if self.client_id.is_some() || self.grant != "authorization_code" {
+                return Some(format!(
+                    "{at}.oauth: client_metadata_url is the client id of the authorization-code \
+                     grant; give it or client_id, not both"
+                ));
+            }
+        }
+        if let Some(path) = &self.private_key_file {
+            if self.client_id.is_none() || self.client_secret_env.is_some() {
+                return Some(format!(
+                    "{at}.oauth: private_key_file authenticates a registered client_id, instead \
+                     of client_secret_env (give client_id, and not both)"
+                ));
+            }
+            if !path.is_absolute() {
+                return Some(format!(
+                    "{at}.oauth: private_key_file = {:?} must be an absolute path",
+                    path.display().to_string()
+                ));
+            }
+        }
+        match self.signing_algorithm.as_deref() {
+            None => {}
+            Some(_) if self.private_key_file.is_none() => {
+                return Some(format!(
+                    "{at}.oauth: signing_algorithm is for private_key_file"
+                ));
+            }
+            Some("ES256") => {}
+            Some(other) => {
+                return Some(format!(
+                    "{at}.oauth: signing_algorithm {other:?} is not supported; kxen-agent signs \
+                     client assertions with ES256"
+                ));
+            }
         }
         if self.client_id.is_none() && self.client_secret_env.is_some() {
             return Some(format!(
@@ -113,6 +183,83 @@ impl OAuthConfig {
 pub struct Client {
     pub config: OAuthConfig,
     pub secret: Option<String>,
+    /// The server's name (messages naming `kxen-agent mcp login NAME`).
+    pub server: String,
+    /// Whether a person may be asked to approve (the authorization-code grant).
+    pub person: super::oauth_code::Person,
+    /// Where its tokens are kept between connects (`None`: memory only).
+    pub store: Option<super::oauth_store::Slot>,
+    /// How long a person may take to approve (`None`: the server's `timeout_ms`).
+    pub approval_wait: Option<Duration>,
+    /// The PKCS#8 DER of `private_key_file` (read at connect, [`read_private_key`]).
+    pub private_key: Option<Vec<u8>>,
+}
+
+/// Reads a PKCS#8 PEM private key (`-----BEGIN PRIVATE KEY-----`) of P-256 for ES256 client
+/// assertions; the error names the file, never its content.
+pub fn read_private_key(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read private_key_file {}: {e}", path.display()))?;
+    let body = text
+        .split("-----BEGIN PRIVATE KEY-----")
+        .nth(1)
+        .and_then(|rest| rest.split("-----END PRIVATE KEY-----").next())
+        .ok_or_else(|| {
+            format!(
+                "private_key_file {} is not a PKCS#8 PEM key (-----BEGIN PRIVATE KEY-----); \
+                 convert one with `openssl pkcs8 -topk8 -nocrypt`",
+                path.display()
+            )
+        })?;
+    let compact: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(compact)
+        .map_err(|_| format!("private_key_file {} is not valid PEM", path.display()))?;
+    ring::signature::EcdsaKeyPair::from_pkcs8(
+        &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+        &der,
+        &ring::rand::SystemRandom::new(),
+    )
+    .map_err(|_| {
+        format!(
+            "private_key_file {} is not a P-256 key (ES256 needs one)",
+            path.display()
+        )
+    })?;
+    Ok(der)
+}
+
+/// A client assertion (RFC 7523 §2.2): a JWT signed with ES256 by `key`, issued and subject
+/// `client_id`, for `audience` (the authorization server's issuer), valid 5 minutes, with a
+/// random `jti` so it cannot be replayed.
+fn client_assertion(client_id: &str, audience: &str, key: &[u8]) -> Result<String, String> {
+    let rng = ring::rand::SystemRandom::new();
+    let pair = ring::signature::EcdsaKeyPair::from_pkcs8(
+        &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+        key,
+        &rng,
+    )
+    .map_err(|_| "the private key is not a P-256 key".to_string())?;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let now = super::oauth_store::now_secs();
+    let jti: String = crate::ids::random_bytes::<16>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let header = b64(serde_json::json!({"alg": "ES256", "typ": "JWT"})
+        .to_string()
+        .as_bytes());
+    let claims = b64(serde_json::json!({
+        "iss": client_id, "sub": client_id, "aud": audience,
+        "iat": now, "exp": now + 300, "jti": jti,
+    })
+    .to_string()
+    .as_bytes());
+    let input = format!("{header}.{claims}");
+    let signature = pair
+        .sign(&rng, input.as_bytes())
+        .map_err(|_| "signing the client assertion failed".to_string())?;
+    Ok(format!("{input}.{}", b64(signature.as_ref())))
 }
 
 /// A `WWW-Authenticate: Bearer …` challenge's parameters.
@@ -120,6 +267,8 @@ pub struct Client {
 pub struct Challenge {
     pub resource_metadata: Option<String>,
     pub scope: Option<String>,
+    /// `error` (`insufficient_scope` asks for more scope: a refresh would not bring it).
+    pub error: Option<String>,
 }
 
 /// The `Bearer` challenge of a `WWW-Authenticate` value (auth-params `key="value"` or
@@ -149,6 +298,7 @@ pub fn parse_challenge(header: &str) -> Challenge {
         match key.as_str() {
             "resource_metadata" => out.resource_metadata = Some(value),
             "scope" => out.scope = Some(value),
+            "error" => out.error = Some(value),
             _ => {}
         }
         rest = next;
@@ -156,9 +306,112 @@ pub fn parse_challenge(header: &str) -> Challenge {
     out
 }
 
-/// An access token and what it was asked for.
+/// A token answer (RFC 6749 §5.1).
 pub struct Token {
     pub access_token: String,
+    pub refresh_token: Option<String>,
+    /// Seconds from now.
+    pub expires_in: Option<i64>,
+    /// The scope granted, when the answer says (else what was asked for).
+    pub scope: Option<String>,
+}
+
+/// What an authorization found and got: the token and what a later refresh needs without
+/// discovering again.
+pub struct Authorized {
+    pub token: Token,
+    pub issuer: String,
+    pub token_endpoint: String,
+    pub auth_methods: Vec<String>,
+    pub resource: Option<String>,
+    /// The scope asked for.
+    pub scope: Option<String>,
+    /// A client registered dynamically during the grant.
+    pub registration: Option<super::oauth_store::Registration>,
+}
+
+impl Authorized {
+    /// The store entry of this authorization of `url` by `client`.
+    pub fn entry(&self, url: &str, client: &Client) -> super::oauth_store::Entry {
+        super::oauth_store::Entry {
+            version: 1,
+            server_url: url.to_string(),
+            server_name: client.server.clone(),
+            issuer: self.issuer.clone(),
+            token_endpoint: self.token_endpoint.clone(),
+            auth_methods: self.auth_methods.clone(),
+            resource: self.resource.clone(),
+            grant: client.config.grant.clone(),
+            registration: self.registration.clone(),
+            access_token: self.token.access_token.clone(),
+            refresh_token: self.token.refresh_token.clone(),
+            expires_at: self
+                .token
+                .expires_in
+                .map(|s| super::oauth_store::now_secs().saturating_add(s)),
+            scope: self.token.scope.clone().or_else(|| self.scope.clone()),
+            obtained_at: crate::clock::now_rfc3339(),
+        }
+    }
+}
+
+/// Refreshes `entry` (the `refresh_token` grant, one round trip to the token endpoint it
+/// names): the entry with the new tokens (the refresh token kept when none new is issued).
+pub fn refresh(
+    agent: &ureq::Agent,
+    entry: &super::oauth_store::Entry,
+    client: &Client,
+    until: Instant,
+) -> Result<super::oauth_store::Entry, String> {
+    let refresh_token = entry
+        .refresh_token
+        .as_deref()
+        .ok_or("the stored token cannot be refreshed (no refresh token)")?;
+    let token_endpoint = url::Url::parse(&entry.token_endpoint)
+        .map_err(|e| format!("the stored token endpoint is not a URL: {e}"))?;
+    safe_url(&token_endpoint, "the token endpoint")?;
+    let mut form = url::form_urlencoded::Serializer::new(String::new());
+    form.append_pair("grant_type", "refresh_token")
+        .append_pair("refresh_token", refresh_token);
+    if let Some(resource) = &entry.resource {
+        form.append_pair("resource", resource);
+    }
+    let identity = match &entry.registration {
+        Some(r) => Identity {
+            client_id: r.client_id.clone(),
+            secret: r.client_secret.clone(),
+            method: r.token_endpoint_auth_method.clone(),
+            jwt: None,
+        },
+        None => Identity {
+            client_id: client.config.client_id.clone().unwrap_or_default(),
+            secret: client.secret.clone(),
+            method: None,
+            jwt: client
+                .private_key
+                .clone()
+                .map(|key| (key, entry.issuer.clone())),
+        },
+    };
+    let methods: Vec<&str> = if entry.auth_methods.is_empty() {
+        vec!["client_secret_basic"]
+    } else {
+        entry.auth_methods.iter().map(String::as_str).collect()
+    };
+    let token = request_token(agent, &token_endpoint, &identity, form, &methods, until)?;
+    let mut next = entry.clone();
+    next.access_token = token.access_token;
+    if token.refresh_token.is_some() {
+        next.refresh_token = token.refresh_token;
+    }
+    next.expires_at = token
+        .expires_in
+        .map(|s| super::oauth_store::now_secs().saturating_add(s));
+    if token.scope.is_some() {
+        next.scope = token.scope;
+    }
+    next.obtained_at = crate::clock::now_rfc3339();
+    Ok(next)
 }
 
 /// Runs the flow of the module doc for `endpoint` after a 401 with `challenge`, with the
@@ -168,8 +421,9 @@ pub fn authorize(
     endpoint: &url::Url,
     challenge: &Challenge,
     client: &Client,
+    registration: Option<&super::oauth_store::Registration>,
     until: Instant,
-) -> Result<Token, String> {
+) -> Result<Authorized, String> {
     let (resource, prm, as_url, meta) = match protected_resource(agent, endpoint, challenge, until)?
     {
         Lookup::Found(prm_url, prm) => {
@@ -217,6 +471,28 @@ pub fn authorize(
         })
     }
     .filter(|s| !s.is_empty());
+    // A person's grant asks for a refresh token too, when the authorization server offers
+    // one (`offline_access` in its `scopes_supported`): the next connect then needs nobody.
+    let offers_offline = meta["scopes_supported"]
+        .as_array()
+        .is_some_and(|s| s.iter().any(|s| s == "offline_access"));
+    let scope = match scope {
+        Some(s) if client.config.grant == "authorization_code" && offers_offline => {
+            if s.split(' ').any(|s| s == "offline_access") {
+                Some(s)
+            } else {
+                Some(format!("{s} offline_access"))
+            }
+        }
+        None if client.config.grant == "authorization_code" && offers_offline => {
+            Some("offline_access".to_string())
+        }
+        other => other,
+    };
+    let issuer = meta["issuer"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| as_url.clone());
     let methods: Vec<&str> = meta["token_endpoint_auth_methods_supported"]
         .as_array()
         .map(|m| m.iter().filter_map(Value::as_str).collect())
@@ -234,10 +510,20 @@ pub fn authorize(
             client_id: client.config.client_id.clone().unwrap_or_default(),
             secret: client.secret.clone(),
             method: None,
+            jwt: client.private_key.clone().map(|key| (key, issuer.clone())),
         };
-        return request_token(agent, &token_endpoint, &identity, form, &methods, until);
+        let token = request_token(agent, &token_endpoint, &identity, form, &methods, until)?;
+        return Ok(Authorized {
+            token,
+            issuer,
+            token_endpoint: token_endpoint.to_string(),
+            auth_methods: methods.iter().map(|m| m.to_string()).collect(),
+            resource: resource.map(str::to_string),
+            scope,
+            registration: None,
+        });
     }
-    super::oauth_code::authorization_code(
+    let (token, registration) = super::oauth_code::authorization_code(
         agent,
         &super::oauth_code::Flow {
             meta: &meta,
@@ -246,9 +532,19 @@ pub fn authorize(
             scope: scope.as_deref(),
             methods: &methods,
             client,
+            registration,
         },
         until,
-    )
+    )?;
+    Ok(Authorized {
+        token,
+        issuer,
+        token_endpoint: token_endpoint.to_string(),
+        auth_methods: methods.iter().map(|m| m.to_string()).collect(),
+        resource: resource.map(str::to_string),
+        scope,
+        registration,
+    })
 }
 
 /// Who the client is at the token endpoint.
@@ -257,6 +553,8 @@ pub(crate) struct Identity {
     pub secret: Option<String>,
     /// The authentication the registration named (`token_endpoint_auth_method`), if any.
     pub method: Option<String>,
+    /// `private_key_jwt`: the key (PKCS#8 DER) and the assertion's audience.
+    pub jwt: Option<(Vec<u8>, String)>,
 }
 
 /// The protected-resource metadata: its URL and the document.
@@ -399,6 +697,7 @@ pub(crate) fn request_token(
 ) -> Result<Token, String> {
     let id = &identity.client_id;
     let method = match (&identity.secret, identity.method.as_deref()) {
+        _ if identity.jwt.is_some() => "private_key_jwt",
         (None, _) => "none",
         (Some(_), Some(m)) => m,
         (Some(_), None) if methods.contains(&"client_secret_basic") => "client_secret_basic",
@@ -429,6 +728,15 @@ pub(crate) fn request_token(
         "none" => {
             form.append_pair("client_id", id);
         }
+        "private_key_jwt" => {
+            let (key, audience) = identity.jwt.as_ref().expect("chosen for a key");
+            form.append_pair("client_id", id);
+            form.append_pair(
+                "client_assertion_type",
+                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+            );
+            form.append_pair("client_assertion", &client_assertion(id, audience, key)?);
+        }
         other => {
             return Err(format!(
                 "the client's registration asks for token endpoint authentication {other:?}, \
@@ -450,6 +758,13 @@ pub(crate) fn request_token(
         .send(form.finish().as_bytes())
         .map_err(|e| format!("the token request to {token_endpoint} failed: {e}"))?;
     let status = response.status().as_u16();
+    if (300..400).contains(&status) {
+        return Err(redirect_refused(
+            &response,
+            "the token endpoint",
+            token_endpoint.as_str(),
+        ));
+    }
     let body = response
         .body_mut()
         .with_config()
@@ -475,9 +790,36 @@ pub(crate) fn request_token(
     {
         return Err("the token endpoint answered a token that is not a Bearer token".into());
     }
+    let refresh_token = answer["refresh_token"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .map(str::to_string);
+    crate::redact::register_value(access_token);
+    if let Some(t) = &refresh_token {
+        crate::redact::register_value(t);
+    }
     Ok(Token {
         access_token: access_token.to_string(),
+        refresh_token,
+        expires_in: answer["expires_in"].as_i64().filter(|s| *s > 0),
+        scope: answer["scope"].as_str().map(str::to_string),
     })
+}
+
+/// Why a redirect answer is refused: no credential follows a redirect (it could lead to another
+/// origin, which would then get the client's secret or code).
+fn redirect_refused(response: &ureq::http::Response<ureq::Body>, what: &str, url: &str) -> String {
+    let location = response
+        .headers()
+        .get("location")
+        .and_then(|l| l.to_str().ok())
+        .unwrap_or("nowhere");
+    format!(
+        "{what} {url} redirects to {} (HTTP {}); kxen-agent follows no redirect during \
+         authorization",
+        crate::text::preview(location, 120),
+        response.status().as_u16()
+    )
 }
 
 /// Refuses a protected-resource `resource` that is not this server (RFC 8707: a token for
@@ -541,6 +883,84 @@ mod tests {
         assert_eq!(
             parse_challenge("Bearer scope=read").scope.as_deref(),
             Some("read")
+        );
+    }
+
+    #[test]
+    fn a_client_metadata_url_is_an_https_document_of_the_code_grant() {
+        let table = |url: &str, client_id: Option<&str>| OAuthConfig {
+            client_metadata_url: Some(url.into()),
+            client_id: client_id.map(str::to_string),
+            ..OAuthConfig::default()
+        };
+        assert_eq!(
+            table("https://example.com/kxen.json", None).error("x"),
+            None
+        );
+        for bad in [
+            "http://example.com/kxen.json",
+            "https://example.com/",
+            "nonsense",
+        ] {
+            assert!(table(bad, None).error("x").is_some(), "{bad}");
+        }
+        assert!(
+            table("https://example.com/kxen.json", Some("ci"))
+                .error("x")
+                .unwrap()
+                .contains("not both")
+        );
+        let t = table("https://example.com/kxen.json", None);
+        assert_eq!(t.store_client(), Some("https://example.com/kxen.json"));
+    }
+
+    #[test]
+    fn a_client_assertion_is_an_es256_jwt_the_public_key_verifies() {
+        use ring::signature::{self, KeyPair};
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = signature::EcdsaKeyPair::generate_pkcs8(
+            &signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            &rng,
+        )
+        .unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let pem = tmp.path().join("key.pem");
+        let body = base64::engine::general_purpose::STANDARD.encode(pkcs8.as_ref());
+        std::fs::write(
+            &pem,
+            format!("-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n"),
+        )
+        .unwrap();
+        let key = read_private_key(&pem).unwrap();
+        let jwt = client_assertion("kxen-ci", "https://as.example.com", &key).unwrap();
+        let parts: Vec<&str> = jwt.split('.').collect();
+        assert_eq!(parts.len(), 3);
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let claims: Value = serde_json::from_slice(&b64.decode(parts[1]).unwrap()).unwrap();
+        assert_eq!(claims["iss"], "kxen-ci");
+        assert_eq!(claims["sub"], "kxen-ci");
+        assert_eq!(claims["aud"], "https://as.example.com");
+        assert!(claims["exp"].as_i64().unwrap() > claims["iat"].as_i64().unwrap());
+        let pair = signature::EcdsaKeyPair::from_pkcs8(
+            &signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+            pkcs8.as_ref(),
+            &rng,
+        )
+        .unwrap();
+        signature::UnparsedPublicKey::new(
+            &signature::ECDSA_P256_SHA256_FIXED,
+            pair.public_key().as_ref(),
+        )
+        .verify(
+            format!("{}.{}", parts[0], parts[1]).as_bytes(),
+            &b64.decode(parts[2]).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(&pem, "-----BEGIN EC PRIVATE KEY-----\nAAAA\n").unwrap();
+        assert!(
+            read_private_key(&pem)
+                .unwrap_err()
+                .contains("openssl pkcs8")
         );
     }
 

@@ -1,14 +1,16 @@
 //! The authorization-code grant of [`super::oauth`], for a person at hand: PKCE (S256), a
 //! loopback redirect (RFC 8252) and, without a configured `client_id`, dynamic client
-//! registration (RFC 7591).
+//! registration (RFC 7591) or a configured Client ID Metadata Document (`client_metadata_url`,
+//! when the authorization server takes one), reused from the token store when it holds one.
 //!
-//! A person is at hand when `BROWSER` is set: kxen-agent starts `$BROWSER <authorization URL>`
-//! (no shell; `%s` in it stands for the URL; secrets of our environment are left out of the
-//! browser's) and waits, at most `timeout_ms`, for the redirect to
+//! A person is at hand ([`Person`]) when `BROWSER` is set: kxen-agent starts `$BROWSER
+//! <authorization URL>` (no shell; `%s` in it stands for the URL; secrets of our environment are
+//! left out of the browser's); or when stdin is a terminal (or for `kxen-agent mcp login`):
+//! the URL is shown on stderr for the person to open. Then kxen-agent waits, at most
+//! `timeout_ms` (`mcp login`: [`LOGIN_WAIT`]), for the redirect to
 //! `http://127.0.0.1:<port>/callback` on a listener of its own. The `state` must come back
 //! unchanged; the code is exchanged with the PKCE verifier and the `resource` parameter.
-//! Without `BROWSER`, the grant is refused with a message naming what to do (a run is
-//! unattended: use `client_credentials`).
+//! Nobody at hand: the grant is refused with a message naming `kxen-agent mcp login NAME`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -19,6 +21,47 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 
 use super::oauth::{Client, Identity, Token, remaining, request_token, safe_url};
+use super::oauth_store::Registration;
+
+/// How long `kxen-agent mcp login` waits for the person to approve.
+pub const LOGIN_WAIT: Duration = Duration::from_secs(300);
+
+/// Whether a person may be asked to approve an authorization, and how they are reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Person {
+    /// Nobody: a run in CI, a pipe (the grant is refused, naming `mcp login`).
+    Absent,
+    /// `$BROWSER` is started, else the URL is shown on stderr (`BROWSER` set, stdin a terminal,
+    /// or `mcp login`).
+    AtHand,
+}
+
+impl Person {
+    /// Who is there for a run: somebody when `BROWSER` is set or stdin is a terminal.
+    pub fn for_run() -> Person {
+        use std::io::IsTerminal;
+        if browser().is_some() || std::io::stdin().is_terminal() {
+            Person::AtHand
+        } else {
+            Person::Absent
+        }
+    }
+}
+
+/// Where the URL is shown to a person without a `BROWSER` (set by the command line: the
+/// library never prints).
+static SHOW_URL: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+/// Sets how an authorization URL is shown to a person at a terminal (once per process).
+pub fn set_url_sink(show: fn(&str)) {
+    let _ = SHOW_URL.set(show);
+}
+
+fn browser() -> Option<String> {
+    crate::own_env::var_os("BROWSER")
+        .and_then(|b| b.into_string().ok())
+        .filter(|b| !b.trim().is_empty())
+}
 
 /// The largest redirect request read from the browser.
 const MAX_REDIRECT: u64 = 16 * 1024;
@@ -34,23 +77,29 @@ pub struct Flow<'a> {
     pub scope: Option<&'a str>,
     pub methods: &'a [&'a str],
     pub client: &'a Client,
+    /// A client registered before (the token store), tried first.
+    pub registration: Option<&'a Registration>,
 }
 
-/// Runs the grant (module doc).
+/// Runs the grant (module doc): the token, and the client it registered or reused (none for a
+/// configured `client_id`).
 pub fn authorization_code(
     agent: &ureq::Agent,
     flow: &Flow,
     until: Instant,
-) -> Result<Token, String> {
-    let browser = crate::own_env::var_os("BROWSER")
-        .and_then(|b| b.into_string().ok())
-        .filter(|b| !b.trim().is_empty())
-        .ok_or_else(|| {
+) -> Result<(Token, Option<Registration>), String> {
+    // The network steps share the caller's budget; the person's approval may take longer
+    // (`mcp login`), and the code exchange after it gets the whole budget again.
+    let budget = until.saturating_duration_since(Instant::now());
+    if flow.client.person == Person::Absent {
+        let server = &flow.client.server;
+        return Err(format!(
             "the server needs a person to authorize kxen-agent (the authorization-code grant), \
-             and none is at hand: set BROWSER to a browser command, or give the server's entry \
-             an oauth table with a registered client and grant = \"client_credentials\""
-                .to_string()
-        })?;
+             and none is at hand (no BROWSER, stdin is not a terminal): run `kxen-agent mcp \
+             login {server}` first, or give [mcp.servers.{server}] an oauth table with a \
+             registered client and grant = \"client_credentials\""
+        ));
+    }
     let endpoint = flow.meta["authorization_endpoint"]
         .as_str()
         .ok_or("the authorization-server metadata has no authorization_endpoint")?;
@@ -66,20 +115,79 @@ pub fn authorization_code(
                 .into(),
         );
     }
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| format!("cannot listen on 127.0.0.1 for the redirect: {e}"))?;
+    // A reused registration names its redirect URI: its port is asked for again (an
+    // authorization server may compare the URI exactly); taken, the client registers anew.
+    let reused = match (&flow.client.config.client_id, flow.registration) {
+        (None, Some(r)) => url::Url::parse(&r.redirect_uri)
+            .ok()
+            .and_then(|u| u.port())
+            .and_then(|port| TcpListener::bind(("127.0.0.1", port)).ok())
+            .map(|listener| (listener, r.clone())),
+        _ => None,
+    };
+    let (listener, registered) = match reused {
+        Some((listener, r)) => (listener, Some(r)),
+        None => {
+            let listener = TcpListener::bind("127.0.0.1:0")
+                .map_err(|e| format!("cannot listen on 127.0.0.1 for the redirect: {e}"))?;
+            (listener, None)
+        }
+    };
     let port = listener
         .local_addr()
         .map_err(|e| format!("cannot listen on 127.0.0.1 for the redirect: {e}"))?
         .port();
     let redirect_uri = format!("http://127.0.0.1:{port}/callback");
-    let identity = match &flow.client.config.client_id {
-        Some(id) => Identity {
-            client_id: id.clone(),
-            secret: flow.client.secret.clone(),
-            method: None,
-        },
-        None => register(agent, flow.meta, &redirect_uri, until)?,
+    let (identity, registration) = match (&flow.client.config.client_id, registered) {
+        (Some(id), _) => (
+            Identity {
+                client_id: id.clone(),
+                secret: flow.client.secret.clone(),
+                method: None,
+                jwt: flow.client.private_key.clone().map(|key| {
+                    let issuer = flow.meta["issuer"].as_str();
+                    (
+                        key,
+                        issuer.unwrap_or(flow.token_endpoint.as_str()).to_string(),
+                    )
+                }),
+            },
+            None,
+        ),
+        (None, Some(r)) => (
+            Identity {
+                client_id: r.client_id.clone(),
+                secret: r.client_secret.clone(),
+                method: r.token_endpoint_auth_method.clone(),
+                jwt: None,
+            },
+            Some(r),
+        ),
+        (None, None) => {
+            // A Client ID Metadata Document when the server takes one; else registration.
+            let cimd = flow
+                .client
+                .config
+                .client_metadata_url
+                .as_ref()
+                .filter(|_| flow.meta["client_id_metadata_document_supported"] == true);
+            let identity = match cimd {
+                Some(url) => Identity {
+                    client_id: url.clone(),
+                    secret: None,
+                    method: Some("none".into()),
+                    jwt: None,
+                },
+                None => register(agent, flow.meta, &redirect_uri, until)?,
+            };
+            let registration = Registration {
+                client_id: identity.client_id.clone(),
+                client_secret: identity.secret.clone(),
+                token_endpoint_auth_method: identity.method.clone(),
+                redirect_uri: redirect_uri.clone(),
+            };
+            (identity, Some(registration))
+        }
     };
     let verifier = b64url(&crate::ids::random_bytes::<32>());
     let challenge = b64url(&sha2::Sha256::digest(verifier.as_bytes()));
@@ -100,8 +208,24 @@ pub fn authorization_code(
             query.append_pair("scope", scope);
         }
     }
-    open_browser(&browser, authorize.as_str())?;
-    let code = wait_for_code(&listener, &state, until)?;
+    match browser() {
+        Some(browser) => open_browser(&browser, authorize.as_str())?,
+        None => match SHOW_URL.get() {
+            Some(show) => show(&format!(
+                "To authorize kxen-agent for MCP server `{}`, open this URL in a browser on \
+                 this machine (waiting for the approval):\n{}",
+                flow.client.server,
+                authorize.as_str()
+            )),
+            None => return Err("no BROWSER is set and there is no terminal to show the URL".into()),
+        },
+    }
+    let approval_until = match flow.client.approval_wait {
+        Some(wait) => Instant::now() + wait,
+        None => until,
+    };
+    let code = wait_for_code(&listener, &state, approval_until)?;
+    let until = until.max(Instant::now() + budget);
     let mut form = url::form_urlencoded::Serializer::new(String::new());
     form.append_pair("grant_type", "authorization_code")
         .append_pair("code", &code)
@@ -110,14 +234,15 @@ pub fn authorization_code(
     if let Some(resource) = flow.resource {
         form.append_pair("resource", resource);
     }
-    request_token(
+    let token = request_token(
         agent,
         flow.token_endpoint,
         &identity,
         form,
         flow.methods,
         until,
-    )
+    )?;
+    Ok((token, registration))
 }
 
 fn b64url(bytes: &[u8]) -> String {
@@ -141,7 +266,7 @@ fn register(
     let body = json!({
         "client_name": "kxen-agent",
         "redirect_uris": [redirect_uri],
-        "grant_types": ["authorization_code"],
+        "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
         "token_endpoint_auth_method": "none",
     });
@@ -176,6 +301,7 @@ fn register(
         method: answer["token_endpoint_auth_method"]
             .as_str()
             .map(str::to_string),
+        jwt: None,
     })
 }
 

@@ -299,7 +299,7 @@ impl Servers {
         };
         let answerer = super::inbound::Answerer::new(self.elicitation);
         if let Some(url) = &config.url {
-            return connect(server, url, config, answerer);
+            return connect(server, url, config, answerer, &Authorize::for_run()).map(Peer::Http);
         }
         let Some(argv) = config.command.as_deref().filter(|a| !a.is_empty()) else {
             return Err(String::from("its entry has neither `command` nor `url`").into());
@@ -412,14 +412,54 @@ fn trace_call(
     call.end(format!("tools/call {tool}"), attributes, status, &message);
 }
 
+/// How a connect may authorize: a run's, or `kxen-agent mcp login`'s.
+pub struct Authorize {
+    pub person: super::oauth_code::Person,
+    /// `mcp login`: ask for a new authorization (a stored registration is reused).
+    pub login: bool,
+    /// Scopes asked for instead of the entry's (`mcp login --scope`).
+    pub scopes: Vec<String>,
+    /// Where tokens are kept (`None`: in memory only, when no place for the store is known).
+    pub store: Option<super::oauth_store::Store>,
+}
+
+impl Authorize {
+    /// A run's: a person when `BROWSER` is set or stdin is a terminal; the user's store.
+    pub fn for_run() -> Authorize {
+        Authorize {
+            person: super::oauth_code::Person::for_run(),
+            login: false,
+            scopes: Vec::new(),
+            store: super::oauth_store::Store::locate().ok(),
+        }
+    }
+}
+
+/// Connects `server` of the runtime config for `kxen-agent mcp login`: the HTTP client after a
+/// successful handshake (authorized, the tokens stored, if the server asked for it).
+pub fn login(server: &str, config: &ServerConfig, how: &Authorize) -> Result<HttpClient> {
+    let Some(url) = &config.url else {
+        return Err(Error::invalid(format!(
+            "MCP server `{server}` is a `command` server; only `url` servers use OAuth"
+        )));
+    };
+    let answerer = super::inbound::Answerer::new(crate::policy::McpElicitation::default());
+    connect(server, url, config, answerer, how).map_err(|f| match f.setup {
+        Some(hint) => Error::invalid(format!("MCP server `{server}`: {}", f.why)).with_hint(hint),
+        None => failed(server, Some(config), f.why),
+    })
+}
+
 /// Connects to the Streamable HTTP server `url` of entry `config`; its bearer token is read
-/// from the environment kxen-agent started with, now (never stored).
+/// from the environment kxen-agent started with, now (never stored); an OAuth token comes from
+/// the token store ([`super::oauth_store`]) or an authorization (`how`).
 fn connect(
     server: &str,
     url: &str,
     config: &ServerConfig,
     answerer: super::inbound::Answerer,
-) -> std::result::Result<Peer, StartFailure> {
+    how: &Authorize,
+) -> std::result::Result<HttpClient, StartFailure> {
     let token = match &config.bearer_token_env {
         None => None,
         Some(var) => match crate::own_env::var_os(var).and_then(|v| v.into_string().ok()) {
@@ -463,11 +503,44 @@ fn connect(
                     }
                 },
             };
+            let private_key =
+                match &oauth.private_key_file {
+                    None => None,
+                    Some(path) => Some(super::oauth::read_private_key(path).map_err(|why| {
+                        StartFailure {
+                            why,
+                            setup: Some(format!(
+                                "fix private_key_file in [mcp.servers.{server}.oauth] (a PKCS#8 \
+                             PEM P-256 key)"
+                            )),
+                        }
+                    })?),
+                };
+            let mut oauth = oauth.clone();
+            if !how.scopes.is_empty() {
+                oauth.scopes = how.scopes.clone();
+            }
+            let slot = how
+                .store
+                .as_ref()
+                .map(|store| store.slot(server, url, oauth.store_client()));
             Some(super::oauth::Client {
-                config: oauth.clone(),
+                config: oauth,
                 secret,
+                server: server.to_string(),
+                person: how.person,
+                store: slot,
+                approval_wait: how.login.then_some(super::oauth_code::LOGIN_WAIT),
+                private_key,
             })
         }
+    };
+    let stored = match oauth.as_ref().and_then(|o| o.store.as_ref()) {
+        None => None,
+        Some(slot) => slot.load().map_err(|e| StartFailure {
+            why: e.message.clone(),
+            setup: Some(e.hints.join("; ")),
+        })?,
     };
     let client = HttpClient::connect(Connect {
         server,
@@ -476,8 +549,10 @@ fn connect(
         timeout: Duration::from_millis(config.timeout_ms()),
         answerer,
         oauth,
+        stored,
+        login: how.login,
     })?;
-    Ok(Peer::Http(client))
+    Ok(client)
 }
 
 /// Environment every server gets (an entry's `env` may override it): Python resolves no code
@@ -500,6 +575,11 @@ impl Drop for Servers {
 
 fn failed(server: &str, config: Option<&ServerConfig>, why: String) -> Error {
     let hint = match config.and_then(|c| c.url.as_deref()) {
+        // The server answered; its authorization failed (the message says which step).
+        Some(_) if why.contains("OAuth authorization failed") => format!(
+            "when a person can approve in a browser, run `kxen-agent mcp login {server}`; \
+             `kxen-agent mcp status` shows the tokens kept for each server"
+        ),
         Some(url) => format!(
             "check [mcp.servers.{server}] in the runtime config: is a server running at {url}, \
              and does it speak MCP over Streamable HTTP?"

@@ -42,17 +42,45 @@ fn secrets() -> Arc<Vec<String>> {
     static CACHE: Mutex<Option<(u64, Arc<Vec<String>>)>> = Mutex::new(None);
     if !super::snapshot::is_fixed() {
         // Before the snapshot (library use, tests) the live environment may still change.
-        return Arc::new(secret_values(super::snapshot::vars()));
+        return Arc::new(with_registered(secret_values(super::snapshot::vars())));
     }
-    let generation = super::rules::registrations();
+    let generation = super::rules::registrations() + registered_values().len() as u64;
     let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((seen, values)) = cache.as_ref()
         && *seen == generation
     {
         return Arc::clone(values);
     }
-    let values = Arc::new(secret_values(super::snapshot::vars()));
+    let values = Arc::new(with_registered(secret_values(super::snapshot::vars())));
     *cache = Some((generation, Arc::clone(&values)));
+    values
+}
+
+/// Secret values that are not in the environment, registered while the process runs (an OAuth
+/// token read from the MCP token store or issued by an authorization server).
+fn registered_values() -> std::sync::MutexGuard<'static, Vec<String>> {
+    static VALUES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    VALUES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Adds `value` to what every later redaction replaces (values shorter than
+/// [`MIN_SECRET_LEN`] are ignored, as for environment secrets). Only ever grows: a token
+/// replaced by a refresh stays a secret.
+pub fn register_value(value: &str) {
+    if value.len() < MIN_SECRET_LEN {
+        return;
+    }
+    let mut values = registered_values();
+    if !values.iter().any(|v| v == value) {
+        values.push(value.to_string());
+    }
+}
+
+/// `values` and the [registered](register_value) ones, longest first.
+fn with_registered(mut values: Vec<String>) -> Vec<String> {
+    values.extend(registered_values().iter().cloned());
+    values.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    values.dedup();
     values
 }
 

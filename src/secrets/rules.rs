@@ -88,6 +88,8 @@ const LOCATION_NAMES: &[&str] = &[
     "BOTO_CONFIG",
     "TF_CLI_CONFIG_FILE",
     "VAULT_CONFIG_PATH",
+    // kxen-agent's own MCP token store (crate::mcp::oauth_store): no tool needs to find it.
+    "KXEN_TOKEN_DIR",
     // Files a shell or the dynamic loader run or load before the command itself: a way to
     // inject code into every tool child, never needed by a task.
     "BASH_ENV",

@@ -93,6 +93,8 @@ def main():
         config = os.path.join(tmp, "config.toml")
         server = f"[mcp.servers.conf]\nurl = {json.dumps(url)}\ntimeout_ms = 20000\n"
         child_env = dict(os.environ)
+        # Each scenario's tokens in a store of its own (never the user's, never shared).
+        child_env["KXEN_TOKEN_DIR"] = os.path.join(tmp, "tokens")
         context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
         if context.get("client_id"):
             # A pre-registered client: its secret in the environment (a config holds no
@@ -108,9 +110,25 @@ def main():
                 f"client_id = {json.dumps(context['client_id'])}\n"
                 f"grant = {json.dumps(grant)}\n"
             )
+            if context.get("private_key_pem"):
+                # private_key_jwt: the key in a file of the user's (0600), named by the config.
+                key = os.path.join(tmp, "key.pem")
+                fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(context["private_key_pem"])
+                server += f"private_key_file = {json.dumps(key)}\n"
+                server += f"signing_algorithm = {json.dumps(context.get('signing_algorithm', 'ES256'))}\n"
             if context.get("client_secret"):
                 server += 'client_secret_env = "KXEN_CONFORMANCE_CLIENT_SECRET"\n'
                 child_env["KXEN_CONFORMANCE_CLIENT_SECRET"] = context["client_secret"]
+        elif scenario.startswith("auth/"):
+            # No pre-registered client: the Client ID Metadata Document the suite's servers
+            # know (used where the authorization server says it takes one, else kxen-agent
+            # registers itself).
+            server += (
+                "[mcp.servers.conf.oauth]\n"
+                'client_metadata_url = "https://conformance-test.local/client-metadata.json"\n'
+            )
         if scenario.startswith("auth/"):
             # The authorization-code grant needs a person with a browser; the suite's
             # authorization server approves at once, so a browser that follows redirects will do.

@@ -27,11 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CONFORMANCE_VERSION = "0.1.16"
 
 # Scenarios kxen-agent does not pass yet, each with the reason. Everything else must pass.
-# Each is a part of OAuth (issue 32 item 3) not implemented yet; docs/mcp.md says what works.
+# The enterprise cross-app access extension (issue 32 leaves it out); docs/mcp.md says what works.
 EXPECTED_FAILURES = {
-    "auth/basic-cimd": "Client ID Metadata Documents (issue 32 item 3)",
-    "auth/offline-access-scope": "offline_access and refresh tokens (issue 32 item 3)",
-    "auth/client-credentials-jwt": "private_key_jwt client authentication (issue 32 item 3)",
     "auth/cross-app-access-complete-flow": "the enterprise cross-app access extension (issue 32 item 3)",
 }
 

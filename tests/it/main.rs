@@ -36,6 +36,7 @@ mod mcp_conformance;
 mod mcp_fence;
 mod mcp_hostile;
 mod mcp_http;
+mod mcp_login;
 mod mcp_npm;
 mod policy_check;
 mod report;

@@ -10,6 +10,7 @@ mod config;
 mod host;
 mod init;
 mod lineage;
+mod mcp;
 mod remote;
 mod render;
 mod report;
@@ -70,6 +71,9 @@ pub enum Command {
     /// The model config: which provider serves which model role.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// OAuth logins of MCP servers: login, logout, status (the per-user token store).
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -316,6 +320,8 @@ pub(crate) fn open_state(flag: Option<&std::path::Path>) -> Result<StateDir> {
 
 fn dispatch(cli: Cli) -> Result<ExitStatus> {
     let format = cli.format;
+    // A run that needs an MCP server authorized shows the URL to a person at a terminal.
+    crate::mcp::oauth_code::set_url_sink(output::note);
     let state = || open_state(cli.state_dir.as_deref());
     let Some(command) = cli.command else {
         return run::run(cli.state_dir.as_deref(), cli.run, format);
@@ -444,6 +450,7 @@ fn dispatch(cli: Cli) -> Result<ExitStatus> {
             args.force,
             format,
         ),
+        Command::Mcp(command) => mcp::dispatch(command, format),
     }
 }
 
