@@ -36,6 +36,7 @@ mod mcp_fence;
 mod mcp_hostile;
 mod mcp_http;
 mod mcp_npm;
+mod needs;
 mod policy_check;
 mod report;
 mod run_anthropic;
