@@ -78,7 +78,7 @@ pub enum ConfigCommand {
     /// the variable holding it, `api_key_env`). Refuses to overwrite an existing file (exit 5)
     /// unless --force, which replaces it atomically.
     Init {
-        /// The server the config is for (each is a complete, tested config; README "Models").
+        /// The server the config is for (each is a complete, tested config; docs/models.md).
         #[arg(long, value_enum, default_value_t = ProviderTemplate::Openai)]
         provider: ProviderTemplate,
         /// Where to write it (default: the file `kxen-agent run` reads without --config:
