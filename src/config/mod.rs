@@ -255,7 +255,7 @@ impl ModelConfig {
                 "cannot find the model config: neither --config, KXEN_AGENT_CONFIG, \
                  XDG_CONFIG_HOME nor HOME is set",
             )
-            .with_hint("pass --config FILE (see README \"Models\")"))
+            .with_hint("pass --config FILE (see docs/models.md)"))
         }
     }
 
@@ -461,7 +461,7 @@ impl ModelConfig {
                 self.path.display()
             ))
             .with_hint(
-                "create it (see README \"Models\"), or pass --config FILE or set KXEN_AGENT_CONFIG",
+                "create it (see docs/models.md), or pass --config FILE or set KXEN_AGENT_CONFIG",
             ));
         }
         let Some(name) = self.roles.get(role) else {

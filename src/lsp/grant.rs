@@ -34,7 +34,7 @@ pub fn grant(
             return Err(
                 Error::policy(format!("{why}; no session was created")).with_hint(
                     "add an [lsp.NAME] table with its command and extensions to the runtime config \
-                 (see README \"Language servers (`lsp`)\"), or make `lsp` optional",
+                 (see docs/lsp.md), or make `lsp` optional",
                 ),
             );
         }

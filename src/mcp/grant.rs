@@ -119,7 +119,7 @@ pub fn grant(lock: &mut DcpAgentLock, servers: &Servers) -> Result<Vec<String>> 
             );
             if is_required {
                 return Err(refuse(why).with_hint(format!(
-                    "add [mcp.servers.{server}] with its command to the runtime config (see README \"MCP tools\")"
+                    "add [mcp.servers.{server}] with its command to the runtime config (see docs/mcp-servers.md)"
                 )));
             }
             warnings.push(format!("{why}; the optional capability is dropped"));

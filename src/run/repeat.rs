@@ -2,7 +2,7 @@
 //! have changed its result is answered from the record instead of running the tool again, and
 //! a run that keeps doing so ends `failed` with reason `loopDetected`.
 //!
-//! The rules (README "Repeated calls"):
+//! The rules (docs/running-agents.md, "Repeated calls"):
 //! - Two calls are *the same* when their tool names and canonical arguments
 //!   ([`crate::canonical::to_compact`]) are equal.
 //! - A call is a *repeat* when the same call was already made (it ran and its outcome is

@@ -1,6 +1,6 @@
 //! Both binaries' `--help` exit-code tables are generated from `ErrorKind`
-//! (`kxen::error::exit_code_table`); these goldens pin the text a user sees, and the README table
-//! of kxen-agent must list the same codes and meanings.
+//! (`kxen::error::exit_code_table`); these goldens pin the text a user sees, and the book's
+//! exit-code page (docs/reference/exit-codes.md) must list the same codes and meanings.
 
 use crate::env::TestEnv;
 
@@ -29,11 +29,11 @@ fn dwp_help_exit_table_is_pinned() {
 }
 
 #[test]
-fn readme_exit_table_matches_the_help() {
-    let readme = include_str!("../../README.md");
-    let section = &readme[readme
-        .find("## Exit codes")
-        .expect("README has ## Exit codes")..];
+fn the_exit_code_page_matches_the_help() {
+    let page = include_str!("../../docs/reference/exit-codes.md");
+    let section = &page[page
+        .find("## kxen-agent")
+        .expect("docs/reference/exit-codes.md has ## kxen-agent")..];
     let rows: Vec<String> = section
         .lines()
         .skip_while(|l| !l.starts_with("| 0 "))

@@ -1,6 +1,6 @@
 //! The `lsp` tool end to end, against real language servers that `.ci/run` installs:
-//! python-lsp-server with pyflakes (PyPI) and pyright (npm). Where one is missing the test says
-//! so loudly and passes without running.
+//! python-lsp-server with pyflakes (PyPI) and pyright (npm). A missing one fails the test with
+//! its install command, unless `KXEN_TEST_SKIP` names it (tests/it/needs.rs).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -8,31 +8,27 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::env::TestEnv;
+use crate::needs::{needs, npm_prefix, on_path, python_with};
 use crate::run_support::*;
 
 /// The Python interpreter that has pylsp (absolute: the server's HOME is its own, where a
 /// pyenv shim would not find its versions).
+/// `None` only when `KXEN_TEST_SKIP` names `pylsp`.
 pub(crate) fn pylsp_python() -> Option<String> {
-    let out = std::process::Command::new("python3")
-        .args(["-c", "import pylsp, pyflakes, sys; print(sys.executable)"])
-        .output()
-        .expect("the lsp tests need python3: run .ci/run");
-    if !out.status.success() {
-        panic!(
-            "the lsp tests need python3 with python-lsp-server[pyflakes]: run .ci/run (or \
-             `python3 -m pip install 'python-lsp-server[pyflakes]'`)"
-        );
-    }
-    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    needs("pylsp", || python_with("pylsp, pyflakes"))
 }
 
+/// pyright's language server and the node that runs it; `None` only when `KXEN_TEST_SKIP`
+/// names `pyright`.
 fn pyright() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME").expect("HOME");
-    let path = Path::new(&home).join(".cache/kxen-ci/npm/node_modules/pyright/langserver.index.js");
-    if !path.is_file() {
-        panic!("pyright is not installed under ~/.cache/kxen-ci/npm: run .ci/run");
-    }
-    Some(path)
+    needs("pyright", || {
+        on_path("node")?;
+        let path = npm_prefix().join("node_modules/pyright/langserver.index.js");
+        if !path.is_file() {
+            return Err(format!("{} is missing", path.display()));
+        }
+        Ok(path)
+    })
 }
 
 /// A `[lsp.python]` entry running pylsp.
@@ -197,9 +193,7 @@ fn pylsp_diagnostics_edit_definition_references_hover_and_symbols() {
 
 #[test]
 fn pyright_workspace_symbols_and_diagnostics() {
-    let (Some(server), Some(_)) = (pyright(), which("node")) else {
-        return;
-    };
+    let Some(server) = pyright() else { return };
     let env = TestEnv::new();
     let repo = python_repo(&env);
     let turns = [
@@ -242,14 +236,6 @@ fn pyright_workspace_symbols_and_diagnostics() {
         out[1].1
     );
     assert_eq!(out[2], (false, "lib.py:1:5: def greet(name):".to_string()));
-}
-
-fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(program))
-            .find(|p| p.is_file())
-    })
 }
 
 #[test]

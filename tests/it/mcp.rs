@@ -1,6 +1,6 @@
 //! MCP tools end to end, against a real MCP server: the official Python SDK's `MCPServer`
-//! (fixtures/mcp/server.py). `.ci/run` installs the SDK; where python3 or the SDK is missing the
-//! tests say so loudly and pass without running.
+//! (fixtures/mcp/server.py). `.ci/deps` installs the SDK; where it is missing the tests fail with
+//! its install command, unless `KXEN_TEST_SKIP` names `mcp-sdk` (tests/it/needs.rs).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -11,25 +11,12 @@ use crate::env::TestEnv;
 use crate::run_support::*;
 
 /// The Python interpreter that has the MCP SDK (absolute: the server's HOME is the tool home,
-/// where a pyenv shim would not find its versions).
+/// where a pyenv shim would not find its versions); `None` only when `KXEN_TEST_SKIP` names
+/// `mcp-sdk`.
 pub(crate) fn python() -> Option<String> {
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import mcp.server.mcpserver, sys; print(sys.executable)",
-        ])
-        .output()
-        .expect("the MCP tests need python3: run .ci/run");
-    if !out.status.success() {
-        panic!(
-            "the MCP tests need python3 with the MCP SDK: run .ci/run (or `pip install mcp`): {}",
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        );
-    }
-    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    crate::needs::needs("mcp-sdk", || {
+        crate::needs::python_with("mcp.server.mcpserver")
+    })
 }
 
 fn server_script() -> PathBuf {

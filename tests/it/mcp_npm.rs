@@ -10,33 +10,23 @@ use serde_json::json;
 use crate::env::TestEnv;
 use crate::run_support::*;
 
-/// The server's entry point, or `None` (with a loud message) when node is not installed. With
-/// node present, a missing server is a failure: `.ci/run` installs it.
+/// The server's entry point; `None` only when `KXEN_TEST_SKIP` names `npm-mcp`.
 fn filesystem_server() -> Option<PathBuf> {
     npm_server("server-filesystem")
 }
 
 /// `@modelcontextprotocol/<name>`'s entry point, as [`filesystem_server`].
 fn npm_server(name: &str) -> Option<PathBuf> {
-    let node = std::process::Command::new("node").arg("--version").output();
-    if !node.is_ok_and(|o| o.status.success()) {
-        panic!("the npm MCP server test needs node: run .ci/run (or `apt-get install nodejs`)");
-    }
-    let prefix = std::env::var_os("KXEN_NPM_PREFIX")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/kxen-ci/npm")
-        });
-    let entry = prefix.join(format!(
-        "node_modules/@modelcontextprotocol/{name}/dist/index.js"
-    ));
-    assert!(
-        entry.is_file(),
-        "{} is missing: install it with `npm install --prefix {} @modelcontextprotocol/{name}` (.ci/run does)",
-        entry.display(),
-        prefix.display()
-    );
-    Some(entry)
+    crate::needs::needs("npm-mcp", || {
+        crate::needs::on_path("node")?;
+        let entry = crate::needs::npm_prefix().join(format!(
+            "node_modules/@modelcontextprotocol/{name}/dist/index.js"
+        ));
+        if !entry.is_file() {
+            return Err(format!("{} is missing", entry.display()));
+        }
+        Ok(entry)
+    })
 }
 
 #[test]

@@ -36,6 +36,11 @@ fn listener() -> Listener {
     Listener { port, hits }
 }
 
+/// Chromium, found; `None` only when `KXEN_TEST_SKIP` names `chromium`.
+fn chromium() -> Option<std::path::PathBuf> {
+    crate::needs::needs("chromium", || crate::needs::on_path("chromium"))
+}
+
 /// The DOM of `page` after Chromium loaded it (headless, no network services, fresh profile).
 pub fn chromium_dom(env: &TestEnv, page: &Path) -> String {
     let profile = env.path().join("chromium-profile");
@@ -101,6 +106,9 @@ fn top_session(env: &TestEnv) -> String {
 
 #[test]
 fn report_in_chromium_shows_runs_calls_diffs_children_and_hostile_output_as_text() {
+    if chromium().is_none() {
+        return;
+    }
     let env = TestEnv::new();
     let net = listener();
     let repo = env.git_repo("repo", &[("README", "x\n")]);

@@ -1,8 +1,8 @@
 //! Sessions through a git remote over a real ssh transport: an OpenSSH server started by the
 //! test on a loopback port (generated host key, one authorized key), the remote a bare
 //! repository behind it, two clones as two machines. Push, `--resume --remote` (lease claim and
-//! release over ssh) and a refused stale push. Skipped, saying so, only when `sshd` is not
-//! installed (`apt-get install openssh-server`; `.ci/run` installs it).
+//! release over ssh) and a refused stale push. Without `sshd` (`.ci/deps` installs it) the test
+//! fails, unless `KXEN_TEST_SKIP` names `sshd` (tests/it/needs.rs).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -138,11 +138,14 @@ fn git_ssh(dir: &Path, sshd: &Sshd, args: &[&str]) {
 
 #[test]
 fn a_session_moves_between_machines_over_ssh() {
-    if !Path::new(SSHD).is_file() {
-        panic!(
-            "the ssh transport test needs an OpenSSH server: run .ci/run (or `apt-get install \
-             openssh-server`)"
-        );
+    let found = crate::needs::needs("sshd", || {
+        Path::new(SSHD)
+            .is_file()
+            .then_some(())
+            .ok_or_else(|| format!("{SSHD} is missing"))
+    });
+    if found.is_none() {
+        return;
     }
     let env = TestEnv::new();
     let sshd = start_sshd(&env.path().join("sshd"));

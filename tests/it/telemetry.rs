@@ -29,7 +29,11 @@ impl Drop for Receiver {
     }
 }
 
-fn receiver(env: &TestEnv, mode: &str) -> Receiver {
+/// The OTLP receiver, started; `None` only when `KXEN_TEST_SKIP` names `otel-proto`.
+fn receiver(env: &TestEnv, mode: &str) -> Option<Receiver> {
+    crate::needs::needs("otel-proto", || {
+        crate::needs::python_with("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+    })?;
     let out = env.path().join(format!("spans-{mode}.jsonl"));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/otel/receiver.py");
     let mut child = Command::new("python3")
@@ -44,7 +48,7 @@ fn receiver(env: &TestEnv, mode: &str) -> Receiver {
         .read_line(&mut line)
         .unwrap();
     let port = line.trim().parse().expect("the receiver's port");
-    Receiver { child, port, out }
+    Some(Receiver { child, port, out })
 }
 
 impl Receiver {
@@ -82,7 +86,9 @@ fn attr<'a>(span: &'a Value, key: &str) -> &'a Value {
 fn a_run_exports_its_span_tree_over_protobuf_and_json() {
     for protocol in ["http/protobuf", "http/json"] {
         let env = TestEnv::new();
-        let rx = receiver(&env, "ok");
+        let Some(rx) = receiver(&env, "ok") else {
+            return;
+        };
         let repo = env.git_repo("repo", &[("README", "x\n")]);
         let config = script_config(
             &env,
@@ -209,7 +215,9 @@ fn a_run_exports_its_span_tree_over_protobuf_and_json() {
 #[test]
 fn every_attempt_of_a_run_joins_one_trace() {
     let env = TestEnv::new();
-    let rx = receiver(&env, "ok");
+    let Some(rx) = receiver(&env, "ok") else {
+        return;
+    };
     let repo = env.git_repo("repo", &[("README", "x\n")]);
     let policy = env.path().join("policy.json");
     std::fs::write(
@@ -309,7 +317,9 @@ fn every_attempt_of_a_run_joins_one_trace() {
 #[test]
 fn a_collector_that_is_down_or_hangs_costs_the_run_only_a_warning() {
     let env = TestEnv::new();
-    let hang = receiver(&env, "hang");
+    let Some(hang) = receiver(&env, "hang") else {
+        return;
+    };
     let repo = env.git_repo("repo", &[("README", "x\n")]);
     let config = script_config(
         &env,
@@ -382,7 +392,9 @@ fn a_collector_that_is_down_or_hangs_costs_the_run_only_a_warning() {
 #[test]
 fn a_run_killed_and_resumed_stays_one_trace() {
     let env = TestEnv::new();
-    let rx = receiver(&env, "ok");
+    let Some(rx) = receiver(&env, "ok") else {
+        return;
+    };
     let repo = env.git_repo("repo", &[("README", "x\n")]);
     let config = script_config(
         &env,
@@ -502,7 +514,9 @@ fn a_run_killed_and_resumed_stays_one_trace() {
 fn a_task_childs_run_is_under_its_parents_task_span() {
     use crate::task::{child, delegator, tasks};
     let env = TestEnv::new();
-    let rx = receiver(&env, "ok");
+    let Some(rx) = receiver(&env, "ok") else {
+        return;
+    };
     let repo = env.git_repo("repo", &[("README", "x\n")]);
     let config = script_config(
         &env,
@@ -584,7 +598,9 @@ fn a_task_childs_run_is_under_its_parents_task_span() {
 fn the_collector_token_never_reaches_a_tool_or_the_session() {
     let token = "collector-canary-93be1f04a7";
     let env = TestEnv::new();
-    let rx = receiver(&env, "ok");
+    let Some(rx) = receiver(&env, "ok") else {
+        return;
+    };
     let repo = env.git_repo("repo", &[("README", "x\n")]);
     let config = script_config(
         &env,
@@ -664,7 +680,9 @@ fn the_collector_token_never_reaches_a_tool_or_the_session() {
 #[test]
 fn the_config_table_alone_exports_and_keeps_content_out() {
     let env = TestEnv::new();
-    let rx = receiver(&env, "ok");
+    let Some(rx) = receiver(&env, "ok") else {
+        return;
+    };
     let repo = env.git_repo("repo", &[("README", "readme-body-7f3a\n")]);
     let table = format!(
         "[telemetry]\nendpoint = \"http://127.0.0.1:{}\"\nservice_name = \"from-table\"\n\
@@ -791,7 +809,9 @@ fn the_config_table_alone_exports_and_keeps_content_out() {
 #[test]
 fn content_opt_in_exports_the_prompt_but_never_a_secret() {
     let env = TestEnv::new();
-    let rx = receiver(&env, "ok");
+    let Some(rx) = receiver(&env, "ok") else {
+        return;
+    };
     let repo = env.git_repo("repo", &[("README", "readme-body-7f3a\n")]);
     let table = format!(
         "[telemetry]\nendpoint = \"http://127.0.0.1:{}\"\ncontent = true\n",
@@ -879,7 +899,9 @@ fn an_mcp_request_is_a_span_under_its_tool_call() {
         return;
     };
     let env = TestEnv::new();
-    let rx = receiver(&env, "ok");
+    let Some(rx) = receiver(&env, "ok") else {
+        return;
+    };
     let repo = env.git_repo("repo", &[("README", "x\n")]);
     let server = crate::mcp::fixture_server(&env, &py, "");
     let config = crate::mcp::config(
@@ -953,7 +975,9 @@ fn lsp_requests_are_spans_under_their_tool_call() {
         return;
     };
     let env = TestEnv::new();
-    let rx = receiver(&env, "ok");
+    let Some(rx) = receiver(&env, "ok") else {
+        return;
+    };
     let repo = env.git_repo("repo", &[("ok.py", "fine\n")]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/lsp/fake_server.py");
     let entry = format!(
@@ -1030,7 +1054,9 @@ fn an_mcp_request_over_http_says_its_transport() {
         return;
     };
     let env = TestEnv::new();
-    let rx = receiver(&env, "ok");
+    let Some(rx) = receiver(&env, "ok") else {
+        return;
+    };
     let server = HttpServer::start(&env, &py, &ServerOptions::default());
     let repo = env.git_repo("repo", &[("README", "x\n")]);
     let config = crate::mcp::config(
@@ -1084,7 +1110,9 @@ fn an_mcp_request_over_http_says_its_transport() {
 fn a_child_run_by_the_parents_recovery_is_under_the_resumed_attempt() {
     use crate::task::{child, delegator, tasks};
     let env = TestEnv::new();
-    let rx = receiver(&env, "ok");
+    let Some(rx) = receiver(&env, "ok") else {
+        return;
+    };
     let repo = env.git_repo("repo", &[("README", "x\n")]);
     let config = script_config(
         &env,

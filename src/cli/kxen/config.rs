@@ -116,7 +116,7 @@ fn report(template: ModelConfigTemplate, path: &Path, replaced: bool, format: Fo
 /// The arguments of `kxen-agent config init`.
 #[derive(Debug, clap::Args)]
 pub struct ConfigInitArgs {
-    /// The server the config is for (each is a complete, tested config; README "Models").
+    /// The server the config is for (each is a complete, tested config; docs/models.md).
     #[arg(long, value_enum, default_value_t = super::ProviderTemplate::Openai)]
     pub provider: super::ProviderTemplate,
     /// Where to write it (default: the file `kxen-agent run` reads without --config:
