@@ -1,4 +1,5 @@
-//! Streaming in real runs (`stream = true`): `modelTextDelta` events as the text arrives, live
+//! Streaming in real runs (the default for `openai`, no `stream` key in the configs here):
+//! `modelTextDelta` events as the text arrives, live
 //! text in `--format text` shown once, the durable record written once when the answer is
 //! complete, a cut stream sent again, and a key split across two deltas redacted whole.
 
@@ -77,7 +78,7 @@ fn streamed_text_arrives_as_deltas_and_is_recorded_once() {
     let config = config(
         &env,
         &format!(
-            "kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nstream = true\n\
+            "kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\n\
              api_key_env = \"KXEN_TEST_STREAM_KEY\""
         ),
     );
@@ -166,7 +167,7 @@ fn the_text_view_shows_streamed_text_live_and_once() {
     let (url, _seen) = serve_run();
     let config = config(
         &env,
-        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nstream = true"),
+        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""),
     );
     let run = run_new(
         &env,
