@@ -200,7 +200,7 @@ impl EventSink for Renderer {
     }
 
     fn progress(&mut self, progress: &Progress) {
-        if let Some(status) = &self.status {
+        if let Some(status) = &mut self.status {
             status.update(progress);
         }
     }

@@ -60,12 +60,18 @@ impl State {
         ))
     }
 
-    /// Draws the line (over the previous drawing) unless it is held or has nothing to say.
+    /// Draws the line (over the previous drawing) unless it is held or has nothing to say. It
+    /// is cut to the terminal's width: a line that wrapped could not be erased by `\r`.
     fn draw(&mut self) {
         if self.held {
             return;
         }
-        if let Some(text) = self.text() {
+        if let Some(mut text) = self.text() {
+            if let Some(width) = stderr_width()
+                && let Some((cut, _)) = text.char_indices().nth(width.saturating_sub(1))
+            {
+                text.truncate(cut);
+            }
             write_stderr(&format!("\r{text}\x1b[K"));
             self.shown = true;
         }
@@ -78,6 +84,17 @@ impl State {
     }
 }
 
+/// The width of the terminal on stderr, in columns, if it says.
+fn stderr_width() -> Option<usize> {
+    // SAFETY: TIOCGWINSZ writes one `winsize` into the struct it is given, which lives here.
+    #[allow(unsafe_code)] // ioctl: std has no call for a terminal's size
+    let size = unsafe {
+        let mut size: libc::winsize = std::mem::zeroed();
+        (libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) == 0).then_some(size)
+    };
+    size.map(|s| usize::from(s.ws_col)).filter(|w| *w > 0)
+}
+
 fn write_stderr(text: &str) {
     let mut err = std::io::stderr().lock();
     let _ = err.write_all(text.as_bytes()).and_then(|_| err.flush());
@@ -88,6 +105,8 @@ pub struct StatusLine {
     state: Arc<Mutex<State>>,
     /// Dropped to stop the ticker.
     stop: Option<Sender<()>>,
+    /// Started with the first progress: a command that reports none (`run resolve`) starts no
+    /// thread.
     ticker: Option<JoinHandle<()>>,
 }
 
@@ -101,19 +120,23 @@ impl StatusLine {
         {
             return None;
         }
-        Some(StatusLine::start())
+        Some(StatusLine {
+            state: Arc::new(Mutex::new(State {
+                started: Instant::now(),
+                progress: None,
+                shown: false,
+                held: false,
+            })),
+            stop: None,
+            ticker: None,
+        })
     }
 
-    fn start() -> StatusLine {
-        let state = Arc::new(Mutex::new(State {
-            started: Instant::now(),
-            progress: None,
-            shown: false,
-            held: false,
-        }));
+    /// Starts the thread that redraws the line every [`TICK`] while it is shown.
+    fn start_ticker(&mut self) {
         let (stop, stopped) = channel::<()>();
-        let ticking = Arc::clone(&state);
-        let ticker = std::thread::Builder::new()
+        let ticking = Arc::clone(&self.state);
+        self.ticker = std::thread::Builder::new()
             .name("kxen-status".into())
             .spawn(move || {
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(TICK) {
@@ -124,11 +147,7 @@ impl StatusLine {
                 }
             })
             .ok();
-        StatusLine {
-            state,
-            stop: Some(stop),
-            ticker,
-        }
+        self.stop = Some(stop);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -136,7 +155,10 @@ impl StatusLine {
     }
 
     /// Takes the run's new standing and redraws.
-    pub fn update(&self, progress: &Progress) {
+    pub fn update(&mut self, progress: &Progress) {
+        if self.ticker.is_none() {
+            self.start_ticker();
+        }
         let mut state = self.lock();
         state.progress = Some(*progress);
         state.draw();
