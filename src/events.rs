@@ -151,9 +151,27 @@ pub enum Event {
     },
 }
 
+/// Where a run stands, for a live display such as the terminal's status line. Not an event:
+/// nothing serializes it, so the JSON-lines output is the same with or without it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// The turn under way or just made (from 1), and the run's budget of them (`maxTurns`).
+    pub turn: u64,
+    pub max_turns: u64,
+    /// Tokens the run's model calls reported so far.
+    pub usage: UsageRecord,
+    /// What those calls cost in US dollars; `None` when some call's cost is unknown (no usage
+    /// reported, or no price configured): never an estimate.
+    pub cost_usd: Option<f64>,
+}
+
 /// Where events go.
 pub trait EventSink {
     fn emit(&mut self, event: Event);
+
+    /// Where the run stands (before each model call and after it answered). Most sinks ignore
+    /// it; a sink that wraps another passes it on.
+    fn progress(&mut self, _progress: &Progress) {}
 }
 
 impl<F: FnMut(Event)> EventSink for F {

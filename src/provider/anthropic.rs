@@ -320,6 +320,10 @@ impl Provider for AnthropicProvider {
             return self
                 .endpoint
                 .post(request, &headers, body.as_bytes(), true, |response| {
+                    if super::http::is_json(&response) {
+                        // A proxy that does not stream answers with one JSON body.
+                        return read_json(what, response, responses_so_far);
+                    }
                     let mut stream = MessagesStream::default();
                     super::http::read_events(what, response, request, deadline, |event, live| {
                         stream.on_event(what, event, live)
@@ -329,26 +333,35 @@ impl Provider for AnthropicProvider {
                 });
         }
         self.endpoint
-            .post(request, &headers, body.as_bytes(), false, |mut response| {
-                let bytes = response
-                    .body_mut()
-                    .with_config()
-                    .limit(MAX_BODY)
-                    .read_to_vec()
-                    .map_err(|e| Failure::reading(what, &e))?;
-                let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-                    Failure::Fatal(Error::external(format!(
-                        "{what}: the response is not JSON ({e}): {}",
-                        excerpt(
-                            &crate::redact::redact(String::from_utf8_lossy(&bytes).trim()),
-                            200
-                        )
-                    )))
-                })?;
-                parse_response(&value, responses_so_far)
-                    .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
+            .post(request, &headers, body.as_bytes(), false, |response| {
+                read_json(what, response, responses_so_far)
             })
     }
+}
+
+/// Reads a 2xx `response` holding one Messages JSON body.
+fn read_json(
+    what: &str,
+    mut response: ureq::http::Response<ureq::Body>,
+    responses_so_far: usize,
+) -> std::result::Result<ModelResponse, Failure> {
+    let bytes = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_BODY)
+        .read_to_vec()
+        .map_err(|e| Failure::reading(what, &e))?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        Failure::Fatal(Error::external(format!(
+            "{what}: the response is not JSON ({e}): {}",
+            excerpt(
+                &crate::redact::redact(String::from_utf8_lossy(&bytes).trim()),
+                200
+            )
+        )))
+    })?;
+    parse_response(&value, responses_so_far)
+        .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
 }
 
 /// The most content blocks one streamed answer may build.
@@ -580,6 +593,9 @@ mod tests {
         assert_eq!(b1["model"], "claude-test");
         assert_eq!(b1["max_tokens"], 1000);
         assert_eq!(b1["temperature"], json!(0.5));
+        // Streaming is the default; this server answers with a JSON body anyway, which is read
+        // by its Content-Type (http::is_json).
+        assert_eq!(b1["stream"], true);
         assert_eq!(
             b1["system"],
             json!([{"type": "text", "text": "be careful", "cache_control": {"type": "ephemeral"}}])
@@ -633,7 +649,7 @@ mod tests {
         let tools = crate::tools::schemas(&["read".to_string()]);
         let p = provider(
             &format!("{url}/v1/"),
-            "cache = false\nanthropic_version = \"2099-01-01\"",
+            "cache = false\nanthropic_version = \"2099-01-01\"\nstream = false",
         );
         p.complete(&request(&messages, &tools), 0).unwrap();
         let s = seen.recv().unwrap();
@@ -641,6 +657,7 @@ mod tests {
         assert_eq!(s.header("anthropic-version"), Some("2099-01-01"));
         assert!(!String::from_utf8_lossy(&s.body).contains("cache_control"));
         assert_eq!(s.json()["max_tokens"], 4096);
+        assert_eq!(s.json()["stream"], false);
     }
 
     /// A gateway that echoes the request headers in its error body: the key is redacted from

@@ -65,7 +65,9 @@ pub struct OpenAiConfig {
     /// ([`super::http`]); default [`super::http::DEFAULT_MAX_TRANSPORT_RETRIES`].
     #[serde(default)]
     pub max_transport_retries: Option<u32>,
-    /// Stream answers: live text (`modelTextDelta`), a read timeout between chunks.
+    /// Stream answers (default true; `false` asks for one JSON body): live text
+    /// (`modelTextDelta`), a read timeout between chunks. A server that answers a streaming
+    /// request with a JSON body anyway is read by its Content-Type ([`super::http::is_json`]).
     #[serde(default)]
     pub stream: Option<bool>,
     /// The model's context window in tokens: with it, a run compacts its conversation once a
@@ -152,7 +154,9 @@ pub struct AnthropicConfig {
     pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default)]
     pub max_transport_retries: Option<u32>,
-    /// Stream answers: live text (`modelTextDelta`), a read timeout between chunks.
+    /// Stream answers (default true; `false` asks for one JSON body): live text
+    /// (`modelTextDelta`), a read timeout between chunks. A server that answers a streaming
+    /// request with a JSON body anyway is read by its Content-Type ([`super::http::is_json`]).
     #[serde(default)]
     pub stream: Option<bool>,
     /// The model's context window in tokens: with it, a run compacts its conversation once a
@@ -187,7 +191,7 @@ impl AnthropicConfig {
             seed: None,
             extra_body: self.extra_body.clone().unwrap_or_default(),
             cache: Some(self.cache.unwrap_or(true)),
-            stream: self.stream.filter(|s| *s),
+            stream: self.stream.filter(|s| !*s),
         }
     }
 
@@ -295,7 +299,8 @@ pub struct RequestOptions {
     /// Prompt-cache breakpoints (`anthropic` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<bool>,
-    /// Shown only when on.
+    /// Shown only when off (`stream = false`): streaming is the default, so a run record of a
+    /// config that does not mention it reads as it did before streaming became the default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
 }
@@ -316,7 +321,7 @@ impl OpenAiConfig {
             seed: self.seed,
             extra_body,
             cache: None,
-            stream: self.stream.filter(|s| *s),
+            stream: self.stream.filter(|s| !*s),
         }
     }
 
@@ -631,7 +636,7 @@ impl ProviderConfig {
                     timeout(o.timeout_ms),
                 )
                 .with_options(o.options())
-                .with_stream(o.stream.unwrap_or(false))
+                .with_stream(o.stream.unwrap_or(true))
                 .with_max_transport_retries(
                     o.max_transport_retries
                         .unwrap_or(super::http::DEFAULT_MAX_TRANSPORT_RETRIES),
@@ -649,7 +654,7 @@ impl ProviderConfig {
                 )
                 .with_options(a.options())
                 .with_cache(a.cache.unwrap_or(true))
-                .with_stream(a.stream.unwrap_or(false))
+                .with_stream(a.stream.unwrap_or(true))
                 .with_version(
                     a.anthropic_version
                         .as_deref()

@@ -241,6 +241,24 @@ pub fn api_key(api_key_env: Option<&str>, what: &str) -> Result<Option<String>> 
     }
 }
 
+/// Whether a 2xx `response` to a streaming request says it is one JSON body
+/// (`application/json`, or any `…+json` type) rather than an event stream. Some servers and
+/// proxies (an OpenAI-compatible gateway in front of a model that cannot stream, an older
+/// llama.cpp or vLLM build, a caching proxy) ignore `stream: true`; their answer is read as the
+/// non-streamed one it is, instead of failing as a malformed stream. The reply is read by what
+/// it declares: anything else (`text/event-stream`, or no type at all) is read as events.
+pub fn is_json(response: &ureq::http::Response<ureq::Body>) -> bool {
+    let Some(kind) = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let media = kind.split(';').next().unwrap_or("").trim();
+    media.eq_ignore_ascii_case("application/json") || media.to_ascii_lowercase().ends_with("+json")
+}
+
 /// Largest streamed response, and largest single event, accepted.
 const MAX_STREAM: u64 = 32 * 1024 * 1024;
 const MAX_EVENT: usize = 4 * 1024 * 1024;
@@ -972,6 +990,41 @@ mod stream_tests {
             }),
             (anthropic_events(), |url| Box::new(anthropic(url))),
         ]
+    }
+
+    /// A server (or proxy) that answers a streaming request with one JSON body is read by the
+    /// reply's Content-Type, parameters and `+json` types included, for both providers.
+    #[test]
+    fn a_json_answer_to_a_streaming_request_is_read_as_json() {
+        let openai_body = json!({"choices": [{"message": {"role": "assistant",
+            "content": "Hello.", "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "read", "arguments": "{\"path\":\"a.txt\"}"}}]}}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3}});
+        let anthropic_body = json!({"content": [{"type": "text", "text": "Hello."},
+            {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.txt"}}],
+            "usage": {"input_tokens": 7, "output_tokens": 3}});
+        let makers = streaming_providers().map(|(_, make)| make);
+        for (body, make) in [openai_body, anthropic_body].into_iter().zip(makers) {
+            for kind in [
+                "application/json",
+                "Application/JSON; charset=utf-8",
+                "application/x+json",
+            ] {
+                let body = body.to_string();
+                let (url, seen) = serve(move |_, _| Reply::Full {
+                    status: 200,
+                    headers: vec![("Content-Type", kind.into())],
+                    body: body.clone(),
+                });
+                let (answer, events) = call(make(&url).as_ref());
+                let answer = answer.unwrap();
+                check_answer(&answer);
+                let usage = answer.usage.unwrap();
+                assert_eq!((usage.input_tokens, usage.output_tokens), (7, 3));
+                assert!(deltas(&events).is_empty(), "{kind}");
+                assert_eq!(seen.recv().unwrap().json()["stream"], true);
+            }
+        }
     }
 
     /// A server that sends the last event of an answer but holds the body open (never ends it)

@@ -252,6 +252,10 @@ impl Provider for OpenAiProvider {
             return self
                 .endpoint
                 .post(request, &headers, body.as_bytes(), true, |response| {
+                    if super::http::is_json(&response) {
+                        // A server or proxy that does not stream answers with one JSON body.
+                        return read_json(what, response, responses_so_far);
+                    }
                     let mut stream = ChatStream::default();
                     super::http::read_events(what, response, request, deadline, |event, live| {
                         stream.on_event(what, &event.data, live)
@@ -261,23 +265,32 @@ impl Provider for OpenAiProvider {
                 });
         }
         self.endpoint
-            .post(request, &headers, body.as_bytes(), false, |mut response| {
-                let bytes = response
-                    .body_mut()
-                    .with_config()
-                    .limit(MAX_BODY)
-                    .read_to_vec()
-                    .map_err(|e| Failure::reading(what, &e))?;
-                let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-                    Failure::Fatal(Error::external(format!(
-                        "{what}: the response is not JSON ({e}): {}",
-                        excerpt(String::from_utf8_lossy(&bytes).trim(), 200)
-                    )))
-                })?;
-                parse_response(&value, responses_so_far)
-                    .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
+            .post(request, &headers, body.as_bytes(), false, |response| {
+                read_json(what, response, responses_so_far)
             })
     }
+}
+
+/// Reads a 2xx `response` holding one chat-completions JSON body.
+fn read_json(
+    what: &str,
+    mut response: ureq::http::Response<ureq::Body>,
+    responses_so_far: usize,
+) -> std::result::Result<ModelResponse, Failure> {
+    let bytes = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_BODY)
+        .read_to_vec()
+        .map_err(|e| Failure::reading(what, &e))?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        Failure::Fatal(Error::external(format!(
+            "{what}: the response is not JSON ({e}): {}",
+            excerpt(String::from_utf8_lossy(&bytes).trim(), 200)
+        )))
+    })?;
+    parse_response(&value, responses_so_far)
+        .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
 }
 
 /// The most tool calls one streamed answer may build.
@@ -641,7 +654,9 @@ mod tests {
     #[test]
     fn request_options_reach_the_body_over_real_http() {
         let done = json!({"choices": [{"message": {"role": "assistant", "content": "ok"}}]});
-        let (url, seen) = serve(vec![(200, done.to_string()); 3]);
+        // A JSON body, whatever the request asked for: a streaming request is read by the
+        // reply's Content-Type (http::is_json), as servers that cannot stream answer.
+        let (url, seen) = serve(vec![(200, done.to_string()); 4]);
         // Every option, and an extra_body table (nested values included) merged at the top.
         let p = provider_with(
             &url,
@@ -659,11 +674,19 @@ mod tests {
         assert_eq!(body["cache_prompt"], true);
         assert_eq!(body["top_k"], 20);
         assert_eq!(body["grammar"], json!({"kind": "json", "strict": [1, 2]}));
-        assert_eq!(body["stream"], false);
+        // Streaming is the default, usage asked for in the stream's last chunk.
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
         // Nothing set: only the default output cap is sent.
         one_call(provider_with(&url, "").as_ref());
         let body = seen.recv().unwrap().body;
         assert_eq!(body["max_tokens"], 4096);
+        assert_eq!(body["stream"], true);
+        // `stream = false`: one JSON body asked for, no stream options.
+        one_call(provider_with(&url, "stream = false").as_ref());
+        let body = seen.recv().unwrap().body;
+        assert_eq!(body["stream"], false);
+        assert!(body.get("stream_options").is_none(), "{body}");
         for absent in ["temperature", "top_p", "seed"] {
             assert!(body.get(absent).is_none(), "{absent}: {body}");
         }

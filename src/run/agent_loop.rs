@@ -384,6 +384,7 @@ impl Loop<'_, '_> {
                 Err(Stop::Fail(reason, why)) => return self.fail(run, reason, why, sink),
                 Err(Stop::Canceled) => return self.cancel(run, sink),
             }
+            self.report_progress(self.turns + 1, None, sink);
             let mut response = match self.call_model(run, sink)? {
                 Ok(response) => response,
                 Err(Stop::Fail(reason, why)) => return self.fail(run, reason, why, sink),
@@ -407,6 +408,7 @@ impl Loop<'_, '_> {
                 self.usage.add(u);
             }
             let cost = cost_of(self.ex.prices.execution.as_ref(), usage);
+            self.report_progress(self.turns, Some((usage.is_some(), cost)), sink);
             if response.tool_calls.is_empty() {
                 return self.finish(run, response.text, (usage, cost), sink);
             }
@@ -934,6 +936,27 @@ impl Loop<'_, '_> {
         let spent =
             run.spent_wall_clock_ms() + crate::clock::duration_millis(self.started.elapsed());
         Some(Duration::from_millis(limit.saturating_sub(spent)))
+    }
+
+    /// Tells `sink` where the run stands at turn `turn`; `answered` is the call of that turn
+    /// that just answered and is not in the conversation yet (whether it reported usage, its
+    /// cost).
+    fn report_progress(
+        &self,
+        turn: u64,
+        answered: Option<(bool, Option<f64>)>,
+        sink: &mut dyn EventSink,
+    ) {
+        let mut cost = self.conv.cost();
+        if let Some((reported, usd)) = answered {
+            cost.add_call(reported, usd);
+        }
+        sink.progress(&crate::events::Progress {
+            turn,
+            max_turns: u64::from(self.ex.definition.spec.execution.max_turns),
+            usage: self.usage,
+            cost_usd: cost.unknown().is_none().then_some(cost.usd),
+        });
     }
 
     /// The turns the run may still make, its children's included (`task` carving).

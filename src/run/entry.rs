@@ -394,6 +394,10 @@ impl EventSink for PushEvery<'_> {
         }
         self.inner.emit(event);
     }
+
+    fn progress(&mut self, progress: &crate::events::Progress) {
+        self.inner.progress(progress);
+    }
 }
 
 /// The plan host of a resumed run: a new run records its binding; a continued one must name the

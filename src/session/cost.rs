@@ -32,11 +32,16 @@ impl Cost {
         if !matches!(m.role, Role::Assistant | Role::Compaction) {
             return;
         }
+        self.add_call(m.usage.is_some(), m.cost_usd);
+    }
+
+    /// Counts one model call: whether it reported usage, and its cost if known.
+    pub fn add_call(&mut self, reported_usage: bool, cost_usd: Option<f64>) {
         self.calls += 1;
-        match (m.usage, m.cost_usd) {
-            (None, _) => self.without_usage += 1,
-            (Some(_), None) => self.without_price += 1,
-            (Some(_), Some(usd)) => self.usd += usd,
+        match (reported_usage, cost_usd) {
+            (false, _) => self.without_usage += 1,
+            (true, None) => self.without_price += 1,
+            (true, Some(usd)) => self.usd += usd,
         }
     }
 

@@ -468,6 +468,10 @@ impl EventSink for TracingSink<'_> {
         self.observe(&event);
         self.inner.emit(event);
     }
+
+    fn progress(&mut self, progress: &crate::events::Progress) {
+        self.inner.progress(progress);
+    }
 }
 
 /// Reads a run's journal as it grows, keeping the assistant message (and its usage) of each

@@ -211,7 +211,8 @@ fn every_template_runs_a_tool_call_against_its_wire_format() {
         );
         let seen = seen.lock().unwrap();
         assert_eq!(seen.len(), 2, "{provider}");
-        let streams = written.contains("\nstream = true");
+        // Streaming is the default; a template turns it off only with `stream = false`.
+        let streams = !written.contains("\nstream = false");
         for request in seen.iter() {
             assert_eq!(request.path, path, "{provider}");
             let body = request.json();

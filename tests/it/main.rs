@@ -59,6 +59,7 @@ mod run_schema;
 mod run_secrets;
 mod run_show;
 mod run_sigkill;
+mod run_status;
 mod run_stream;
 mod run_support;
 mod run_transient;

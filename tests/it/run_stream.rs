@@ -1,4 +1,5 @@
-//! Streaming in real runs (`stream = true`): `modelTextDelta` events as the text arrives, live
+//! Streaming in real runs (the default for `openai`, no `stream` key in the configs here):
+//! `modelTextDelta` events as the text arrives, live
 //! text in `--format text` shown once, the durable record written once when the answer is
 //! complete, a cut stream sent again, and a key split across two deltas redacted whole.
 
@@ -77,7 +78,7 @@ fn streamed_text_arrives_as_deltas_and_is_recorded_once() {
     let config = config(
         &env,
         &format!(
-            "kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nstream = true\n\
+            "kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\n\
              api_key_env = \"KXEN_TEST_STREAM_KEY\""
         ),
     );
@@ -166,7 +167,7 @@ fn the_text_view_shows_streamed_text_live_and_once() {
     let (url, _seen) = serve_run();
     let config = config(
         &env,
-        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nstream = true"),
+        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""),
     );
     let run = run_new(
         &env,
@@ -183,4 +184,85 @@ fn the_text_view_shows_streamed_text_live_and_once() {
     assert!(out.contains("model call failed, retry 1/5"), "{out}");
     // The streamed line ends before the tool line.
     assert!(out.contains("now.\n  [read]"), "{out}");
+}
+
+/// A Session whose first run did not stream (`stream = false`, as every config was before
+/// streaming became the default) resumes for a new task with a config that does not mention
+/// `stream`: no drift, the second request repeats the first one's messages and asks for a
+/// stream, and the Session records both answers in the same shape, usage and cost included.
+#[test]
+fn a_session_made_without_streaming_resumes_streaming_with_no_drift() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "alpha\n")]);
+    let (url, seen) = serve(|_, request| {
+        if request.json()["stream"] == true {
+            stream(&["Second ", "answer."], false, true)
+        } else {
+            Reply::json(
+                &json!({"choices": [{"index": 0, "message": {"role": "assistant",
+                "content": "First answer."}}],
+                "usage": {"prompt_tokens": 9, "completion_tokens": 2}}),
+            )
+        }
+    });
+    let body = format!(
+        "kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\n\
+         price = {{ input_per_mtok = 3.0, output_per_mtok = 15.0 }}"
+    );
+    let old = config(&env, &format!("{body}\nstream = false"));
+    let first = run_new(&env, &repo, "First task", &fixer(&env), &old, &[]);
+    first.expect(0);
+    let events = first.jsonl();
+    let session = events
+        .iter()
+        .find(|e| e["type"] == "sessionCreated")
+        .map(|e| e["sessionId"].as_str().unwrap().to_string())
+        .unwrap();
+    let new = config(&env, &body);
+    let mut cmd = env.cmd("kxen-agent");
+    cmd.args(["--resume", &session, "--task", "Second task", "--config"])
+        .arg(&new);
+    let second = crate::env::Run::from(cmd.output().unwrap());
+    second.expect(0);
+    assert_eq!(finished(&second.jsonl())["finalText"], "Second answer.");
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    let (a, b) = (seen[0].json(), seen[1].json());
+    assert_eq!(a["stream"], false);
+    assert!(a.get("stream_options").is_none(), "{a}");
+    assert_eq!(b["stream"], true);
+    assert_eq!(b["stream_options"], json!({"include_usage": true}));
+    let (a, b) = (
+        a["messages"].as_array().unwrap(),
+        b["messages"].as_array().unwrap(),
+    );
+    assert_eq!(
+        &b[..a.len()],
+        &a[..],
+        "the second request repeats the first's messages"
+    );
+
+    // Both answers are recorded alike: same keys, usage, and the cost of that usage.
+    let log = files_under(&env.state_dir())
+        .into_iter()
+        .find(|f| f.ends_with("messages.jsonl"))
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .unwrap();
+    let answers: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|m| m["role"] == "assistant")
+        .collect();
+    assert_eq!(answers.len(), 2);
+    let keys = |m: &Value| m.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&answers[0]), keys(&answers[1]));
+    for (answer, text) in answers.iter().zip(["First answer.", "Second answer."]) {
+        assert_eq!(answer["content"], text);
+        assert_eq!(
+            answer["usage"],
+            json!({"inputTokens": 9, "outputTokens": 2})
+        );
+        assert!(answer["costUsd"].as_f64().unwrap() > 0.0, "{answer}");
+    }
 }

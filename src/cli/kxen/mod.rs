@@ -17,6 +17,7 @@ mod report;
 mod run;
 mod show;
 mod signals;
+mod status;
 mod trace;
 
 pub use run::RunArgs;

@@ -1,12 +1,14 @@
 //! Rendering run events: one JSON object per line (`jsonl`), or the human view (`text`: agent
-//! text, one line per tool call, the final result).
+//! text, one line per tool call, the final result; on a terminal with a live status line on
+//! stderr, [`super::status`]).
 
 use std::collections::HashMap;
 
 use serde_json::Value;
 
+use super::status::StatusLine;
 use crate::cli::output::{self, Format};
-use crate::events::{Event, EventSink, preview};
+use crate::events::{Event, EventSink, Progress, preview};
 
 pub struct Renderer {
     format: Format,
@@ -14,6 +16,8 @@ pub struct Renderer {
     started: HashMap<String, Value>,
     /// Text view: streamed model text is on the screen and its line is not ended yet.
     streaming: bool,
+    /// Text view on a terminal: the live status line, until the run's last event.
+    status: Option<StatusLine>,
 }
 
 impl Renderer {
@@ -22,10 +26,39 @@ impl Renderer {
             format,
             started: HashMap::new(),
             streaming: false,
+            status: match format {
+                Format::Text => StatusLine::for_terminal(),
+                Format::Jsonl => None,
+            },
         }
     }
 
+    /// The text view of `event`, with the status line (if any) erased while it is printed.
     fn text(&mut self, event: Event) {
+        let Some(status) = self.status.take() else {
+            return self.print(event);
+        };
+        // Streamed text whose line is not ended keeps the status line away (a `\r` would
+        // overwrite it); an empty piece changes nothing.
+        let open = match &event {
+            Event::ModelTextDelta { text, .. } if text.is_empty() => self.streaming,
+            Event::ModelTextDelta { text, .. } => !text.ends_with('\n'),
+            _ => false,
+        };
+        let last = matches!(
+            event,
+            Event::RunFinished { .. } | Event::RunStopped { .. } | Event::RunInputRequired { .. }
+        );
+        if last {
+            // Erased for good before the run's last lines and the command's (hints, errors).
+            drop(status);
+            return self.print(event);
+        }
+        status.around(open, || self.print(event));
+        self.status = Some(status);
+    }
+
+    fn print(&mut self, event: Event) {
         if let Event::ModelTextDelta { text, .. } = &event {
             output::raw(&output::terminal_safe(text));
             self.streaming = !text.is_empty() || self.streaming;
@@ -163,6 +196,12 @@ impl EventSink for Renderer {
                 output::json_line(&serde_json::to_value(&event).unwrap_or(Value::Null))
             }
             Format::Text => self.text(event),
+        }
+    }
+
+    fn progress(&mut self, progress: &Progress) {
+        if let Some(status) = &mut self.status {
+            status.update(progress);
         }
     }
 }
