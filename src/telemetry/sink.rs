@@ -65,6 +65,12 @@ pub struct TracingSink<'a> {
     tools: HashMap<String, Open>,
     journal: Option<JournalTail>,
     state: Option<StateDir>,
+    /// The run's last [`Progress`](crate::events::Progress) report (turn, tokens so far).
+    progress: Option<crate::events::Progress>,
+    /// The tokens of the model call that answered last: the difference of the two progress
+    /// reports around it (the loop reports before a call and after its answer, with the same
+    /// turn). The final answer's `chat` span carries them; its message is in no journal record.
+    answered: Option<UsageRecord>,
 }
 
 impl<'a> TracingSink<'a> {
@@ -98,6 +104,8 @@ impl<'a> TracingSink<'a> {
             run: None,
             waiting_since: None,
             last_chat: None,
+            progress: None,
+            answered: None,
             tools: HashMap::new(),
             journal: None,
             state: Some(state.clone()),
@@ -265,7 +273,8 @@ impl<'a> TracingSink<'a> {
         // A completed run ended with the model's final answer: that call ends with the run. A
         // run that stopped (input required, a cancel, a budget) may never have called it.
         if status == "completed" {
-            self.chat(None, None, "stop");
+            let usage = self.answered.take();
+            self.chat(None, usage, "stop");
         }
         self.waiting_since = None;
         current::run_ended(&self.run_id);
@@ -470,6 +479,20 @@ impl EventSink for TracingSink<'_> {
     }
 
     fn progress(&mut self, progress: &crate::events::Progress) {
+        if let Some(before) = self.progress.filter(|b| b.turn == progress.turn) {
+            let (now, was) = (progress.usage, before.usage);
+            let call = UsageRecord {
+                input_tokens: now.input_tokens.saturating_sub(was.input_tokens),
+                output_tokens: now.output_tokens.saturating_sub(was.output_tokens),
+                cache_read_tokens: now.cache_read_tokens.saturating_sub(was.cache_read_tokens),
+                cache_write_tokens: now
+                    .cache_write_tokens
+                    .saturating_sub(was.cache_write_tokens),
+            };
+            // A provider that reported no usage leaves the totals as they were.
+            self.answered = (call != UsageRecord::default()).then_some(call);
+        }
+        self.progress = Some(*progress);
         self.inner.progress(progress);
     }
 }

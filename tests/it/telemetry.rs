@@ -185,6 +185,11 @@ fn a_run_exports_its_span_tree_over_protobuf_and_json() {
             attr(chats[0], "gen_ai.response.finish_reasons"),
             "tool_calls"
         );
+        // The final answer's call carries its own tokens too (its message is in no journal
+        // record: they come from the loop's progress reports around the call).
+        assert_eq!(attr(chats[2], "gen_ai.usage.input_tokens"), 20);
+        assert_eq!(attr(chats[2], "gen_ai.usage.output_tokens"), 5);
+        assert_eq!(attr(chats[2], "gen_ai.response.finish_reasons"), "stop");
         let tools = named("execute_tool");
         assert_eq!(tools.len(), 3);
         // Both calls of the first answer are children of its model call, the third of the second.
