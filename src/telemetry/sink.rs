@@ -501,6 +501,8 @@ impl EventSink for TracingSink<'_> {
 /// operation: only new complete lines are read, so a long run costs its journal once.
 struct JournalTail {
     path: std::path::PathBuf,
+    /// Kept open once the journal exists: one open per run, not one per tool call.
+    file: Option<std::fs::File>,
     offset: u64,
     ops: HashMap<String, (String, Option<UsageRecord>)>,
 }
@@ -524,6 +526,7 @@ impl JournalTail {
     fn new(path: std::path::PathBuf) -> JournalTail {
         JournalTail {
             path,
+            file: None,
             offset: 0,
             ops: HashMap::new(),
         }
@@ -541,7 +544,10 @@ impl JournalTail {
 
     fn read_new(&mut self) {
         use std::io::{Read, Seek, SeekFrom};
-        let Ok(mut file) = std::fs::File::open(&self.path) else {
+        if self.file.is_none() {
+            self.file = std::fs::File::open(&self.path).ok();
+        }
+        let Some(file) = self.file.as_mut() else {
             return;
         };
         if file.seek(SeekFrom::Start(self.offset)).is_err() {
