@@ -29,8 +29,6 @@ use crate::error::{Error, Result};
 pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 /// The API's own address.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
-/// Largest response body accepted.
-const MAX_BODY: u64 = 32 * 1024 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct AnthropicProvider {
@@ -342,24 +340,10 @@ impl Provider for AnthropicProvider {
 /// Reads a 2xx `response` holding one Messages JSON body.
 fn read_json(
     what: &str,
-    mut response: ureq::http::Response<ureq::Body>,
+    response: ureq::http::Response<ureq::Body>,
     responses_so_far: usize,
 ) -> std::result::Result<ModelResponse, Failure> {
-    let bytes = response
-        .body_mut()
-        .with_config()
-        .limit(MAX_BODY)
-        .read_to_vec()
-        .map_err(|e| Failure::reading(what, &e))?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        Failure::Fatal(Error::external(format!(
-            "{what}: the response is not JSON ({e}): {}",
-            excerpt(
-                &crate::redact::redact(String::from_utf8_lossy(&bytes).trim()),
-                200
-            )
-        )))
-    })?;
+    let value = super::http::read_json_body(what, response)?;
     parse_response(&value, responses_so_far)
         .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
 }

@@ -259,6 +259,33 @@ pub fn is_json(response: &ureq::http::Response<ureq::Body>) -> bool {
     media.eq_ignore_ascii_case("application/json") || media.to_ascii_lowercase().ends_with("+json")
 }
 
+/// The most bytes one JSON answer may have.
+const MAX_JSON_BODY: u64 = 32 * 1024 * 1024;
+
+/// The JSON body of a 2xx `response` (a non-streamed answer, or a server that answered a
+/// streaming request with one body). A body that is not JSON is fatal, quoted by a short
+/// redacted excerpt (a gateway may echo the request's key).
+pub fn read_json_body(
+    what: &str,
+    mut response: ureq::http::Response<ureq::Body>,
+) -> std::result::Result<serde_json::Value, Failure> {
+    let bytes = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_JSON_BODY)
+        .read_to_vec()
+        .map_err(|e| Failure::reading(what, &e))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        Failure::Fatal(Error::external(format!(
+            "{what}: the response is not JSON ({e}): {}",
+            excerpt(
+                &crate::redact::redact(String::from_utf8_lossy(&bytes).trim()),
+                200
+            )
+        )))
+    })
+}
+
 /// Largest streamed response, and largest single event, accepted.
 const MAX_STREAM: u64 = 32 * 1024 * 1024;
 const MAX_EVENT: usize = 4 * 1024 * 1024;

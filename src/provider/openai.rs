@@ -17,9 +17,6 @@ use super::http::{Endpoint, Failure};
 use super::{ChatMessage, ChatRole, ModelRequest, ModelResponse, Provider, ToolCall, Usage};
 use crate::error::{Error, Result};
 
-/// Largest response body accepted.
-const MAX_BODY: u64 = 32 * 1024 * 1024;
-
 #[derive(Debug, Clone)]
 pub struct OpenAiProvider {
     endpoint: Endpoint,
@@ -274,21 +271,10 @@ impl Provider for OpenAiProvider {
 /// Reads a 2xx `response` holding one chat-completions JSON body.
 fn read_json(
     what: &str,
-    mut response: ureq::http::Response<ureq::Body>,
+    response: ureq::http::Response<ureq::Body>,
     responses_so_far: usize,
 ) -> std::result::Result<ModelResponse, Failure> {
-    let bytes = response
-        .body_mut()
-        .with_config()
-        .limit(MAX_BODY)
-        .read_to_vec()
-        .map_err(|e| Failure::reading(what, &e))?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        Failure::Fatal(Error::external(format!(
-            "{what}: the response is not JSON ({e}): {}",
-            excerpt(String::from_utf8_lossy(&bytes).trim(), 200)
-        )))
-    })?;
+    let value = super::http::read_json_body(what, response)?;
     parse_response(&value, responses_so_far)
         .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
 }
