@@ -38,7 +38,16 @@ pub(crate) fn run(ws: &Workspace, args: ReadArgs) -> ToolOutput {
     let meta = match std::fs::metadata(&path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return ToolOutput::error(format!("file `{shown}` does not exist"));
+            // A guessed path (`src/x.py` for `x.py`): name the file the model most likely meant.
+            let others = super::file::same_named(ws, &path);
+            return ToolOutput::error(if others.is_empty() {
+                format!("file `{shown}` does not exist")
+            } else {
+                format!(
+                    "file `{shown}` does not exist, but {} does: read that path",
+                    super::file::quoted(&others)
+                )
+            });
         }
         Err(e) => return ToolOutput::error(format!("cannot read `{shown}`: {e}")),
     };

@@ -57,6 +57,7 @@ mod run_sigkill;
 mod run_stream;
 mod run_support;
 mod run_transient;
+mod run_verify;
 #[allow(dead_code)] // shared with benches/bundle.rs
 mod session_builder;
 mod session_bundle;
