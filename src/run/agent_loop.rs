@@ -1277,8 +1277,8 @@ impl Loop<'_, '_> {
         if execution.verify_before_completion != Some(true) || self.conv.reminders() > 0 {
             return Ok(None);
         }
-        let changed = verification::unchecked_changes(self.journal.table());
-        if changed.is_empty() {
+        let unchecked = verification::unchecked_changes(self.journal.table());
+        if unchecked.is_empty() {
             return Ok(None);
         }
         let delegated = children::turns_spent(self.ex.state, self.journal.table())?;
@@ -1288,7 +1288,7 @@ impl Loop<'_, '_> {
         let task = self.conv.task().unwrap_or_default();
         Ok(Some(verification::reminder(
             task,
-            &changed,
+            &unchecked,
             self.ex.workspace_root,
         )))
     }

@@ -12,7 +12,8 @@
 //! - a **check** is any `exec` with an outcome (a failing check is still a check: the model saw
 //!   the result). An `exec` is never counted as a change: telling a command that edits files
 //!   from one that tests them would take a workspace snapshot per call;
-//! - a file the run **has seen** is one a `read`, `write` or `edit` of this run succeeded on.
+//! - a file the run **has seen** is one a `read` or `edit` of this run succeeded on, or a
+//!   `write` of it returned (it wrote the file, or its refusal showed the file's lines).
 
 use std::path::Path;
 
@@ -25,33 +26,60 @@ const NAMED_CHECKS: usize = 3;
 /// Changed files named in a reminder, at most.
 const NAMED_FILES: usize = 5;
 
-/// The files changed since the run's last check, in the order of their first change since
-/// then; empty when every change was followed by a check (or nothing changed).
-pub fn unchecked_changes(table: &OpTable) -> Vec<String> {
-    let mut changed: Vec<String> = Vec::new();
+/// What the run changed, or tried to, since its last check.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Unchecked {
+    /// Files a `write` or `edit` changed, in the order of their first change since the check.
+    pub changed: Vec<String>,
+    /// Files whose latest `write` or `edit` failed (and that no later one changed): a claim of
+    /// success after such a call is the same unverified guess.
+    pub failed: Vec<String>,
+}
+
+impl Unchecked {
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty() && self.failed.is_empty()
+    }
+}
+
+/// The files changed (or tried) since the run's last check; empty when every attempt was
+/// followed by a check (or there was none).
+pub fn unchecked_changes(table: &OpTable) -> Unchecked {
+    let mut out = Unchecked::default();
     for op in table.ops() {
+        let ran = op.output.as_ref().is_some_and(|o| !o.interrupted);
         match op.tool.as_str() {
-            "write" | "edit" if succeeded(op) => {
-                if let Some(path) = path_of(op)
-                    && !changed.contains(&path)
-                {
-                    changed.push(path);
+            "write" | "edit" if ran => {
+                let Some(path) = path_of(op) else { continue };
+                if succeeded(op) {
+                    out.failed.retain(|p| *p != path);
+                    if !out.changed.contains(&path) {
+                        out.changed.push(path);
+                    }
+                } else if !out.changed.contains(&path) && !out.failed.contains(&path) {
+                    out.failed.push(path);
                 }
             }
             // A check that failed is still a check: the model saw its result.
-            "exec" if op.output.as_ref().is_some_and(|o| !o.interrupted) => changed.clear(),
+            "exec" if ran => out = Unchecked::default(),
             _ => {}
         }
     }
-    changed
+    out
 }
 
-/// The paths (as the model gave them) of every file a `read`, `write` or `edit` of the run
-/// succeeded on: the files `write` may replace ([`crate::tools::ToolContext::seen_files`]).
+/// The paths (as the model gave them) of every file a `read` or `edit` of the run succeeded
+/// on, or a `write` returned from (it wrote the file, or its refusal showed it): the files
+/// `write` may replace ([`crate::tools::ToolContext::seen_files`]).
 pub fn seen_files(table: &OpTable) -> Vec<String> {
     let mut seen: Vec<String> = Vec::new();
-    for op in table.ops().iter().filter(|op| succeeded(op)) {
-        if matches!(op.tool.as_str(), "read" | "write" | "edit")
+    for op in table.ops() {
+        let shown = match op.tool.as_str() {
+            "read" | "edit" => succeeded(op),
+            "write" => op.output.as_ref().is_some_and(|o| !o.interrupted),
+            _ => false,
+        };
+        if shown
             && let Some(path) = path_of(op)
             && !seen.contains(&path)
         {
@@ -61,22 +89,32 @@ pub fn seen_files(table: &OpTable) -> Vec<String> {
     seen
 }
 
-/// The user-role message that answers a final answer given with unchecked `changed` files.
-/// It names the commands the task quotes that look like checks ([`named_checks`]), or asks for
-/// the check the task or the repository names when it quotes none.
-pub fn reminder(task: &str, changed: &[String], workspace: &Path) -> String {
-    let mut files: Vec<String> = changed
-        .iter()
-        .take(NAMED_FILES)
-        .map(|p| format!("`{p}`"))
-        .collect();
-    if changed.len() > NAMED_FILES {
-        files.push(format!("{} more", changed.len() - NAMED_FILES));
-    }
+/// The user-role message that answers a final answer given with `unchecked` files. It names
+/// the commands the task quotes that look like checks ([`named_checks`]), or asks for the check
+/// the task or the repository names when it quotes none.
+pub fn reminder(task: &str, unchecked: &Unchecked, workspace: &Path) -> String {
+    let what = match (
+        quote_files(&unchecked.changed),
+        quote_files(&unchecked.failed),
+    ) {
+        (Some(c), None) => format!("You changed {c} and have not run a check since"),
+        (None, Some(f)) => format!(
+            "Your change to {f} failed (see the tool's error) and you have not run a check \
+             since"
+        ),
+        (Some(c), Some(f)) => format!(
+            "You changed {c}, your change to {f} failed (see the tool's error), and you have \
+             not run a check since"
+        ),
+        (None, None) => "You have not run a check since your last change".to_string(),
+    };
     let checks = named_checks(task, workspace);
     let run = match checks.as_slice() {
         [] => "run the check the task names (or the repository's tests) with exec".to_string(),
-        [one] => format!("run the check the task names with exec: `{one}`"),
+        [one] => format!(
+            "run the check the task names: call exec with {}",
+            serde_json::json!({ "command": one })
+        ),
         many => {
             let quoted: Vec<String> = many.iter().map(|c| format!("`{c}`")).collect();
             format!(
@@ -86,11 +124,26 @@ pub fn reminder(task: &str, changed: &[String], workspace: &Path) -> String {
         }
     };
     format!(
-        "[kxen-agent runtime] You changed {} and have not run a check since your last change. \
-         Before you answer, {run}. If it fails, fix the cause and run it again. If you cannot \
-         run a check, say so plainly in your final answer; do not claim what you did not see.",
-        files.join(", ")
+        "[kxen-agent runtime] {what}. Before you answer, {run}. If it fails, fix the cause and \
+         run it again. If you cannot run a check, say so plainly in your final answer; do not \
+         claim what you did not see."
     )
+}
+
+/// `a`, `b`, 3 more (`None` for none).
+fn quote_files(paths: &[String]) -> Option<String> {
+    if paths.is_empty() {
+        return None;
+    }
+    let mut files: Vec<String> = paths
+        .iter()
+        .take(NAMED_FILES)
+        .map(|p| format!("`{p}`"))
+        .collect();
+    if paths.len() > NAMED_FILES {
+        files.push(format!("{} more", paths.len() - NAMED_FILES));
+    }
+    Some(files.join(", "))
 }
 
 /// Commands the task quotes in backticks that look like something to run: at least two words,
@@ -170,16 +223,25 @@ mod tests {
     #[test]
     fn the_reminder_names_the_files_and_the_check() {
         let dir = tempfile::tempdir().unwrap();
-        let text = reminder("Run `sh check.sh`.", &["a.sh".into()], dir.path());
+        let changed = |c: &[&str], f: &[&str]| Unchecked {
+            changed: c.iter().map(|s| s.to_string()).collect(),
+            failed: f.iter().map(|s| s.to_string()).collect(),
+        };
+        let text = reminder("Run `sh check.sh`.", &changed(&["a.sh"], &[]), dir.path());
         assert_eq!(
             text,
-            "[kxen-agent runtime] You changed `a.sh` and have not run a check since your last \
-             change. Before you answer, run the check the task names with exec: `sh check.sh`. \
-             If it fails, fix the cause and run it again. If you cannot run a check, say so \
-             plainly in your final answer; do not claim what you did not see."
+            "[kxen-agent runtime] You changed `a.sh` and have not run a check since. Before you \
+             answer, run the check the task names: call exec with {\"command\":\"sh check.sh\"}. \
+             If it fails, fix the cause and run it again. If you cannot run a check, say so plainly in your final \
+             answer; do not claim what you did not see."
         );
-        let text = reminder("Fix it.", &["a".into(), "b".into()], dir.path());
+        let text = reminder("Fix it.", &changed(&["a", "b"], &[]), dir.path());
         assert!(text.contains("You changed `a`, `b` and"), "{text}");
         assert!(text.contains("(or the repository's tests)"), "{text}");
+        let text = reminder("Fix it.", &changed(&[], &["m.py"]), dir.path());
+        assert!(
+            text.contains("Your change to `m.py` failed (see the tool's error) and you have"),
+            "{text}"
+        );
     }
 }

@@ -14,6 +14,8 @@ use super::ToolOutput;
 use super::paths::Workspace;
 use crate::fsx;
 
+/// Lines of an existing file a refused `write` shows.
+const SHOWN_ON_REFUSAL: u64 = 200;
 /// Mode of files `write` creates (what a default umask gives).
 const NEW_FILE_MODE: u32 = 0o644;
 
@@ -75,9 +77,14 @@ pub(crate) fn write(ws: &Workspace, args: WriteArgs, seen: Option<&[String]>) ->
             .iter()
             .any(|p| ws.resolve_for_write(p).is_ok_and(|p| p == path))
     {
+        // The refusal shows the file, so it is the read it asks for: the next `write` of it is
+        // allowed ([`crate::run::verification::seen_files`] counts a refused write as seen).
+        let now = super::read::show(ws, &args.path, SHOWN_ON_REFUSAL);
         return ToolOutput::error(format!(
-            "`{shown}` exists and this run has not read it: read it first, then change it with \
-             edit (or write the whole file once you have read it)"
+            "`{shown}` exists and this run had not read it, so it was not replaced. It holds \
+             this now (as read shows it); change it with edit, or call write again to replace \
+             it whole:\n{}",
+            now.text
         ));
     }
     let mode = existing_mode(&path).unwrap_or(NEW_FILE_MODE);
@@ -805,8 +812,9 @@ mod tests {
         assert!(out.is_error);
         assert_eq!(
             out.text,
-            "`a.py` exists and this run has not read it: read it first, then change it with \
-             edit (or write the whole file once you have read it)"
+            "`a.py` exists and this run had not read it, so it was not replaced. It holds this \
+             now (as read shows it); change it with edit, or call write again to replace it \
+             whole:\n     1\tkeep\n"
         );
         assert_eq!(fx.get("a.py"), "keep\n");
         // The same file under another spelling of its path counts as seen.

@@ -121,6 +121,19 @@ pub(crate) fn run(ws: &Workspace, args: ReadArgs) -> ToolOutput {
     ToolOutput::ok(out)
 }
 
+/// The first `limit` lines of the file at `path` as `read` shows them (or why they cannot be
+/// shown): what a refused `write` quotes, so the refusal itself is the read it asks for.
+pub(crate) fn show(ws: &Workspace, path: &str, limit: u64) -> ToolOutput {
+    run(
+        ws,
+        ReadArgs {
+            path: path.to_string(),
+            offset: None,
+            limit: Some(limit.max(1)),
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use crate::tools::testutil::Fixture;

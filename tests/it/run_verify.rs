@@ -106,8 +106,8 @@ fn a_change_without_a_check_is_reminded_once_naming_the_check() {
     assert_eq!(
         reminders(&env, &session),
         [
-            "[kxen-agent runtime] You changed `greeting.txt` and have not run a check since your \
-          last change. Before you answer, run the check the task names with exec: `sh check.sh`. \
+            "[kxen-agent runtime] You changed `greeting.txt` and have not run a check since. \
+          Before you answer, run the check the task names: call exec with {\"command\":\"sh check.sh\"}. \
           If it fails, fix the cause and run it again. If you cannot run a check, say so plainly \
           in your final answer; do not claim what you did not see."
         ]
@@ -340,25 +340,18 @@ fn write_replaces_only_a_file_the_run_has_read_and_the_read_survives_a_resume() 
     let env = TestEnv::new();
     let repo = workspace(&env);
     let agent = fixer(&env);
+    let write = |id: &str, path: &str, content: &str| {
+        call(id, "write", json!({"path": path, "content": content}))
+    };
     let config = script_config(
         &env,
         &[
-            call(
-                "c1",
-                "write",
-                json!({"path": "greeting.txt", "content": "guess\n"}),
-            ),
-            call(
-                "c2",
-                "write",
-                json!({"path": "new.txt", "content": "new\n"}),
-            ),
+            write("c1", "check.sh", "guess\n"),
+            write("c2", "new.txt", "new\n"),
             call("c3", "read", json!({"path": "greeting.txt"})),
-            call(
-                "c4",
-                "write",
-                json!({"path": "greeting.txt", "content": "hello, world\n"}),
-            ),
+            write("c4", "greeting.txt", "hello, world\n"),
+            // The refusal showed the file: a second write replaces it.
+            write("c5", "check.sh", "exit 0\n"),
             answer("Done."),
         ],
     );
@@ -367,12 +360,8 @@ fn write_replaces_only_a_file_the_run_has_read_and_the_read_survives_a_resume() 
     let crashed = env
         .cmd("kxen-agent")
         .args(["run", "--workspace", repo.to_str().unwrap(), "--task", TASK])
-        .args([
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ])
+        .args(["--agent", agent.to_str().unwrap()])
+        .args(["--config", config.to_str().unwrap()])
         .env("KXEN_FAILPOINT", "tool.after-settled")
         .env("KXEN_FAILPOINT_SKIP", "2")
         .output()
@@ -386,46 +375,32 @@ fn write_replaces_only_a_file_the_run_has_read_and_the_read_survives_a_resume() 
     let config_s = config.to_str().unwrap();
     let resumed = env.run("kxen-agent", &["--resume", &session, "--config", config_s]);
     resumed.expect(0);
-    assert_eq!(
-        std::fs::read_to_string(repo.join("greeting.txt")).unwrap(),
-        "hello, world\n"
-    );
-    assert_eq!(
-        std::fs::read_to_string(repo.join("new.txt")).unwrap(),
-        "new\n"
-    );
-    let tools: Vec<(String, bool)> = messages(&env, &session)
+    let read = |p: &str| std::fs::read_to_string(repo.join(p)).unwrap();
+    assert_eq!(read("greeting.txt"), "hello, world\n");
+    assert_eq!(read("new.txt"), "new\n");
+    assert_eq!(read("check.sh"), "exit 0\n");
+    let results: Vec<(String, bool)> = messages(&env, &session)
         .iter()
         .filter(|m| m["role"] == "tool")
         .map(|m| {
-            (
-                m["content"]
-                    .as_str()
-                    .unwrap()
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .to_string(),
-                m["isError"].as_bool().unwrap_or(false),
-            )
+            let text = m["content"].as_str().unwrap().to_string();
+            (text, m["isError"].as_bool().unwrap_or(false))
         })
         .collect();
     assert_eq!(
-        tools[0],
+        results[0],
         (
-            "`greeting.txt` exists and this run has not read it: read it first, then change it \
-             with edit (or write the whole file once you have read it)"
+            "`check.sh` exists and this run had not read it, so it was not replaced. It holds \
+             this now (as read shows it); change it with edit, or call write again to replace it \
+             whole:\n     1\ttest \"$(cat greeting.txt)\" = 'hello, world' && echo PASS || { echo \
+             FAIL; exit 1; }\n"
                 .to_string(),
             true
         )
     );
-    assert!(
-        !tools[1].1 && tools[1].0.starts_with("created `new.txt`"),
-        "{tools:?}"
-    );
-    assert!(!tools[2].1, "{tools:?}");
-    assert!(
-        !tools[3].1 && tools[3].0.starts_with("overwrote `greeting.txt`"),
-        "{tools:?}"
-    );
+    let starts = |i: usize, prefix: &str| !results[i].1 && results[i].0.starts_with(prefix);
+    assert!(starts(1, "created `new.txt`"), "{results:?}");
+    assert!(starts(2, "     1\thello wrld"), "{results:?}");
+    assert!(starts(3, "overwrote `greeting.txt`"), "{results:?}");
+    assert!(starts(4, "overwrote `check.sh`"), "{results:?}");
 }
