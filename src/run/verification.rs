@@ -111,10 +111,7 @@ pub fn reminder(task: &str, unchecked: &Unchecked, workspace: &Path) -> String {
     let checks = named_checks(task, workspace);
     let run = match checks.as_slice() {
         [] => "run the check the task names (or the repository's tests) with exec".to_string(),
-        [one] => format!(
-            "run the check the task names: call exec with {}",
-            serde_json::json!({ "command": one })
-        ),
+        [one] => format!("call exec with {}", serde_json::json!({ "command": one })),
         many => {
             let quoted: Vec<String> = many.iter().map(|c| format!("`{c}`")).collect();
             format!(
@@ -123,10 +120,11 @@ pub fn reminder(task: &str, unchecked: &Unchecked, workspace: &Path) -> String {
             )
         }
     };
+    // The step comes first: a small model acts on the first sentence and parrots the rest.
     format!(
-        "[kxen-agent runtime] {what}. Before you answer, {run}. If it fails, fix the cause and \
-         run it again. If you cannot run a check, say so plainly in your final answer; do not \
-         claim what you did not see."
+        "Not done yet: {run} now. {what}. If the check fails, fix the cause and run it again. \
+         If you cannot run a check, say so plainly in your final answer; do not claim what you \
+         did not see. [kxen-agent runtime]"
     )
 }
 
@@ -230,10 +228,10 @@ mod tests {
         let text = reminder("Run `sh check.sh`.", &changed(&["a.sh"], &[]), dir.path());
         assert_eq!(
             text,
-            "[kxen-agent runtime] You changed `a.sh` and have not run a check since. Before you \
-             answer, run the check the task names: call exec with {\"command\":\"sh check.sh\"}. \
-             If it fails, fix the cause and run it again. If you cannot run a check, say so plainly in your final \
-             answer; do not claim what you did not see."
+            "Not done yet: call exec with {\"command\":\"sh check.sh\"} now. You changed `a.sh` \
+             and have not run a check since. If the check fails, fix the cause and run it again. \
+             If you cannot run a check, say so plainly in your final answer; do not claim what \
+             you did not see. [kxen-agent runtime]"
         );
         let text = reminder("Fix it.", &changed(&["a", "b"], &[]), dir.path());
         assert!(text.contains("You changed `a`, `b` and"), "{text}");

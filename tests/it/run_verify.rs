@@ -106,10 +106,10 @@ fn a_change_without_a_check_is_reminded_once_naming_the_check() {
     assert_eq!(
         reminders(&env, &session),
         [
-            "[kxen-agent runtime] You changed `greeting.txt` and have not run a check since. \
-          Before you answer, run the check the task names: call exec with {\"command\":\"sh check.sh\"}. \
-          If it fails, fix the cause and run it again. If you cannot run a check, say so plainly \
-          in your final answer; do not claim what you did not see."
+            "Not done yet: call exec with {\"command\":\"sh check.sh\"} now. You changed \
+             `greeting.txt` and have not run a check since. If the check fails, fix the cause \
+             and run it again. If you cannot run a check, say so plainly in your final answer; \
+             do not claim what you did not see. [kxen-agent runtime]"
         ]
     );
     // The reminded answer is in the conversation, before the reminder.
@@ -121,7 +121,7 @@ fn a_change_without_a_check_is_reminded_once_naming_the_check() {
                 && m["content"]
                     .as_str()
                     .unwrap()
-                    .starts_with("[kxen-agent runtime]")
+                    .ends_with("[kxen-agent runtime]")
         })
         .unwrap();
     assert_eq!(all[at - 1]["role"], "assistant");
@@ -316,11 +316,7 @@ fn the_reminder_survives_a_crash_exactly_once_and_keeps_every_request_byte_stabl
         );
     }
     let reminded = String::from_utf8(a[3].clone()).unwrap();
-    assert_eq!(
-        reminded.matches("[kxen-agent runtime]").count(),
-        1,
-        "{reminded}"
-    );
+    assert_eq!(reminded.matches("Not done yet:").count(), 1, "{reminded}");
     // Killed right after the reminder and resumed: the same requests, byte for byte, and the
     // reminder in them once.
     let b = bodies(true);
