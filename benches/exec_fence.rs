@@ -177,6 +177,7 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
             mcp: None,
             lsp: None,
             task: None,
+            seen_files: None,
         };
         let call = kxen::tools::REGISTRY
             .admit("exec", &args, &capabilities)

@@ -275,7 +275,7 @@ spec:
     modelRole: execution
     maxTurns: {max_turns}
     maxWallClockMs: {wall_ms}
-    maxPureRetries: 1
+    maxPureRetries: 1{verify}
   output:
     format: text
     requiredFields: []
@@ -353,7 +353,9 @@ def price_of(config_path):
 
 def run_kxen(task, work, tmp, args, timeout):
     agent = tmp / "agent.yaml"
-    agent.write_text(AGENT_YAML.format(max_turns=args.max_turns, wall_ms=int(timeout * 1000)))
+    verify = "\n    verifyBeforeCompletion: true" if args.verify_before_completion else ""
+    agent.write_text(AGENT_YAML.format(max_turns=args.max_turns, wall_ms=int(timeout * 1000),
+                                       verify=verify))
     if args.script_solution:
         (tmp / "turns.jsonl").write_text(solution_turns(task, tmp))
         config = tmp / "config.toml"
@@ -645,6 +647,9 @@ def main(argv=None):
     r.add_argument("--timeout-from-task", action="store_true",
                    help="use a task's [agent] timeout_sec when it has one")
     r.add_argument("--max-turns", type=int, default=30)
+    r.add_argument("--verify-before-completion", action="store_true",
+                   help="kxen only: set the definition's verifyBeforeCompletion (a binary before "
+                        "it existed refuses the field)")
     r.add_argument("--metrics-url", help="llama-server /metrics, read before and after each task")
     r.add_argument("--label", help="the column name in tables (default: the agent)")
     r.add_argument("--out", default="eval-results.jsonl")

@@ -116,6 +116,12 @@ pub struct Execution {
         deserialize_with = "rules::max_cost_usd"
     )]
     pub max_cost_usd: Option<Usd>,
+    /// **(beyond the spec)** Verification before completion ([`crate::run::verification`]):
+    /// `true` answers a final answer given after a `write`/`edit` that no `exec` followed, once,
+    /// with a reminder to run the check the task names. Absent or `false`: off. Omitted from the
+    /// canonical JSON when absent, so existing definitions hash (and run) as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_before_completion: Option<bool>,
 }
 
 impl Default for Execution {
@@ -127,6 +133,7 @@ impl Default for Execution {
             max_pure_retries: DEFAULT_MAX_PURE_RETRIES,
             max_repeated_calls: None,
             max_cost_usd: None,
+            verify_before_completion: None,
         }
     }
 }

@@ -24,6 +24,9 @@ pub const ALL: &[&str] = &[
     "tool.after-outcome-known",
     "tool.after-turn-append",
     "tool.after-settled",
+    // Verification before completion (run::verification): the answer and its reminder are
+    // durable, the next model call not yet made.
+    "verify.after-reminder",
     // Compaction (run::compaction): the summary came back, nothing written; the `compaction`
     // record is durable, the next model call not yet made.
     "compaction.after-summary",

@@ -36,7 +36,7 @@ use crate::provider::{
 use crate::run::conversation::Conversation;
 use crate::run::repeat::RepeatGuard;
 use crate::run::settle;
-use crate::run::{approval, children, compaction, contract, prompt};
+use crate::run::{approval, children, compaction, contract, prompt, verification};
 use crate::session::run_record::{Attempt, FailReason, RunError, RunResult, RunState, RunStatus};
 use crate::session::verify::{self, JournalIndex, MessageIndex};
 use crate::session::{CallRecord, Message, MessageLog, Role, UsageRecord};
@@ -410,6 +410,10 @@ impl Loop<'_, '_> {
             let cost = cost_of(self.ex.prices.execution.as_ref(), usage);
             self.report_progress(self.turns, Some((usage.is_some(), cost)), sink);
             if response.tool_calls.is_empty() {
+                if let Some(reminder) = self.reminder_due()? {
+                    self.remind(run, response.text, (usage, cost), reminder, sink)?;
+                    continue;
+                }
                 return self.finish(run, response.text, (usage, cost), sink);
             }
             let mut message = Message::new(&run.id, Role::Assistant, response.text.clone());
@@ -1285,6 +1289,73 @@ impl Loop<'_, '_> {
             at: crate::clock::now_rfc3339(),
         };
         self.end(run, result, sink)
+    }
+
+    /// The reminder a final answer gets now, if it is due ([`crate::run::verification`]): the
+    /// definition asks for it, the run has not had one, a `write`/`edit` succeeded after its
+    /// last `exec`, and a turn is left to act on it (the reminded answer was a turn, and so is
+    /// the next). Read from the journal and the Session, so a resumed run decides the same.
+    fn reminder_due(&self) -> Result<Option<String>> {
+        let execution = &self.ex.definition.spec.execution;
+        if execution.verify_before_completion != Some(true) || self.conv.reminders() > 0 {
+            return Ok(None);
+        }
+        let unchecked = verification::unchecked_changes(self.journal.table());
+        if unchecked.is_empty() {
+            return Ok(None);
+        }
+        let delegated = children::turns_spent(self.ex.state, self.journal.table())?;
+        if self.turns + delegated >= u64::from(execution.max_turns) {
+            return Ok(None);
+        }
+        let task = self.conv.task().unwrap_or_default();
+        Ok(Some(verification::reminder(
+            task,
+            &unchecked,
+            self.ex.workspace_root,
+        )))
+    }
+
+    /// Answers a final answer with `reminder` instead of ending the run: the answer goes into
+    /// the Session as an assistant message (a turn, as every response is) and the reminder as a
+    /// user message after it, in one write and one fsync. A crash before it loses both (the
+    /// model is asked again); after it, the reminder is part of the conversation a resume
+    /// replays as it is, and [`Conversation::reminders`] keeps it from being sent twice.
+    fn remind(
+        &mut self,
+        run: &RunState,
+        text: String,
+        (usage, cost): (Option<UsageRecord>, Option<f64>),
+        reminder: String,
+        sink: &mut dyn EventSink,
+    ) -> Result<()> {
+        let mut answer = Message::new(&run.id, Role::Assistant, text.clone());
+        answer.usage = usage;
+        answer.cost_usd = cost;
+        let answer_id = answer.id.clone();
+        let mut pair = vec![answer, Message::new(&run.id, Role::User, reminder)];
+        for m in &mut pair {
+            m.redact();
+        }
+        self.messages.append_all(pair.clone())?;
+        for m in pair {
+            self.conv.push(m);
+        }
+        if !text.is_empty() {
+            sink.emit(Event::ModelText {
+                run_id: run.id.clone(),
+                message_id: answer_id,
+                text,
+            });
+        }
+        failpoint::hit("verify.after-reminder");
+        self.plan_meter(run, usage, sink)?;
+        sink.emit(Event::Warning {
+            message: "the run answered after changing files without running a check since: \
+                      the model is reminded once to run one (verifyBeforeCompletion)"
+                .to_string(),
+        });
+        Ok(())
     }
 
     fn fail(

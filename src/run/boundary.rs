@@ -99,6 +99,9 @@ pub(super) struct CallScope<'s> {
     pub tool_home: &'s Path,
     pub blobs: &'s BlobStore,
     pub attempt: &'s str,
+    /// The files the run has read, written or edited, from its journal
+    /// ([`crate::run::verification::seen_files`]): what `write` may replace.
+    pub seen_files: &'s [String],
 }
 
 impl<'s> CallScope<'s> {
@@ -127,6 +130,7 @@ impl<'s> CallScope<'s> {
             mcp: ex.mcp,
             lsp: ex.lsp,
             task,
+            seen_files: Some(self.seen_files),
         }
     }
 }
@@ -326,12 +330,16 @@ impl Loop<'_, '_> {
             }
             false => 0,
         };
+        // Read from the journal, so a resumed run knows what its earlier attempts read; a batch
+        // that writes is a batch of one, so an earlier batch's reads are in it already.
+        let seen_files = crate::run::verification::seen_files(self.journal.table());
         let scope = CallScope {
             ex: self.ex,
             run_id: &run.id,
             tool_home: &self.tool_home,
             blobs: &self.blobs,
             attempt: &self.attempt_mark,
+            seen_files: &seen_files,
         };
         let mut outputs = execute(&scope, slots, remaining, turns_left);
         if !self.ex.hooks.post_tool_use.is_empty() {

@@ -85,6 +85,9 @@ pub struct Conversation {
     reported: Option<(u64, u64)>,
     /// Compaction records in the log (the script provider's position for compaction calls).
     compactions: usize,
+    /// User messages of this run after its task: the runtime's reminders
+    /// ([`crate::run::verification`]); nothing else appends one.
+    reminders: usize,
 }
 
 impl Conversation {
@@ -103,6 +106,7 @@ impl Conversation {
             view: None,
             reported: None,
             compactions: 0,
+            reminders: 0,
             run_id: run_id.to_string(),
             task_message_id: task_message_id.to_string(),
             history: Arc::new(vec![system]),
@@ -126,6 +130,8 @@ impl Conversation {
         }
         if m.id == self.task_message_id {
             self.task = Some(m.content.clone());
+        } else if this_run && m.role == Role::User {
+            self.reminders += 1;
         }
         if m.role == Role::Compaction {
             self.compactions += 1;
@@ -301,9 +307,16 @@ impl Conversation {
             .map(|e| e.id.as_str())
             .collect();
         let inside = |id: &str| ids.contains(id);
+        // `session verify` refuses a range holding any user message of the compacting run: its
+        // task, or a reminder after it (which only this run's part, after its task, can hold).
+        let task = self
+            .entries
+            .iter()
+            .position(|e| e.id == self.task_message_id);
         for (i, e) in self.entries.iter().enumerate().skip(start) {
             match e.role {
                 Some(Role::User) if i <= end && e.id == self.task_message_id => return None,
+                Some(Role::User) if i <= end && task.is_some_and(|t| i > t) => return None,
                 Some(Role::Tool) => {
                     let asked_inside = e.reply_to.as_deref().is_some_and(inside);
                     if asked_inside != (i <= end) {
@@ -350,6 +363,11 @@ impl Conversation {
     /// Tokens reported by this run's model responses in the log.
     pub fn usage(&self) -> UsageRecord {
         self.usage
+    }
+
+    /// How many reminders the runtime appended to this run ([`crate::run::verification`]).
+    pub fn reminders(&self) -> usize {
+        self.reminders
     }
 
     /// The text of this run's task message, if the log holds it.

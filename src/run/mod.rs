@@ -26,6 +26,7 @@ pub mod repeat;
 pub mod resolve;
 pub mod resume;
 pub mod settle;
+pub mod verification;
 
 /// Appended to every hint that prints a `--resume` command without knowing this invocation's
 /// flags: a resume with different policy flags is refused as drift (exit 6).

@@ -265,6 +265,32 @@ impl MessageLog {
         self.writer.is_dirty()
     }
 
+    /// Appends `messages` durably with one write and one fsync: a crash leaves all of them or
+    /// none (a model's answer and the runtime's reply to it, [`crate::run::verification`]).
+    pub fn append_all(&mut self, mut messages: Vec<Message>) -> Result<()> {
+        for message in &mut messages {
+            message.redact();
+            if self.ids.contains(&message.id) {
+                return Err(Error::conflict(format!(
+                    "message {} is already in {}",
+                    message.id,
+                    self.path.display()
+                )));
+            }
+        }
+        self.writer.append_all(&messages)?;
+        for message in messages {
+            self.ids.insert(message.id.clone());
+            if message.role == Role::Assistant {
+                self.assistant_messages += 1;
+            }
+            if self.keep {
+                self.messages.push(message);
+            }
+        }
+        Ok(())
+    }
+
     fn append_as(&mut self, mut message: Message, durable: bool) -> Result<()> {
         // The one step every message passes before it is durable: no credential in the file.
         message.redact();

@@ -14,6 +14,8 @@ use super::ToolOutput;
 use super::paths::Workspace;
 use crate::fsx;
 
+/// Lines of an existing file a refused `write` shows.
+const SHOWN_ON_REFUSAL: u64 = 200;
 /// Mode of files `write` creates (what a default umask gives).
 const NEW_FILE_MODE: u32 = 0o644;
 
@@ -55,7 +57,11 @@ pub(crate) struct EditArgs {
     replace_all: bool,
 }
 
-pub(crate) fn write(ws: &Workspace, args: WriteArgs) -> ToolOutput {
+/// `seen`: the files the run has read, written or edited (`None`: not tracked); an existing
+/// file outside it is not replaced. A small model's usual failure is a `write` of a guess over a
+/// file it never looked at (the stub's docstring, the other functions: gone), so the refusal
+/// sends it to `read` first.
+pub(crate) fn write(ws: &Workspace, args: WriteArgs, seen: Option<&[String]>) -> ToolOutput {
     let path = match ws.resolve_for_write(&args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
@@ -65,6 +71,22 @@ pub(crate) fn write(ws: &Workspace, args: WriteArgs) -> ToolOutput {
         return ToolOutput::error(format!("`{shown}` is a directory; give a file path"));
     }
     let existed = path.exists();
+    if existed
+        && let Some(seen) = seen
+        && !seen
+            .iter()
+            .any(|p| ws.resolve_for_write(p).is_ok_and(|p| p == path))
+    {
+        // The refusal shows the file, so it is the read it asks for: the next `write` of it is
+        // allowed ([`crate::run::verification::seen_files`] counts a refused write as seen).
+        let now = super::read::show(ws, &args.path, SHOWN_ON_REFUSAL);
+        return ToolOutput::error(format!(
+            "`{shown}` exists and this run had not read it, so it was not replaced. It holds \
+             this now (as read shows it); change it with edit, or call write again to replace \
+             it whole:\n{}",
+            now.text
+        ));
+    }
     let mode = existing_mode(&path).unwrap_or(NEW_FILE_MODE);
     if let Some(parent) = path.parent()
         && let Err(e) = std::fs::create_dir_all(parent)
@@ -74,12 +96,28 @@ pub(crate) fn write(ws: &Workspace, args: WriteArgs) -> ToolOutput {
             ws.display(parent)
         ));
     }
+    // A new file named like one that exists elsewhere is usually a guessed path (`src/x.py` for
+    // `x.py`): say so, or the model "fixes" a copy the checks never load.
+    let others = if existed {
+        Vec::new()
+    } else {
+        same_named(ws, &path)
+    };
     match fsx::write_atomic(&path, args.content.as_bytes(), mode) {
         Ok(()) => ToolOutput::ok(format!(
-            "{} `{shown}` ({}){}",
+            "{} `{shown}` ({}){}{}",
             if existed { "overwrote" } else { "created" },
             size(&args.content),
-            holds(&args.content)
+            holds(&args.content),
+            if others.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "note: this is a new file, and {} already exists; if you meant to change \
+                     that one, read it and edit it there\n",
+                    quoted(&others)
+                )
+            }
         )),
         Err(e) => ToolOutput::error(format!("cannot write `{shown}`: {e}")),
     }
@@ -103,9 +141,15 @@ pub(crate) fn edit(ws: &Workspace, args: EditArgs) -> ToolOutput {
         Ok(m) if m.is_file() => {}
         Ok(_) => return ToolOutput::error(format!("`{shown}` is not a regular file")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return ToolOutput::error(format!(
-                "file `{shown}` does not exist; use write to create it"
-            ));
+            let others = same_named(ws, &path);
+            return ToolOutput::error(if others.is_empty() {
+                format!("file `{shown}` does not exist; use write to create it")
+            } else {
+                format!(
+                    "file `{shown}` does not exist, but {} does: read it and edit that path",
+                    quoted(&others)
+                )
+            });
         }
         Err(e) => return ToolOutput::error(format!("cannot read `{shown}`: {e}")),
     }
@@ -121,7 +165,8 @@ pub(crate) fn edit(ws: &Workspace, args: EditArgs) -> ToolOutput {
     let count = text.matches(&args.old_string).count();
     if count == 0 {
         return ToolOutput::error(format!(
-            "oldString was not found in `{shown}`; read the file and copy the exact text (whitespace included)"
+            "oldString was not found in `{shown}`{}",
+            nearest_lines(&text, &args.old_string)
         ));
     }
     if count > 1 && !args.replace_all {
@@ -241,6 +286,140 @@ fn changed_lines(before: &str, after: &str, args: &EditArgs) -> String {
         ));
     }
     out
+}
+
+/// Other files of the workspace with `path`'s file name (at most [`SAME_NAMED_SHOWN`], sorted),
+/// found by a bounded walk that skips `.git`, `target` and `node_modules`.
+pub(super) fn same_named(ws: &Workspace, path: &Path) -> Vec<String> {
+    let Some(name) = path.file_name() else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let mut stack = vec![ws.root().to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > SAME_NAMED_MAX_ENTRIES {
+                break;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let entry_path = entry.path();
+            if kind.is_dir() {
+                if !matches!(
+                    entry.file_name().to_str(),
+                    Some(".git" | "target" | "node_modules")
+                ) {
+                    stack.push(entry_path);
+                }
+            } else if kind.is_file() && entry.file_name() == name && entry_path != path {
+                found.push(ws.display(&entry_path));
+            }
+        }
+    }
+    found.sort();
+    found.truncate(SAME_NAMED_SHOWN);
+    found
+}
+
+/// Same-named files named in a message.
+const SAME_NAMED_SHOWN: usize = 3;
+/// Directory entries looked at before giving up (a huge workspace gets no suggestion).
+const SAME_NAMED_MAX_ENTRIES: usize = 20_000;
+
+/// `a`, `a` or `b`, …
+pub(super) fn quoted(paths: &[String]) -> String {
+    let quoted: Vec<String> = paths.iter().map(|p| format!("`{p}`")).collect();
+    quoted.join(" or ")
+}
+
+/// Where an `edit` that missed most likely meant: the window of the file's lines that looks most
+/// like `old` (line by line, ignoring indentation), quoted `read`-style so the model can copy the
+/// exact text instead of guessing again or giving up. A small model's usual miss is a line it
+/// remembered with other whitespace or a slightly different word; naming the place turns that
+/// into one more edit.
+fn nearest_lines(text: &str, old: &str) -> String {
+    const GENERIC: &str = "; read the file and copy the exact text (whitespace included)";
+    let all = lines(text);
+    let wanted: Vec<&str> = lines(old).into_iter().take(NEAREST_LINES).collect();
+    let Some(first) = wanted.iter().position(|l| !l.trim().is_empty()) else {
+        return GENERIC.into();
+    };
+    // Too big to compare line by line within a tool call's budget: the plain hint.
+    if all.len() > NEAREST_MAX_FILE_LINES {
+        return GENERIC.into();
+    }
+    let wanted = &wanted[first..];
+    let mut best: Option<(f64, usize)> = None;
+    for start in 0..all.len() {
+        let score: f64 = wanted
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                all.get(start + i)
+                    .map_or(0.0, |l| similarity(w.trim(), l.trim()))
+            })
+            .sum::<f64>()
+            / wanted.len() as f64;
+        if best.is_none_or(|(b, _)| score > b) {
+            best = Some((score, start));
+        }
+    }
+    match best {
+        Some((score, start)) if score >= NEAREST_MIN_SCORE => {
+            let first = start.saturating_sub(CONTEXT_LINES) + 1;
+            let last = (start + wanted.len() + CONTEXT_LINES).min(all.len());
+            format!(
+                "; the closest lines are these (copy the exact text from them, whitespace \
+                 included, or read the file):\n{}",
+                numbered(&all, first, last)
+            )
+        }
+        _ => format!("; no line of the file looks like it{GENERIC}"),
+    }
+}
+
+/// Lines of oldString compared when looking for the nearest lines.
+const NEAREST_LINES: usize = 8;
+/// Files longer than this get the plain hint (the comparison is lines × oldString lines).
+const NEAREST_MAX_FILE_LINES: usize = 20_000;
+/// The mean line similarity (0..=1) below which no place is offered as "closest".
+const NEAREST_MIN_SCORE: f64 = 0.5;
+
+/// Dice coefficient of the two strings' character bigrams (1.0: same bigrams; 0.0: none shared).
+fn similarity(a: &str, b: &str) -> f64 {
+    if a == b {
+        return 1.0;
+    }
+    let bigrams = |s: &str| {
+        let chars: Vec<char> = s.chars().collect();
+        let mut v: Vec<(char, char)> = chars.windows(2).map(|w| (w[0], w[1])).collect();
+        v.sort_unstable();
+        v
+    };
+    let (x, y) = (bigrams(a), bigrams(b));
+    if x.is_empty() || y.is_empty() {
+        return 0.0;
+    }
+    // Count the shared bigrams (with multiplicity) by merging the two sorted lists.
+    let (mut i, mut j, mut shared) = (0, 0, 0usize);
+    while i < x.len() && j < y.len() {
+        match x[i].cmp(&y[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                shared += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    2.0 * shared as f64 / (x.len() + y.len()) as f64
 }
 
 fn existing_mode(path: &Path) -> Option<u32> {
@@ -528,7 +707,11 @@ mod tests {
             "edit",
             json!({"path": "a.txt", "oldString": "y", "newString": "z"}),
         );
-        assert!(out.is_error && out.text.contains("not found"));
+        assert_eq!(
+            out.text,
+            "oldString was not found in `a.txt`; no line of the file looks like it; read the \
+             file and copy the exact text (whitespace included)"
+        );
         let out = fx.run(
             "edit",
             json!({"path": "a.txt", "oldString": "x = 1", "newString": "x = 2"}),
@@ -568,6 +751,110 @@ mod tests {
             json!({"path": "a.txt", "oldString": "x", "newString": "x"}),
         );
         assert!(out.is_error);
+    }
+
+    /// A guessed path (`src/x.py` for `x.py`) is named as such, by edit and by write.
+    #[test]
+    fn a_guessed_path_points_to_the_same_named_file() {
+        let fx = Fixture::new();
+        fx.put("mathx.py", "x = 1\n");
+        let out = fx.run(
+            "edit",
+            json!({"path": "src/mathx.py", "oldString": "x = 1", "newString": "x = 2"}),
+        );
+        assert!(out.is_error);
+        assert_eq!(
+            out.text,
+            "file `src/mathx.py` does not exist, but `mathx.py` does: read it and edit that path"
+        );
+        let out = fx.run("write", json!({"path": "src/mathx.py", "content": "y\n"}));
+        assert!(!out.is_error);
+        assert!(
+            out.text.ends_with(
+                "note: this is a new file, and `mathx.py` already exists; if you meant to \
+                 change that one, read it and edit it there\n"
+            ),
+            "{}",
+            out.text
+        );
+        // Overwriting a file, or a name nothing else has, says nothing more.
+        let out = fx.run("write", json!({"path": "src/mathx.py", "content": "z\n"}));
+        assert!(!out.text.contains("note:"), "{}", out.text);
+        let out = fx.run("write", json!({"path": "other.py", "content": "z\n"}));
+        assert!(!out.text.contains("note:"), "{}", out.text);
+    }
+
+    /// `read` of a guessed path names the same-named file too.
+    #[test]
+    fn a_read_of_a_guessed_path_names_the_same_named_file() {
+        let fx = Fixture::new();
+        fx.put("mathx.py", "x = 1\n");
+        let out = fx.run("read", json!({"path": "src/mathx.py"}));
+        assert!(out.is_error);
+        assert_eq!(
+            out.text,
+            "file `src/mathx.py` does not exist, but `mathx.py` does: read that path"
+        );
+    }
+
+    /// With a run's record of seen files, `write` replaces only a file the run has seen, and
+    /// creates any new one.
+    #[test]
+    fn write_refuses_to_replace_a_file_the_run_has_not_read() {
+        let fx = Fixture::new();
+        fx.put("a.py", "keep\n");
+        let ws = super::Workspace::new(&fx.root).unwrap();
+        let write = |path: &str, seen: &[String]| {
+            let args = serde_json::from_value(json!({"path": path, "content": "new\n"})).unwrap();
+            super::write(&ws, args, Some(seen))
+        };
+        let out = write("a.py", &[]);
+        assert!(out.is_error);
+        assert_eq!(
+            out.text,
+            "`a.py` exists and this run had not read it, so it was not replaced. It holds this \
+             now (as read shows it); change it with edit, or call write again to replace it \
+             whole:\n     1\tkeep\n"
+        );
+        assert_eq!(fx.get("a.py"), "keep\n");
+        // The same file under another spelling of its path counts as seen.
+        let out = write("a.py", &["./a.py".to_string()]);
+        assert!(!out.is_error, "{}", out.text);
+        assert_eq!(fx.get("a.py"), "new\n");
+        let out = write("b.py", &[]);
+        assert!(!out.is_error, "{}", out.text);
+    }
+
+    /// A miss quotes the place the model most likely meant, so the next edit can copy it.
+    #[test]
+    fn an_edit_miss_shows_the_nearest_lines() {
+        let fx = Fixture::new();
+        fx.put(
+            "m.py",
+            "import os\n\ndef total(n):\n    s = 0\n    for i in range(1, n):\n        s += i\n    return s\n",
+        );
+        let out = fx.run(
+            "edit",
+            json!({"path": "m.py", "oldString": "for i in range(1,n):\n    s += i", "newString": "x"}),
+        );
+        assert!(out.is_error);
+        assert_eq!(
+            out.text,
+            "oldString was not found in `m.py`; the closest lines are these (copy the exact text \
+             from them, whitespace included, or read the file):\n     4\t    s = 0\n     5\t    \
+             for i in range(1, n):\n     6\t        s += i\n     7\t    return s\n"
+        );
+        assert_eq!(fx.get("m.py").lines().count(), 7, "a miss changes nothing");
+        // A blank oldString line first, and a window at the very start of the file.
+        let out = fx.run(
+            "edit",
+            json!({"path": "m.py", "oldString": "\nimport  os", "newString": "x"}),
+        );
+        assert!(
+            out.text.ends_with(":\n     1\timport os\n     2\t\n"),
+            "{}",
+            out.text
+        );
     }
 
     #[test]

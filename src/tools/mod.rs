@@ -80,6 +80,10 @@ pub struct ToolContext<'a> {
     pub lsp: Option<&'a crate::lsp::Servers>,
     /// Runs the child Session of a `task` call (`None` for every other call).
     pub task: Option<&'a dyn task::TaskRunner>,
+    /// The files (paths as the model gave them) this run has read, written or edited, from its
+    /// journal: `write` refuses to replace any other existing file. `None`: the caller keeps no
+    /// such record (a tool run outside a run), and `write` replaces any file.
+    pub seen_files: Option<&'a [String]>,
 }
 
 /// The Session, run, attempt and operation a tool call belongs to.
@@ -311,6 +315,7 @@ pub(crate) mod testutil {
                 mcp: None,
                 lsp: None,
                 task: None,
+                seen_files: None,
             }
         }
 

@@ -38,7 +38,16 @@ pub(crate) fn run(ws: &Workspace, args: ReadArgs) -> ToolOutput {
     let meta = match std::fs::metadata(&path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return ToolOutput::error(format!("file `{shown}` does not exist"));
+            // A guessed path (`src/x.py` for `x.py`): name the file the model most likely meant.
+            let others = super::file::same_named(ws, &path);
+            return ToolOutput::error(if others.is_empty() {
+                format!("file `{shown}` does not exist")
+            } else {
+                format!(
+                    "file `{shown}` does not exist, but {} does: read that path",
+                    super::file::quoted(&others)
+                )
+            });
         }
         Err(e) => return ToolOutput::error(format!("cannot read `{shown}`: {e}")),
     };
@@ -110,6 +119,19 @@ pub(crate) fn run(ws: &Workspace, args: ReadArgs) -> ToolOutput {
         out.push_str("]\n");
     }
     ToolOutput::ok(out)
+}
+
+/// The first `limit` lines of the file at `path` as `read` shows them (or why they cannot be
+/// shown): what a refused `write` quotes, so the refusal itself is the read it asks for.
+pub(crate) fn show(ws: &Workspace, path: &str, limit: u64) -> ToolOutput {
+    run(
+        ws,
+        ReadArgs {
+            path: path.to_string(),
+            offset: None,
+            limit: Some(limit.max(1)),
+        },
+    )
 }
 
 #[cfg(test)]

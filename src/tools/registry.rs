@@ -67,7 +67,8 @@ pub static REGISTRY: Registry = Registry {
             gate: None,
             executor: &Typed::<file::WriteArgs>(|ws, args, ctx| {
                 let path = args.path.clone();
-                lsp::after_write(ws, &path, file::write(ws, args), ctx)
+                let out = file::write(ws, args, ctx.seen_files);
+                lsp::after_write(ws, &path, out, ctx)
             }),
         },
         Entry {

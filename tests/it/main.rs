@@ -63,6 +63,7 @@ mod run_status;
 mod run_stream;
 mod run_support;
 mod run_transient;
+mod run_verify;
 #[allow(dead_code)] // shared with benches/bundle.rs
 mod session_builder;
 mod session_bundle;

@@ -12,7 +12,7 @@
 //! What is kept of each record is its ids and links ([`MsgRef`], [`OpRef`]), never its content,
 //! so a writer can index the files while it reads them anyway, at no second read.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -563,6 +563,7 @@ pub(super) fn check_messages(
     inherited: usize,
     only: Option<&str>,
 ) -> Result<()> {
+    let reminded = reminded_answers(index);
     for m in &index.refs {
         if m.line <= inherited || only.is_some_and(|r| r != m.run_id) {
             continue;
@@ -590,7 +591,9 @@ pub(super) fn check_messages(
                 ),
             ));
         }
-        if m.answer_hash.is_some() {
+        // An answer the runtime replied to with a reminder (`verifyBeforeCompletion`) is not
+        // final: the two are appended in one write, so neither is ever there alone.
+        if m.answer_hash.is_some() && !reminded.contains(id.as_str()) {
             let recorded = seen
                 .run
                 .result
@@ -611,6 +614,28 @@ pub(super) fn check_messages(
         }
     }
     Ok(())
+}
+
+/// Answers (assistant messages without tool calls) that are not a run's final message: those
+/// the next message of their run answers as a user message, the runtime's reminder
+/// ([`crate::run::verification`]).
+fn reminded_answers(index: &MessageIndex) -> HashSet<&str> {
+    let mut reminded = HashSet::new();
+    let mut open: HashMap<&str, &str> = HashMap::new();
+    for m in &index.refs {
+        if m.role == Role::Compaction {
+            continue;
+        }
+        if let Some(answer) = open.remove(m.run_id.as_str())
+            && m.role == Role::User
+        {
+            reminded.insert(answer);
+        }
+        if m.answer_hash.is_some() {
+            open.insert(m.run_id.as_str(), m.id.as_str());
+        }
+    }
+    reminded
 }
 
 /// Every `compaction` record's range ([`crate::run::compaction`]): both ends are conversation
