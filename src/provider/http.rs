@@ -109,8 +109,8 @@ impl Endpoint {
                     self.what
                 )));
             }
-            let why = match self.attempt(effective_timeout(self.timeout, left), idle, headers, body)
-            {
+            let limit = effective_timeout(self.timeout, left);
+            let why = match self.attempt(limit, left, idle, headers, body) {
                 Ok(response) => match read(response) {
                     Ok(answer) => return Ok(answer),
                     Err(Failure::Fatal(e)) => return Err(e),
@@ -166,19 +166,25 @@ impl Endpoint {
         }
     }
 
-    /// One exchange: a 2xx response, or why not.
+    /// One exchange: a 2xx response, or why not. `left` is what remains of the call's time
+    /// limit (the run's wall-clock budget), if it has one.
     fn attempt(
         &self,
         limit: Duration,
+        left: Option<Duration>,
         idle: bool,
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> std::result::Result<ureq::http::Response<ureq::Body>, Failure> {
         let mut call = self.agent.post(&self.url).config();
         call = if idle {
-            // A stream may go on for long; what must not last is a silence.
+            // A stream may go on for long; what must not last is a silence. The budget still
+            // bounds the whole exchange: a body read outside the event loop (a JSON answer to
+            // a streaming request, an error body) trickled one byte per silence would
+            // otherwise outlive it.
             call.timeout_per_read(Some(limit))
                 .timeout_connect(Some(limit))
+                .timeout_global(left)
         } else {
             call.timeout_global(Some(limit))
         };

@@ -266,3 +266,77 @@ fn a_session_made_without_streaming_resumes_streaming_with_no_drift() {
         assert!(answer["costUsd"].as_f64().unwrap() > 0.0, "{answer}");
     }
 }
+
+/// A server that answers the streaming request with a JSON body (read outside the event loop)
+/// or an error body, then trickles one byte per half second, never finishing: the run's
+/// wall-clock budget still ends the call, although no single read is silent for `timeout_ms`.
+#[test]
+fn a_trickled_json_or_error_body_cannot_outlive_the_wall_clock_budget() {
+    use std::io::{Read, Write};
+    for head in [
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n",
+    ] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                std::thread::spawn(move || {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    if conn.write_all(head.as_bytes()).is_err() {
+                        return;
+                    }
+                    while conn.write_all(b"1\r\n \r\n").is_ok() {
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
+                });
+            }
+        });
+        let env = TestEnv::new();
+        let repo = env.git_repo("repo", &[("README", "x\n")]);
+        let agent = env.path().join("timed.yaml");
+        std::fs::write(
+            &agent,
+            "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: timed}\nspec:\n  \
+             objective: o\n  instructions: [i]\n  capabilities: {required: [read], optional: []}\n  \
+             execution: {maxTurns: 4, maxWallClockMs: 2000}\n",
+        )
+        .unwrap();
+        let cfg = config(
+            &env,
+            &format!(
+                "kind = \"openai\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\n\
+                 timeout_ms = 3000\nmax_transport_retries = 0"
+            ),
+        );
+        let mut cmd = env.cmd("kxen-agent");
+        cmd.args(["run", "--workspace", repo.to_str().unwrap(), "--task", "t"])
+            .args(["--agent", agent.to_str().unwrap()])
+            .args(["--config", cfg.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        // Generous: the budget is 2 s; before the fix the run never ended by itself.
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > until {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{head:?}: the run outlived its 2 s wall-clock budget by 18 s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(!status.success(), "{head:?}: the run cannot have completed");
+    }
+}
