@@ -178,6 +178,7 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
             lsp: None,
             task: None,
             seen_files: None,
+            granted: None,
         };
         let call = kxen::tools::REGISTRY
             .admit("exec", &args, &capabilities)

@@ -131,6 +131,7 @@ impl<'s> CallScope<'s> {
             lsp: ex.lsp,
             task,
             seen_files: Some(self.seen_files),
+            granted: Some(ex.capabilities),
         }
     }
 }

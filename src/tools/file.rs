@@ -61,7 +61,30 @@ pub(crate) struct EditArgs {
 /// file outside it is not replaced. A small model's usual failure is a `write` of a guess over a
 /// file it never looked at (the stub's docstring, the other functions: gone), so the refusal
 /// sends it to `read` first.
-pub(crate) fn write(ws: &Workspace, args: WriteArgs, seen: Option<&[String]>) -> ToolOutput {
+/// What a file tool may show beyond its own change: a file's contents (a refused `write`, an
+/// `edit` miss) only when the run holds `read`, other files' names only when it holds `glob`, so
+/// a policy that denies them is not undone through `write` or `edit`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sight {
+    pub contents: bool,
+    pub names: bool,
+}
+
+impl Sight {
+    pub(crate) fn of(ctx: &super::ToolContext) -> Sight {
+        Sight {
+            contents: ctx.holds("read"),
+            names: ctx.holds("glob"),
+        }
+    }
+}
+
+pub(crate) fn write(
+    ws: &Workspace,
+    args: WriteArgs,
+    seen: Option<&[String]>,
+    sight: Sight,
+) -> ToolOutput {
     let path = match ws.resolve_for_write(&args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
@@ -79,6 +102,12 @@ pub(crate) fn write(ws: &Workspace, args: WriteArgs, seen: Option<&[String]>) ->
     {
         // The refusal shows the file, so it is the read it asks for: the next `write` of it is
         // allowed ([`crate::run::verification::seen_files`] counts a refused write as seen).
+        if !sight.contents {
+            return ToolOutput::error(format!(
+                "`{shown}` exists and this run had not seen it, so it was not replaced; call \
+                 write again to replace it whole"
+            ));
+        }
         let now = super::read::show(ws, &args.path, SHOWN_ON_REFUSAL);
         return ToolOutput::error(format!(
             "`{shown}` exists and this run had not read it, so it was not replaced. It holds \
@@ -98,7 +127,7 @@ pub(crate) fn write(ws: &Workspace, args: WriteArgs, seen: Option<&[String]>) ->
     }
     // A new file named like one that exists elsewhere is usually a guessed path (`src/x.py` for
     // `x.py`): say so, or the model "fixes" a copy the checks never load.
-    let others = if existed {
+    let others = if existed || !sight.names {
         Vec::new()
     } else {
         same_named(ws, &path)
@@ -123,7 +152,7 @@ pub(crate) fn write(ws: &Workspace, args: WriteArgs, seen: Option<&[String]>) ->
     }
 }
 
-pub(crate) fn edit(ws: &Workspace, args: EditArgs) -> ToolOutput {
+pub(crate) fn edit(ws: &Workspace, args: EditArgs, sight: Sight) -> ToolOutput {
     let path = match ws.resolve_for_write(&args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
@@ -141,7 +170,10 @@ pub(crate) fn edit(ws: &Workspace, args: EditArgs) -> ToolOutput {
         Ok(m) if m.is_file() => {}
         Ok(_) => return ToolOutput::error(format!("`{shown}` is not a regular file")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let others = same_named(ws, &path);
+            let others = match sight.names {
+                true => same_named(ws, &path),
+                false => Vec::new(),
+            };
             return ToolOutput::error(if others.is_empty() {
                 format!("file `{shown}` does not exist; use write to create it")
             } else {
@@ -164,10 +196,11 @@ pub(crate) fn edit(ws: &Workspace, args: EditArgs) -> ToolOutput {
     };
     let count = text.matches(&args.old_string).count();
     if count == 0 {
-        return ToolOutput::error(format!(
-            "oldString was not found in `{shown}`{}",
-            nearest_lines(&text, &args.old_string)
-        ));
+        let nearest = match sight.contents {
+            true => nearest_lines(&text, &args.old_string),
+            false => String::new(),
+        };
+        return ToolOutput::error(format!("oldString was not found in `{shown}`{nearest}"));
     }
     if count > 1 && !args.replace_all {
         return ToolOutput::error(format!(
@@ -800,13 +833,52 @@ mod tests {
     /// With a run's record of seen files, `write` replaces only a file the run has seen, and
     /// creates any new one.
     #[test]
+    fn without_read_a_refused_write_or_an_edit_miss_shows_nothing_of_the_file() {
+        let fx = Fixture::new();
+        fx.put("notes.txt", "SECRET-LINE-1\nline2\n");
+        fx.put("sub/other.txt", "x\n");
+        let ws = super::Workspace::new(&fx.root).unwrap();
+        let blind = super::Sight {
+            contents: false,
+            names: false,
+        };
+        let args = serde_json::from_value(json!({"path": "notes.txt", "content": "n\n"})).unwrap();
+        let out = super::write(&ws, args, Some(&[]), blind);
+        assert!(out.is_error && !out.text.contains("SECRET"), "{}", out.text);
+        let args = serde_json::from_value(
+            json!({"path": "notes.txt", "oldString": "SECRET-LINE-2", "newString": "y"}),
+        )
+        .unwrap();
+        let out = super::edit(&ws, args, blind);
+        assert!(
+            out.is_error && !out.text.contains("SECRET-LINE-1"),
+            "{}",
+            out.text
+        );
+        let args = serde_json::from_value(
+            json!({"path": "other.txt", "oldString": "x", "newString": "y"}),
+        )
+        .unwrap();
+        let out = super::edit(&ws, args, blind);
+        assert!(out.is_error && !out.text.contains("sub/"), "{}", out.text);
+    }
+
+    #[test]
     fn write_refuses_to_replace_a_file_the_run_has_not_read() {
         let fx = Fixture::new();
         fx.put("a.py", "keep\n");
         let ws = super::Workspace::new(&fx.root).unwrap();
         let write = |path: &str, seen: &[String]| {
             let args = serde_json::from_value(json!({"path": path, "content": "new\n"})).unwrap();
-            super::write(&ws, args, Some(seen))
+            super::write(
+                &ws,
+                args,
+                Some(seen),
+                super::Sight {
+                    contents: true,
+                    names: true,
+                },
+            )
         };
         let out = write("a.py", &[]);
         assert!(out.is_error);

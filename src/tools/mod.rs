@@ -84,6 +84,17 @@ pub struct ToolContext<'a> {
     /// journal: `write` refuses to replace any other existing file. `None`: the caller keeps no
     /// such record (a tool run outside a run), and `write` replaces any file.
     pub seen_files: Option<&'a [String]>,
+    /// The tools the run holds (its lock's capabilities). A tool never shows what another tool
+    /// the run was denied would have shown: `write`/`edit` quote a file only with `read`, and
+    /// name other files only with `glob`. `None`: no such limit (a tool run outside a run).
+    pub granted: Option<&'a [String]>,
+}
+
+impl ToolContext<'_> {
+    /// Whether the run holds tool `name` (always, outside a run).
+    pub fn holds(&self, name: &str) -> bool {
+        self.granted.is_none_or(|g| g.iter().any(|c| c == name))
+    }
 }
 
 /// The Session, run, attempt and operation a tool call belongs to.
@@ -316,6 +327,7 @@ pub(crate) mod testutil {
                 lsp: None,
                 task: None,
                 seen_files: None,
+                granted: None,
             }
         }
 

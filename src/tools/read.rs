@@ -29,7 +29,7 @@ pub(crate) struct ReadArgs {
     limit: Option<u64>,
 }
 
-pub(crate) fn run(ws: &Workspace, args: ReadArgs) -> ToolOutput {
+pub(crate) fn run(ws: &Workspace, args: ReadArgs, sight: super::file::Sight) -> ToolOutput {
     let path = match ws.resolve(&args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
@@ -39,7 +39,10 @@ pub(crate) fn run(ws: &Workspace, args: ReadArgs) -> ToolOutput {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // A guessed path (`src/x.py` for `x.py`): name the file the model most likely meant.
-            let others = super::file::same_named(ws, &path);
+            let others = match sight.names {
+                true => super::file::same_named(ws, &path),
+                false => Vec::new(),
+            };
             return ToolOutput::error(if others.is_empty() {
                 format!("file `{shown}` does not exist")
             } else {
@@ -130,6 +133,10 @@ pub(crate) fn show(ws: &Workspace, path: &str, limit: u64) -> ToolOutput {
             path: path.to_string(),
             offset: None,
             limit: Some(limit.max(1)),
+        },
+        super::file::Sight {
+            contents: true,
+            names: false,
         },
     )
 }

@@ -16,6 +16,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::file::Sight;
 use super::paths::Workspace;
 use super::{ToolContext, ToolOutput, ToolSchema, exec, file, lsp, read, schema, search, task};
 
@@ -29,7 +30,7 @@ pub static REGISTRY: Registry = Registry {
                 long files.",
             effect: SideEffect::Read,
             gate: None,
-            executor: &Typed::<read::ReadArgs>(|ws, args, _| read::run(ws, args)),
+            executor: &Typed::<read::ReadArgs>(|ws, args, ctx| read::run(ws, args, Sight::of(ctx))),
         },
         Entry {
             name: ToolName::Exact("glob"),
@@ -67,7 +68,7 @@ pub static REGISTRY: Registry = Registry {
             gate: None,
             executor: &Typed::<file::WriteArgs>(|ws, args, ctx| {
                 let path = args.path.clone();
-                let out = file::write(ws, args, ctx.seen_files);
+                let out = file::write(ws, args, ctx.seen_files, Sight::of(ctx));
                 lsp::after_write(ws, &path, out, ctx)
             }),
         },
@@ -80,7 +81,7 @@ pub static REGISTRY: Registry = Registry {
             gate: None,
             executor: &Typed::<file::EditArgs>(|ws, args, ctx| {
                 let path = args.path.clone();
-                lsp::after_write(ws, &path, file::edit(ws, args), ctx)
+                lsp::after_write(ws, &path, file::edit(ws, args, Sight::of(ctx)), ctx)
             }),
         },
         Entry {
