@@ -174,12 +174,31 @@ impl Store {
 
 impl Slot {
     /// The entry, if there is one; a damaged or too widely readable one is an error (exit 4).
+    ///
+    /// The file is opened without following a symlink and checked through the open descriptor,
+    /// in a directory only this user can change: a check by path and a read by path could be
+    /// two different files.
     pub fn load(&self) -> Result<Option<Entry>> {
-        let meta = match self.path.symlink_metadata() {
-            Ok(meta) => meta,
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        // Opened for reading only (the ban is on writing outside `fsx`).
+        #[allow(clippy::disallowed_methods)]
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&self.path);
+        let mut file = match opened {
+            Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(self.refused("is not a regular file"));
+            }
             Err(e) => return Err(Error::io("read", &self.path, e)),
         };
+        check_private_dir(fsx_parent(&self.path))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io("read", &self.path, e))?;
         if !meta.file_type().is_file() {
             return Err(self.refused("is not a regular file"));
         }
@@ -190,16 +209,17 @@ impl Slot {
             )));
         }
         // A file someone else planted is not our token.
-        // SAFETY: getuid has no preconditions and cannot fail.
-        #[allow(unsafe_code)]
-        let uid = unsafe { libc::getuid() };
-        if meta.uid() != uid {
+        if meta.uid() != own_uid() {
             return Err(self.refused("belongs to another user"));
         }
         if meta.len() > MAX_ENTRY {
             return Err(self.refused("is too big to be a token entry"));
         }
-        let bytes = std::fs::read(&self.path).map_err(|e| Error::io("read", &self.path, e))?;
+        let mut bytes = Vec::new();
+        (&mut file)
+            .take(MAX_ENTRY + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io("read", &self.path, e))?;
         let entry: Entry = serde_json::from_slice(&bytes)
             .ok()
             .filter(|e: &Entry| e.version == 1 && !e.access_token.is_empty())
@@ -213,19 +233,7 @@ impl Slot {
         entry.register_secrets();
         let dir = fsx_parent(&self.path);
         fsx::create_dir_with_mode(dir, DIR_MODE)?;
-        let meta = dir
-            .symlink_metadata()
-            .map_err(|e| Error::io("read", dir, e))?;
-        if meta.permissions().mode() & 0o077 != 0 {
-            return Err(Error::invalid(format!(
-                "the MCP token store {} is open to others (mode {:o}); kxen-agent writes no \
-                 token there",
-                dir.display(),
-                meta.permissions().mode() & 0o777
-            ))
-            .with_path(dir)
-            .with_hint(format!("chmod 700 {}", dir.display())));
-        }
+        check_private_dir(dir)?;
         fsx::write_atomic_json(&self.path, entry, ENTRY_MODE)
     }
 
@@ -264,6 +272,37 @@ impl Slot {
 
 fn fsx_parent(path: &Path) -> &Path {
     path.parent().unwrap_or(Path::new("."))
+}
+
+/// This process's user id.
+fn own_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::getuid()
+    }
+}
+
+/// Refuses a store directory another user could change (its mode, or its owner): entries there
+/// could be swapped under us. A symlink to such a directory is judged by the directory.
+fn check_private_dir(dir: &Path) -> Result<()> {
+    let meta = dir.metadata().map_err(|e| Error::io("read", dir, e))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 || meta.uid() != own_uid() {
+        return Err(Error::invalid(format!(
+            "the MCP token store {} is open to others (mode {mode:o}{}); kxen-agent keeps no \
+             token there",
+            dir.display(),
+            if meta.uid() != own_uid() {
+                ", owned by another user"
+            } else {
+                ""
+            }
+        ))
+        .with_path(dir)
+        .with_hint(format!("chmod 700 {} (as its owner)", dir.display())));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -331,6 +370,30 @@ mod tests {
                 .message
                 .contains("open to others")
         );
+    }
+
+    #[test]
+    fn a_symlinked_entry_or_an_open_directory_is_never_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::at(tmp.path().join("t"));
+        let slot = store.slot("s", "http://127.0.0.1:1/mcp", Some("ci"));
+        slot.save(&entry()).unwrap();
+        // Someone's own well-formed entry, linked in where ours is looked for.
+        let planted = tmp.path().join("planted.json");
+        std::fs::rename(&slot.path, &planted).unwrap();
+        std::os::unix::fs::symlink(&planted, &slot.path).unwrap();
+        let err = slot.load().unwrap_err();
+        assert!(
+            err.message.contains("not a regular file"),
+            "{}",
+            err.message
+        );
+        std::fs::remove_file(&slot.path).unwrap();
+        slot.save(&entry()).unwrap();
+        // A directory others may change: entries there could be swapped, so none is read.
+        std::fs::set_permissions(store.dir(), std::fs::Permissions::from_mode(0o775)).unwrap();
+        let err = slot.load().unwrap_err();
+        assert!(err.message.contains("open to others"), "{}", err.message);
     }
 
     #[test]

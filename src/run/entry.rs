@@ -145,6 +145,8 @@ pub fn start(
     observe: &mut dyn Observe,
     cancel: &AtomicBool,
 ) -> Result<Ended> {
+    // Before any tool or MCP server starts: a collector token is a credential.
+    crate::telemetry::protect_env()?;
     let bound = request
         .plan
         .as_ref()
@@ -213,6 +215,8 @@ pub fn resume(
     observe: &mut dyn Observe,
     cancel: &'static AtomicBool,
 ) -> Result<Ended> {
+    // Before any tool or MCP server starts: a collector token is a credential.
+    crate::telemetry::protect_env()?;
     let Some(options) = request.remote.clone() else {
         return resume_here(state, &request, sink, observe, cancel, None);
     };

@@ -227,7 +227,7 @@ fn view(name: &str, url: &str, slot: &Slot, stored: Option<&Entry>) -> serde_jso
 fn text_line(v: &serde_json::Value) -> String {
     let name = v["name"].as_str().unwrap_or_default();
     if let Some(error) = v["error"].as_str() {
-        return format!("{name}: refused: {error}");
+        return output::terminal_safe(&format!("{name}: refused: {error}"));
     }
     if v["stored"] != true {
         return format!("{name}: no stored tokens");
@@ -243,5 +243,6 @@ fn text_line(v: &serde_json::Value) -> String {
     } else {
         "not refreshable"
     };
-    format!("{name}: scope {scope}; {expiry}; {refresh}")
+    // The scope and the error come from the authorization server: never raw to a terminal.
+    output::terminal_safe(&format!("{name}: scope {scope}; {expiry}; {refresh}"))
 }

@@ -95,8 +95,6 @@ impl RunArgs {
 /// how the run ended. Everything that guards the run happens in [`entry`]; this only maps the
 /// flags to a request and the ending to an exit status.
 pub fn run(state_flag: Option<&Path>, args: RunArgs, format: Format) -> Result<ExitStatus> {
-    // Before any tool or MCP server starts: a collector token is a credential.
-    crate::telemetry::protect_env()?;
     if args.resume.is_some() {
         return resume(state_flag, args, format);
     }
