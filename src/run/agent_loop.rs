@@ -213,6 +213,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         crashed_marks,
         repeats,
         pending_assistant: None,
+        seen: Default::default(),
     };
     run.status = RunStatus::Running;
     run.unknown_ops.clear();
@@ -314,6 +315,8 @@ struct Loop<'a, 'b> {
     /// the next `started` record carries it ([`Loop::embed_assistant`]), or the log is synced
     /// before anything else refers to it ([`Loop::assistant_durable`]).
     pending_assistant: Option<Message>,
+    /// The files this run has seen, for `write` ([`crate::run::verification::SeenFiles`]).
+    seen: crate::run::verification::SeenFiles,
 }
 
 /// The next step of the loop after handling tool calls.

@@ -333,14 +333,14 @@ impl Loop<'_, '_> {
         };
         // Read from the journal, so a resumed run knows what its earlier attempts read; a batch
         // that writes is a batch of one, so an earlier batch's reads are in it already.
-        let seen_files = crate::run::verification::seen_files(self.journal.table());
+        self.seen.update(self.journal.table());
         let scope = CallScope {
             ex: self.ex,
             run_id: &run.id,
             tool_home: &self.tool_home,
             blobs: &self.blobs,
             attempt: &self.attempt_mark,
-            seen_files: &seen_files,
+            seen_files: self.seen.paths(),
         };
         let mut outputs = execute(&scope, slots, remaining, turns_left);
         if !self.ex.hooks.post_tool_use.is_empty() {

@@ -72,21 +72,54 @@ pub fn unchecked_changes(table: &OpTable) -> Unchecked {
 /// on, or a `write` returned from (it wrote the file, or its refusal showed it): the files
 /// `write` may replace ([`crate::tools::ToolContext::seen_files`]).
 pub fn seen_files(table: &OpTable) -> Vec<String> {
-    let mut seen: Vec<String> = Vec::new();
-    for op in table.ops() {
-        let shown = match op.tool.as_str() {
-            "read" | "edit" => succeeded(op),
-            "write" => op.output.as_ref().is_some_and(|o| !o.interrupted),
-            _ => false,
-        };
-        if shown
-            && let Some(path) = path_of(op)
-            && !seen.contains(&path)
-        {
-            seen.push(path);
+    let mut seen = SeenFiles::default();
+    seen.update(table);
+    seen.paths
+}
+
+/// [`seen_files`] kept up to date as the journal grows: each operation is looked at once, when
+/// its outcome is final, so a run of n calls parses n arguments, not n² (the loop asks before
+/// every batch).
+#[derive(Debug, Default)]
+pub struct SeenFiles {
+    paths: Vec<String>,
+    known: std::collections::HashSet<String>,
+    /// Operations before this index are counted; the one at it has no final outcome yet.
+    upto: usize,
+}
+
+impl SeenFiles {
+    /// Takes in the operations whose outcome became final since the last call.
+    pub fn update(&mut self, table: &OpTable) {
+        let ops = table.ops();
+        while let Some(op) = ops.get(self.upto) {
+            let last = matches!(
+                op.phase,
+                OpPhase::OutcomeKnown | OpPhase::Resolved | OpPhase::Settled | OpPhase::Denied
+            );
+            if !last {
+                // Started, UNKNOWN or held: its outcome may still change what it shows.
+                break;
+            }
+            let shown = match op.tool.as_str() {
+                "read" | "edit" => succeeded(op),
+                "write" => op.output.as_ref().is_some_and(|o| !o.interrupted),
+                _ => false,
+            };
+            if shown
+                && let Some(path) = path_of(op)
+                && self.known.insert(path.clone())
+            {
+                self.paths.push(path);
+            }
+            self.upto += 1;
         }
     }
-    seen
+
+    /// The paths seen so far.
+    pub fn paths(&self) -> &[String] {
+        &self.paths
+    }
 }
 
 /// The user-role message that answers a final answer given with `unchecked` files. It names
