@@ -319,13 +319,14 @@ impl HttpClient {
             self.refresh_refused = true;
         }
         let until = Instant::now() + self.timeout;
-        let registration = self.stored.as_ref().and_then(|e| e.registration.clone());
+        let stored = self.stored.as_deref();
+        let registration = stored.and_then(|e| Some((e.registration.as_ref()?, e.issuer.as_str())));
         let authorized = super::oauth::authorize(
             &self.wire.agent,
             &self.wire.endpoint,
             &parsed,
             oauth,
-            registration.as_ref(),
+            registration,
             until,
         )
         .map_err(|why| {

@@ -421,7 +421,7 @@ pub fn authorize(
     endpoint: &url::Url,
     challenge: &Challenge,
     client: &Client,
-    registration: Option<&super::oauth_store::Registration>,
+    registration: Option<(&super::oauth_store::Registration, &str)>,
     until: Instant,
 ) -> Result<Authorized, String> {
     let (resource, prm, as_url, meta) = match protected_resource(agent, endpoint, challenge, until)?
@@ -523,6 +523,11 @@ pub fn authorize(
             registration: None,
         });
     }
+    // A stored registration belongs to the authorization server that issued it: a server that
+    // now points elsewhere gets a new one, never the old client's credentials.
+    let registration = registration
+        .filter(|(_, issued_by)| *issued_by == issuer)
+        .map(|(r, _)| r);
     let (token, registration) = super::oauth_code::authorization_code(
         agent,
         &super::oauth_code::Flow {

@@ -519,3 +519,43 @@ fn concurrent_connects_refresh_an_expired_token_once() {
     let authorizations = log.iter().filter(|l| l.starts_with("authorize")).count();
     assert_eq!(authorizations, 1, "only the login's: {log:?}");
 }
+
+/// A second `mcp login` reuses the client the first one registered; once the stored entry
+/// names another authorization server than the one the server now points to, the old client
+/// is not sent there: kxen-agent registers anew.
+#[test]
+fn a_stored_registration_is_reused_only_with_the_server_that_issued_it() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let server = OAuthServer::start(&env, &py, "");
+    let cfg = config(&env, &[answer("done")], &server.entry(10_000));
+    let login = || {
+        mcp(
+            &env,
+            &["login", "fx", "--config", cfg.to_str().unwrap()],
+            Some(&browser()),
+        )
+    };
+    let registrations = || {
+        server
+            .log()
+            .iter()
+            .filter(|l| l.starts_with("register"))
+            .count()
+    };
+    login().expect(0);
+    assert_eq!(registrations(), 1);
+    login().expect(0);
+    assert_eq!(registrations(), 1, "the same server: its client is reused");
+    // The entry now says another server issued its client.
+    let path = store_files(&env).remove(0);
+    let mut entry = stored(&env);
+    entry["issuer"] = json!("https://other-issuer.example");
+    std::fs::write(&path, serde_json::to_vec(&entry).unwrap()).unwrap();
+    login().expect(0);
+    assert_eq!(
+        registrations(),
+        2,
+        "another issuer's client is never reused"
+    );
+}
