@@ -262,11 +262,11 @@ pub fn max_wall_clock_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>,
 /// `maxCostUsd`: a finite amount above 0 (`~`: no limit).
 pub fn max_cost_usd<'de, D: Deserializer<'de>>(
     d: D,
-) -> Result<Option<super::definition::Usd>, D::Error> {
+) -> Result<Option<crate::policy::Usd>, D::Error> {
     let value = Option::<f64>::deserialize(d)?;
     match value {
         Some(v) => crate::policy::check_usd(v)
-            .map(|()| Some(super::definition::Usd(v)))
+            .map(|()| Some(crate::policy::Usd(v)))
             .map_err(serde::de::Error::custom),
         None => Ok(None),
     }

@@ -80,10 +80,6 @@ struct ImportRecord<'a> {
     tasks: &'a [String],
 }
 
-/// Where a staged task child lives inside the root's staging directory until it is moved into
-/// `sessions/<child>/`.
-pub(super) const TASKS_DIR: &str = ".import-tasks";
-
 /// The top-level members of a bundle, in the only order they may appear.
 const MEMBERS: [&str; 7] = [
     "format",
@@ -507,11 +503,11 @@ fn place_new(
         Ok::<(), Error>(())
     });
     let placed = placed.and_then(|()| {
-        fsx::remove_staging_dir(&staging.dir.join(TASKS_DIR))?;
+        fsx::remove_staging_dir(&staging.dir.join(super::swap::TASKS_DIR))?;
         fsx::rename_dir_into_place(&staging.dir, &target.dir)
     });
     if let Err(e) = placed {
-        let _ = fsx::create_staged_dir(&staging.dir.join(TASKS_DIR));
+        let _ = fsx::create_staged_dir(&staging.dir.join(super::swap::TASKS_DIR));
         for (sid, paths, _) in moved {
             let _ = fsx::rename_file_unsynced(&ctx.state.session(sid).dir, &paths.dir);
         }
@@ -665,7 +661,7 @@ struct Staging {
 impl Staging {
     /// Where the task child `id` is staged.
     fn child(&self, id: &str) -> PathBuf {
-        self.dir.join(TASKS_DIR).join(id)
+        self.dir.join(super::swap::TASKS_DIR).join(id)
     }
 
     /// Where the file `rel` of the bundle's Session `member` (`None`: the exported Session) is
@@ -717,7 +713,7 @@ fn take_back_children(state: &StateDir, dir: &Path) -> Result<()> {
     else {
         return Ok(());
     };
-    let back = dir.join(TASKS_DIR);
+    let back = dir.join(super::swap::TASKS_DIR);
     let mut leases = Vec::new();
     let mut ours = Vec::new();
     for child in tasks {

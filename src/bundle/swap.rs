@@ -20,6 +20,10 @@ use crate::fsx::{self, FileLock, failpoint};
 use crate::ids::{self, IdKind};
 use crate::state::StateDir;
 
+/// Where a staged task child lives inside the root's staging directory until it is moved into
+/// `sessions/<child>/`.
+pub(super) const TASKS_DIR: &str = ".import-tasks";
+
 /// `swaps/<ses>.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -110,7 +114,7 @@ pub(super) fn apply(
         let from = sessions.join(&m.from);
         if i == last {
             // The old copies of exchanged children are in the staged Session's task area.
-            fsx::remove_staging_dir(&from.join(super::import::TASKS_DIR))?;
+            fsx::remove_staging_dir(&from.join(TASKS_DIR))?;
             failpoint::hit("pull.before-exchange");
         }
         if placed.symlink_metadata().is_err() {

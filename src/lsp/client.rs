@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 
 use lsp_server::{Message, Notification, Request, RequestId, Response};
 use lsp_types::{Diagnostic, PositionEncodingKind, ServerCapabilities};
+
+pub use super::uri::Encoding;
 use serde_json::{Value, json};
 
 use crate::process;
@@ -140,14 +142,6 @@ impl std::fmt::Display for Failure {
             Failure::Canceled => f.write_str("the run was canceled"),
         }
     }
-}
-
-/// How a server counts `character` in positions (negotiated at `initialize`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Encoding {
-    Utf8,
-    Utf16,
-    Utf32,
 }
 
 /// The latest `publishDiagnostics` of one document.

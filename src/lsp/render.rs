@@ -18,8 +18,8 @@ use lsp_types::{
     SymbolInformation, SymbolKind,
 };
 
-use super::client::Encoding;
 use super::uri;
+use super::uri::Encoding;
 
 /// The most items one result lists.
 pub const MAX_ITEMS: usize = 500;

@@ -6,7 +6,14 @@
 
 use std::path::{Path, PathBuf};
 
-use super::client::Encoding;
+/// How a server counts `character` in positions (negotiated at `initialize`); the position
+/// conversions here are what it decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Utf8,
+    Utf16,
+    Utf32,
+}
 
 /// The `file://` URI of absolute path `path` (percent-encoded as `url` does it).
 pub fn from_path(path: &Path) -> String {

@@ -21,6 +21,7 @@
 
 mod exec;
 mod file;
+mod hints;
 mod lsp;
 mod paths;
 mod read;

@@ -29,7 +29,7 @@ pub(crate) struct ReadArgs {
     limit: Option<u64>,
 }
 
-pub(crate) fn run(ws: &Workspace, args: ReadArgs, sight: super::file::Sight) -> ToolOutput {
+pub(crate) fn run(ws: &Workspace, args: ReadArgs, sight: super::hints::Sight) -> ToolOutput {
     let path = match ws.resolve(&args.path) {
         Ok(p) => p,
         Err(e) => return ToolOutput::error(e),
@@ -40,7 +40,7 @@ pub(crate) fn run(ws: &Workspace, args: ReadArgs, sight: super::file::Sight) -> 
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // A guessed path (`src/x.py` for `x.py`): name the file the model most likely meant.
             let others = match sight.names {
-                true => super::file::same_named(ws, &path),
+                true => super::hints::same_named(ws, &path),
                 false => Vec::new(),
             };
             return ToolOutput::error(if others.is_empty() {
@@ -48,7 +48,7 @@ pub(crate) fn run(ws: &Workspace, args: ReadArgs, sight: super::file::Sight) -> 
             } else {
                 format!(
                     "file `{shown}` does not exist, but {} does: read that path",
-                    super::file::quoted(&others)
+                    super::hints::quoted(&others)
                 )
             });
         }
@@ -134,7 +134,7 @@ pub(crate) fn show(ws: &Workspace, path: &str, limit: u64) -> ToolOutput {
             offset: None,
             limit: Some(limit.max(1)),
         },
-        super::file::Sight {
+        super::hints::Sight {
             contents: true,
             names: false,
         },

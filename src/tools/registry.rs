@@ -16,7 +16,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::file::Sight;
+use super::hints::Sight;
 use super::paths::Workspace;
 use super::{ToolContext, ToolOutput, ToolSchema, exec, file, lsp, read, schema, search, task};
 
