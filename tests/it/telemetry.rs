@@ -69,7 +69,27 @@ impl Receiver {
 }
 
 /// `kxen-agent ARGS` with the OTLP variables and the canary key set.
-fn traced(env: &TestEnv, vars: &[(&str, String)], args: &[&str]) -> Run {
+/// The OTLP endpoint variable pointing at `rx`.
+fn endpoint(rx: &Receiver) -> [(&'static str, String); 1] {
+    [(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        format!("http://127.0.0.1:{}", rx.port),
+    )]
+}
+
+/// `run --workspace repo --task task --agent agent --config config` and `extra`.
+fn new_run(repo: &Path, task: &str, agent: &Path, config: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["run", "--workspace"].map(String::from).to_vec();
+    args.push(repo.to_str().unwrap().into());
+    args.extend(["--task".into(), task.into(), "--agent".into()]);
+    args.push(agent.to_str().unwrap().into());
+    args.push("--config".into());
+    args.push(config.to_str().unwrap().into());
+    args.extend(extra.iter().map(|e| e.to_string()));
+    args
+}
+
+fn traced<S: AsRef<std::ffi::OsStr>>(env: &TestEnv, vars: &[(&str, String)], args: &[S]) -> Run {
     let mut cmd = env.cmd("kxen-agent");
     cmd.args(args).env("OPENAI_API_KEY", CANARY);
     for (k, v) in vars {
@@ -117,17 +137,7 @@ fn a_run_exports_its_span_tree_over_protobuf_and_json() {
         let run = traced(
             &env,
             &vars,
-            &[
-                "run",
-                "--workspace",
-                repo.to_str().unwrap(),
-                "--task",
-                &task,
-                "--agent",
-                fixer(&env).to_str().unwrap(),
-                "--config",
-                config.to_str().unwrap(),
-            ],
+            &new_run(&repo, &task, &fixer(&env), &config, &[]),
         );
         run.expect(0);
         assert!(!run.stderr.contains("telemetry"), "{}", run.stderr);
@@ -346,17 +356,7 @@ fn a_collector_that_is_down_or_hangs_costs_the_run_only_a_warning() {
         let run = traced(
             &env,
             &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)],
-            &[
-                "run",
-                "--workspace",
-                repo.to_str().unwrap(),
-                "--task",
-                "read",
-                "--agent",
-                agent.to_str().unwrap(),
-                "--config",
-                config.to_str().unwrap(),
-            ],
+            &new_run(&repo, "read", &agent, &config, &[]),
         );
         run.expect(0);
         assert!(
@@ -376,17 +376,7 @@ fn a_collector_that_is_down_or_hangs_costs_the_run_only_a_warning() {
     let run = traced(
         &env,
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318".to_string())],
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "read",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
+        &new_run(&repo, "read", &agent, &config, &[]),
     );
     run.expect(0);
     assert!(run.stderr.contains("telemetry is off"), "{}", run.stderr);
@@ -534,10 +524,7 @@ fn a_task_childs_run_is_under_its_parents_task_span() {
     );
     let run = traced(
         &env,
-        &[(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            format!("http://127.0.0.1:{}", rx.port),
-        )],
+        &endpoint(&rx),
         &[
             "run",
             "--workspace",
@@ -626,20 +613,13 @@ fn the_collector_token_never_reaches_a_tool_or_the_session() {
                 format!("x-collector-token={token}"),
             ),
         ],
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
+        &new_run(
+            &repo,
             "env",
-            "--agent",
-            fixer(&env).to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-shell",
-            "--pass-env",
-            "OTEL_EXPORTER_OTLP_HEADERS",
-        ],
+            &fixer(&env),
+            &config,
+            &["--allow-shell", "--pass-env", "OTEL_EXPORTER_OTLP_HEADERS"],
+        ),
     );
     // Even named in passEnv, the tool does not get it (like a model-provider key).
     run.expect(0);
@@ -711,17 +691,7 @@ fn the_config_table_alone_exports_and_keeps_content_out() {
     let run = traced(
         &env,
         &[("COLLECTOR_AUTH", token.to_string())],
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "task-text-a61f",
-            "--agent",
-            fixer(&env).to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
+        &new_run(&repo, "task-text-a61f", &fixer(&env), &config, &[]),
     );
     run.expect(0);
     assert!(!run.stderr.contains("telemetry"), "{}", run.stderr);
@@ -761,21 +731,7 @@ fn the_config_table_alone_exports_and_keeps_content_out() {
 
     // The header's variable unset: one warning naming it, and the run goes on untraced.
     let before = rx.spans().len();
-    let run = traced(
-        &env,
-        &[],
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "t",
-            "--agent",
-            fixer(&env).to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let run = traced(&env, &[], &new_run(&repo, "t", &fixer(&env), &config, &[]));
     run.expect(0);
     assert!(
         run.stderr.contains("telemetry is off") && run.stderr.contains("COLLECTOR_AUTH"),
@@ -786,21 +742,7 @@ fn the_config_table_alone_exports_and_keeps_content_out() {
 
     // An unknown key of the table is the config's error: exit 4, naming the file and the key.
     let bad = crate::mcp::config(&env, &[answer("x")], "[telemetry]\nendpoints = \"x\"\n");
-    let run = traced(
-        &env,
-        &[],
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "t",
-            "--agent",
-            fixer(&env).to_str().unwrap(),
-            "--config",
-            bad.to_str().unwrap(),
-        ],
-    );
+    let run = traced(&env, &[], &new_run(&repo, "t", &fixer(&env), &bad, &[]));
     run.expect(4);
     assert!(
         run.stderr.contains(bad.to_str().unwrap()) && run.stderr.contains("endpoints"),
@@ -839,17 +781,7 @@ fn content_opt_in_exports_the_prompt_but_never_a_secret() {
     let run = traced(
         &env,
         &[],
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            &task,
-            "--agent",
-            fixer(&env).to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
+        &new_run(&repo, &task, &fixer(&env), &config, &[]),
     );
     run.expect(0);
     let spans = rx.spans();
@@ -922,22 +854,8 @@ fn an_mcp_request_is_a_span_under_its_tool_call() {
     let agent = crate::mcp::text_agent(&env, "mcp__fx__echo, mcp__fx__fail", "");
     let run = traced(
         &env,
-        &[(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            format!("http://127.0.0.1:{}", rx.port),
-        )],
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "echo",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-mcp",
-        ],
+        &endpoint(&rx),
+        &new_run(&repo, "echo", &agent, &config, &["--allow-mcp"]),
     );
     run.expect(0);
     let spans = rx.spans();
@@ -1011,21 +929,8 @@ fn lsp_requests_are_spans_under_their_tool_call() {
     );
     let run = traced(
         &env,
-        &[(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            format!("http://127.0.0.1:{}", rx.port),
-        )],
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "look",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
+        &endpoint(&rx),
+        &new_run(&repo, "look", &agent, &config, &[]),
     );
     run.expect(0);
     let spans = rx.spans();
@@ -1075,22 +980,8 @@ fn an_mcp_request_over_http_says_its_transport() {
     let agent = crate::mcp::text_agent(&env, "mcp__fx__echo", "");
     let run = traced(
         &env,
-        &[(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            format!("http://127.0.0.1:{}", rx.port),
-        )],
-        &[
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "echo",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-mcp",
-        ],
+        &endpoint(&rx),
+        &new_run(&repo, "echo", &agent, &config, &["--allow-mcp"]),
     );
     run.expect(0);
     let spans = rx.spans();
