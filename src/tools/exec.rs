@@ -82,7 +82,7 @@ fn run_with_env(
             Ok(d) => {
                 return ToolOutput::error(format!("`{}` is not a directory", ws.display(&d)));
             }
-            Err(e) => return ToolOutput::error(e),
+            Err(e) => return ToolOutput::error(e.message),
         },
     };
     if ctx.cancel.load(Ordering::SeqCst) {
