@@ -286,6 +286,7 @@ impl Servers {
             &self.launcher,
             cancel,
         )
+        .map_err(|e| e.message)
     }
 
     /// Sends `path`'s text as it is on disk if the server has not seen it (`didOpen`) or saw
