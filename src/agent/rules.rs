@@ -3,7 +3,7 @@
 //! Why visitors: `serde_norway` attaches the field path (`spec.instructions[2]`) and the
 //! line/column of the value being deserialized to any error raised *while* that value is visited.
 //! An error raised after a whole struct is built would only point at the enclosing mapping. So
-//! each field rule is a plain function (`fn(&str) -> Result<(), String>`) wrapped in a small
+//! each field rule is a plain function (`fn(&str) -> Result<()>`) wrapped in a small
 //! visitor, list rules see each item with the items before it (duplicates and the item cap are
 //! reported at the offending item), and the cross-field rules of `capabilities` and `output` run
 //! in [`Checked::visit_map`], inside the mapping they concern.
@@ -14,6 +14,8 @@ use std::marker::PhantomData;
 use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use crate::error::{Error, Result};
 
 /// The only accepted `apiVersion`.
 pub const API_VERSION: &str = "kxen.ai/v1alpha1";
@@ -40,25 +42,29 @@ pub const MAX_TURNS: u64 = 1024;
 /// Largest `maxPureRetries`.
 pub const MAX_PURE_RETRIES: u64 = 255;
 
-type StrRule = fn(&str) -> Result<(), String>;
-type IntRule = fn(u64) -> Result<(), String>;
+type StrRule = fn(&str) -> Result<()>;
+type IntRule = fn(u64) -> Result<()>;
 
 // ---------------------------------------------------------------------------------------------
-// The rules themselves: plain functions, reusable outside serde.
+// The rules themselves: plain functions, reusable outside serde. Each says what is wrong with
+// one value of the user's file, so its failure is an invalid input (exit 4) of the crate's
+// `Error`; the message is a fragment (`must be …`) that serde puts behind the field's path.
 
-fn rule_api_version(v: &str) -> Result<(), String> {
+fn rule_api_version(v: &str) -> Result<()> {
     if v == API_VERSION {
         Ok(())
     } else {
-        Err(format!("must be `{API_VERSION}`, found {v:?}"))
+        Err(Error::invalid(format!(
+            "must be `{API_VERSION}`, found {v:?}"
+        )))
     }
 }
 
-fn rule_kind(v: &str) -> Result<(), String> {
+fn rule_kind(v: &str) -> Result<()> {
     if v == KIND {
         Ok(())
     } else {
-        Err(format!("must be `{KIND}`, found {v:?}"))
+        Err(Error::invalid(format!("must be `{KIND}`, found {v:?}")))
     }
 }
 
@@ -70,13 +76,13 @@ pub fn is_valid_name(v: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-fn rule_name(v: &str) -> Result<(), String> {
+fn rule_name(v: &str) -> Result<()> {
     if is_valid_name(v) {
         Ok(())
     } else {
-        Err(format!(
+        Err(Error::invalid(format!(
             "{v:?} is not a valid name: use 1-{MAX_NAME_CHARS} characters of A-Z a-z 0-9 _ -"
-        ))
+        )))
     }
 }
 
@@ -88,43 +94,45 @@ pub fn is_valid_model_role(v: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-fn rule_model_role(v: &str) -> Result<(), String> {
+fn rule_model_role(v: &str) -> Result<()> {
     if is_valid_model_role(v) {
         Ok(())
     } else {
-        Err(format!(
+        Err(Error::invalid(format!(
             "{v:?} is not a valid model role: use 1-{MAX_ROLE_CHARS} characters of A-Z a-z 0-9 _ - \
              (the runtime's config maps roles to models; the default is `execution`)"
-        ))
+        )))
     }
 }
 
-fn max_chars(v: &str, max: usize) -> Result<(), String> {
+fn max_chars(v: &str, max: usize) -> Result<()> {
     let n = v.chars().count();
     if n > max {
-        Err(format!("is {n} characters long; the limit is {max}"))
+        Err(Error::invalid(format!(
+            "is {n} characters long; the limit is {max}"
+        )))
     } else {
         Ok(())
     }
 }
 
-fn non_empty_text(v: &str, max: usize) -> Result<(), String> {
+fn non_empty_text(v: &str, max: usize) -> Result<()> {
     if v.trim().is_empty() {
-        return Err("must not be empty".into());
+        return Err(Error::invalid("must not be empty"));
     }
     max_chars(v, max)
 }
 
-fn rule_description(v: &str) -> Result<(), String> {
+fn rule_description(v: &str) -> Result<()> {
     max_chars(v, MAX_DESCRIPTION_CHARS)
 }
-fn rule_objective(v: &str) -> Result<(), String> {
+fn rule_objective(v: &str) -> Result<()> {
     non_empty_text(v, MAX_OBJECTIVE_CHARS)
 }
-fn rule_instruction(v: &str) -> Result<(), String> {
+fn rule_instruction(v: &str) -> Result<()> {
     non_empty_text(v, MAX_INSTRUCTION_CHARS)
 }
-fn rule_criterion(v: &str) -> Result<(), String> {
+fn rule_criterion(v: &str) -> Result<()> {
     non_empty_text(v, MAX_CRITERION_CHARS)
 }
 
@@ -146,54 +154,58 @@ pub fn capability_name_error(v: &str) -> Option<String> {
     }
 }
 
-fn rule_capability(v: &str) -> Result<(), String> {
-    capability_name_error(v).map_or(Ok(()), Err)
+fn rule_capability(v: &str) -> Result<()> {
+    capability_name_error(v).map_or(Ok(()), |why| Err(Error::invalid(why)))
 }
 
-fn rule_required_field(v: &str) -> Result<(), String> {
+fn rule_required_field(v: &str) -> Result<()> {
     if v.is_empty() {
-        Err("a required field name must not be empty".into())
+        Err(Error::invalid("a required field name must not be empty"))
     } else {
         Ok(())
     }
 }
 
-fn rule_max_turns(v: u64) -> Result<(), String> {
+fn rule_max_turns(v: u64) -> Result<()> {
     if (1..=MAX_TURNS).contains(&v) {
         Ok(())
     } else {
-        Err(format!("must be between 1 and {MAX_TURNS}, found {v}"))
+        Err(Error::invalid(format!(
+            "must be between 1 and {MAX_TURNS}, found {v}"
+        )))
     }
 }
 
-fn rule_max_wall_clock_ms(v: u64) -> Result<(), String> {
+fn rule_max_wall_clock_ms(v: u64) -> Result<()> {
     if v == 0 {
-        Err("must be at least 1 (omit it for no wall-clock limit)".into())
+        Err(Error::invalid(
+            "must be at least 1 (omit it for no wall-clock limit)",
+        ))
     } else {
         Ok(())
     }
 }
 
-fn rule_max_pure_retries(v: u64) -> Result<(), String> {
+fn rule_max_pure_retries(v: u64) -> Result<()> {
     if v <= MAX_PURE_RETRIES {
         Ok(())
     } else {
-        Err(format!(
+        Err(Error::invalid(format!(
             "must be between 0 and {MAX_PURE_RETRIES}, found {v}"
-        ))
+        )))
     }
 }
 
 /// Largest `maxRepeatedCalls` (a loop detector that waits longer is not one).
 const MAX_REPEATED_CALLS: u64 = 100;
 
-fn rule_max_repeated_calls(v: u64) -> Result<(), String> {
+fn rule_max_repeated_calls(v: u64) -> Result<()> {
     if v <= MAX_REPEATED_CALLS {
         Ok(())
     } else {
-        Err(format!(
+        Err(Error::invalid(format!(
             "must be between 0 (off) and {MAX_REPEATED_CALLS}, found {v}"
-        ))
+        )))
     }
 }
 
@@ -287,18 +299,17 @@ pub fn max_pure_retries<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error
 
 /// `spec.capabilities`: at least one capability, and none listed in both `required` and
 /// `optional`.
-pub fn capability_lists(required: &[String], optional: &[String]) -> Result<(), String> {
+pub fn capability_lists(required: &[String], optional: &[String]) -> Result<()> {
     if required.is_empty() && optional.is_empty() {
-        return Err(
+        return Err(Error::invalid(
             "lists no capability at all: name at least one in `required` or `optional` \
-                    (for example `required: [read]`)"
-                .into(),
-        );
+                    (for example `required: [read]`)",
+        ));
     }
     if let Some(both) = optional.iter().find(|c| required.contains(c)) {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "capability {both:?} is listed in both `required` and `optional`; keep one"
-        ));
+        )));
     }
     Ok(())
 }
@@ -308,25 +319,26 @@ pub fn output_fields(
     json_format: bool,
     required_fields: &[String],
     schema: Option<&serde_json::Value>,
-) -> Result<(), String> {
+) -> Result<()> {
     if let Some(schema) = schema {
         if !json_format {
-            return Err("`schema` needs `format: json` (it checks the final JSON object)".into());
+            return Err(Error::invalid(
+                "`schema` needs `format: json` (it checks the final JSON object)",
+            ));
         }
         // A path is read by `load_definition`, relative to the file; an object is checked here.
         if !schema.is_string()
             && let Some(why) = super::schema::problem(schema)
         {
-            return Err(format!("`schema` {why}"));
+            return Err(Error::invalid(format!("`schema` {why}")));
         }
         return Ok(());
     }
     if json_format && required_fields.is_empty() {
-        return Err(
+        return Err(Error::invalid(
             "`format: json` needs at least one entry in `requiredFields` (the keys the final \
-             JSON object must hold), or a `schema`"
-                .into(),
-        );
+             JSON object must hold), or a `schema`",
+        ));
     }
     Ok(())
 }
@@ -474,9 +486,12 @@ impl<'de> Visitor<'de> for List {
 }
 
 impl List {
-    fn finish(&self, items: Vec<String>) -> Result<Vec<String>, String> {
+    fn finish(&self, items: Vec<String>) -> Result<Vec<String>> {
         if items.len() < self.min_items {
-            return Err(format!("must list at least one {}", self.what));
+            return Err(Error::invalid(format!(
+                "must list at least one {}",
+                self.what
+            )));
         }
         Ok(items)
     }
@@ -530,12 +545,12 @@ impl<'de> Visitor<'de> for Item<'_> {
 /// converted by a cross-field rule — inside the mapping, so errors point at it.
 pub struct Checked<R, T> {
     expecting: &'static str,
-    convert: fn(R) -> Result<T, String>,
+    convert: fn(R) -> Result<T>,
     _raw: PhantomData<fn() -> R>,
 }
 
 impl<R, T> Checked<R, T> {
-    pub fn new(expecting: &'static str, convert: fn(R) -> Result<T, String>) -> Self {
+    pub fn new(expecting: &'static str, convert: fn(R) -> Result<T>) -> Self {
         Checked {
             expecting,
             convert,

@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::error::Error;
+use crate::error::{Error, ErrorKind, Result};
 use crate::journal::ChildRef;
 use crate::session::{ForkKind, SessionMeta};
 
@@ -59,8 +59,9 @@ pub struct Member<'a> {
 /// its first run), which is one level below its parent, whose parent's lock grants `task`, and
 /// every child a member's journal names that is in the bundle names that member as its parent.
 /// Together these rule out cycles, a child claiming another parent and a Session outside the
-/// tree. `Err(why)`: the first broken link.
-pub fn check(root: &str, order: &[(&str, Member<'_>)]) -> std::result::Result<(), String> {
+/// tree. `Err(why)`: the first broken link, a corrupt-state error (exit 10) that says only what
+/// is wrong; [`broken`] names the bundle in front of it.
+pub fn check(root: &str, order: &[(&str, Member<'_>)]) -> Result<()> {
     let members: HashMap<&str, &Member> = order.iter().map(|(id, m)| (*id, m)).collect();
     // Upwards first (in bundle order, so the first broken link reported is always the same).
     for &(id, ref member) in &order[1..] {
@@ -70,16 +71,16 @@ pub fn check(root: &str, order: &[(&str, Member<'_>)]) -> std::result::Result<()
             meta.parent_id.as_deref(),
             meta.task_parent.as_ref(),
         ) else {
-            return Err(format!(
+            return Err(Error::corrupt(format!(
                 "session {id} is not a task child (no forkKind \"task\" with parentId and \
                  taskParent): a bundle holds one Session and its task children only"
-            ));
+            )));
         };
         let Some(up) = members.get(parent) else {
-            return Err(format!(
+            return Err(Error::corrupt(format!(
                 "session {id} names parent {parent}, which is not in the bundle (a child outside \
                  the tree)"
-            ));
+            )));
         };
         let named_here = up.named.iter().any(|n| {
             n.run_id == origin.run_id
@@ -88,32 +89,32 @@ pub fn check(root: &str, order: &[(&str, Member<'_>)]) -> std::result::Result<()
                 && Some(&n.child.run_id) == meta.first_run_id.as_ref()
         });
         if !named_here {
-            return Err(format!(
+            return Err(Error::corrupt(format!(
                 "session {id} claims to be the child of task operation {} of run {} of session \
                  {parent}, but that journal names no such child",
                 origin.op_id, origin.run_id
-            ));
+            )));
         }
         let expected = up.meta.task_depth() + 1;
         if origin.depth != expected {
-            return Err(format!(
+            return Err(Error::corrupt(format!(
                 "session {id} records task depth {} but its parent {parent} is at depth {}",
                 origin.depth,
                 expected - 1
-            ));
+            )));
         }
         let limit = up.meta.lock.policy.task_depth_limit();
         if origin.depth > limit {
-            return Err(format!(
+            return Err(Error::corrupt(format!(
                 "session {id} is at task depth {} beyond its policy's maxTaskDepth {limit}",
                 origin.depth
-            ));
+            )));
         }
         if !up.meta.lock.capabilities.iter().any(|c| c == "task") {
-            return Err(format!(
+            return Err(Error::corrupt(format!(
                 "session {id} is a task child of {parent}, whose lock does not grant `task` \
                  (beyond the depth limit)"
-            ));
+            )));
         }
     }
     // Downwards: a child a journal names that is in the bundle belongs to that journal's Session.
@@ -121,21 +122,21 @@ pub fn check(root: &str, order: &[(&str, Member<'_>)]) -> std::result::Result<()
         for named in member.named {
             let child = named.child.session_id.as_str();
             if child == root {
-                return Err(format!(
+                return Err(Error::corrupt(format!(
                     "session {id}'s journal names the bundle's own session {root} as its task \
                      child (operation {})",
                     named.op_id
-                ));
+                )));
             }
             if let Some(c) = members.get(child)
                 && c.meta.parent_id.as_deref() != Some(id)
             {
-                return Err(format!(
+                return Err(Error::corrupt(format!(
                     "session {id}'s task operation {} names session {child} as its child, but \
                      {child} names {} as its parent",
                     named.op_id,
                     c.meta.parent_id.as_deref().unwrap_or("no session")
-                ));
+                )));
             }
         }
     }
@@ -146,11 +147,17 @@ pub fn check(root: &str, order: &[(&str, Member<'_>)]) -> std::result::Result<()
         let mut seen = HashSet::new();
         while at != root {
             if !seen.insert(at) {
-                return Err(format!("session {start}'s parents form a cycle"));
+                return Err(Error::corrupt(format!(
+                    "session {start}'s parents form a cycle"
+                )));
             }
             at = match members.get(at).and_then(|m| m.meta.parent_id.as_deref()) {
                 Some(p) if members.contains_key(p) => p,
-                _ => return Err(format!("session {start} does not descend from {root}")),
+                _ => {
+                    return Err(Error::corrupt(format!(
+                        "session {start} does not descend from {root}"
+                    )));
+                }
             };
         }
     }
@@ -158,11 +165,12 @@ pub fn check(root: &str, order: &[(&str, Member<'_>)]) -> std::result::Result<()
 }
 
 /// The error of a broken tree in the bundle `bundle` (exit 10: the bundle's cross-references).
-pub fn broken(bundle: &std::path::Path, why: String) -> Error {
-    Error::corrupt(format!(
-        "{}: the bundle's task tree is inconsistent: {why}",
+pub fn broken(bundle: &std::path::Path, why: Error) -> Error {
+    let context = format!(
+        "{}: the bundle's task tree is inconsistent",
         bundle.display()
-    ))
-    .with_path(bundle)
-    .with_hint("the bundle is damaged or was edited; export it again from the original")
+    );
+    Error::wrap(ErrorKind::Corrupt, context, why)
+        .with_path(bundle)
+        .with_hint("the bundle is damaged or was edited; export it again from the original")
 }

@@ -100,17 +100,18 @@ pub struct ModelConfig {
 /// The file names of `context_files` when the config does not say.
 pub const DEFAULT_CONTEXT_FILES: &[&str] = &["AGENTS.md"];
 
-/// Checks one `context_files` entry: a plain file name, looked for in each directory.
-fn check_context_file(name: &str) -> std::result::Result<(), String> {
+/// Checks one `context_files` entry: a plain file name, looked for in each directory (an invalid
+/// input; the caller names the config file in front).
+fn check_context_file(name: &str) -> Result<()> {
     let plain =
         !(name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\', '\0']));
     if plain {
         return Ok(());
     }
-    Err(format!(
+    Err(Error::invalid(format!(
         "context_files entry {name:?} must be a plain file name (like \"AGENTS.md\"), looked \
          for in each directory from the repository root down to the workspace"
-    ))
+    )))
 }
 
 #[derive(Debug, Deserialize)]
@@ -282,7 +283,8 @@ impl ModelConfig {
         let context_files = file.context_files.unwrap_or_else(default_context_files);
         for name in &context_files {
             check_context_file(name).map_err(|why| {
-                Error::invalid(format!("invalid model config {}: {why}", path.display()))
+                let context = format!("invalid model config {}", path.display());
+                Error::wrap(ErrorKind::InvalidInput, context, why)
             })?;
         }
         let config = ModelConfig {
@@ -335,22 +337,28 @@ impl ModelConfig {
         ))
     }
 
+    /// [`Self::invalid`] for a section's own check, which says what is wrong without the file.
+    fn invalid_in(&self, why: Error) -> Error {
+        let context = format!("invalid model config {}", self.path.display());
+        Error::wrap(ErrorKind::InvalidInput, context, why)
+    }
+
     fn validate(&self) -> Result<()> {
         for (name, p) in &self.providers {
             if name.trim().is_empty() {
                 return Err(self.invalid("a provider name is empty".into()));
             }
             p.check(&format!("[providers.{name}]"))
-                .map_err(|why| self.invalid(why))?;
+                .map_err(|why| self.invalid_in(why))?;
         }
         for (name, entry) in &self.mcp_servers {
             crate::mcp::config::check(name, entry).map_err(|why| self.invalid(why))?;
         }
-        crate::lsp::config::check_all(&self.lsp_servers).map_err(|why| self.invalid(why))?;
+        crate::lsp::config::check_all(&self.lsp_servers).map_err(|why| self.invalid_in(why))?;
         if let Some(why) = self.hooks.error() {
             return Err(self.invalid(why));
         }
-        self.telemetry.check().map_err(|why| self.invalid(why))?;
+        self.telemetry.check().map_err(|why| self.invalid_in(why))?;
         for (role, provider) in &self.roles {
             if !self.providers.contains_key(provider) {
                 return Err(self.invalid(format!(

@@ -57,12 +57,44 @@ pub fn chain_line(record: &str, prev: &str) -> String {
     out
 }
 
+/// Why a line is not a chained record. A closed set of its own (not [`Error`]): a reader tells
+/// a torn last line from damage by where the line is, not by why it fails, and says the reason
+/// inside its own message (`damaged record (…)`); as an [`Error`] on its own it is corrupt state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LineError {
+    /// The line does not end with `"prevHash":"sha256:…"}` (or is not an object).
+    NoPrevHash,
+    /// The `prevHash` value is not `sha256:<64 lowercase hex>`.
+    MalformedHash(String),
+}
+
+impl std::fmt::Display for LineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LineError::NoPrevHash => {
+                f.write_str("no prevHash as its last key (not a chained record)")
+            }
+            LineError::MalformedHash(prev) => {
+                write!(f, "prevHash {prev:?} is not sha256:<64 lowercase hex>")
+            }
+        }
+    }
+}
+
+impl std::error::Error for LineError {}
+
+impl From<LineError> for Error {
+    fn from(e: LineError) -> Error {
+        Error::corrupt(e.to_string()).with_source(e)
+    }
+}
+
 /// Splits a chained line into the record's JSON (written into `record`) and its `prevHash`.
 pub fn split_line<'a>(
     line: &'a [u8],
     record: &mut Vec<u8>,
-) -> std::result::Result<&'a str, String> {
-    let missing = || "no prevHash as its last key (not a chained record)".to_string();
+) -> std::result::Result<&'a str, LineError> {
+    let missing = || LineError::NoPrevHash;
     if line.len() < SUFFIX_LEN + 1 || !line.starts_with(b"{") {
         return Err(missing());
     }
@@ -77,9 +109,7 @@ pub fn split_line<'a>(
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     if !well_formed {
-        return Err(format!(
-            "prevHash {prev:?} is not sha256:<64 lowercase hex>"
-        ));
+        return Err(LineError::MalformedHash(prev.to_string()));
     }
     record.clear();
     match body {
@@ -257,11 +287,13 @@ impl<T: DeserializeOwned, F: FnMut(T)> Checker<T, F> {
         self.line_no += 1;
         let parsed = if complete {
             let buf = &mut self.buf;
-            split_line(line, buf).and_then(|named| {
-                serde_json::from_slice::<T>(buf)
-                    .map(|record| (named, record))
-                    .map_err(|e| e.to_string())
-            })
+            split_line(line, buf)
+                .map_err(|e| e.to_string())
+                .and_then(|named| {
+                    serde_json::from_slice::<T>(buf)
+                        .map(|record| (named, record))
+                        .map_err(|e| e.to_string())
+                })
         } else {
             Err("no trailing newline".to_string())
         };

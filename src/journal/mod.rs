@@ -109,6 +109,28 @@ pub struct Approval {
     pub decided_at: Option<String>,
 }
 
+/// A record the state machine refuses, and why ([`OpTable::apply`]). Its own type, not
+/// [`Error`]: what a refusal means depends on the caller (a journal read back is corrupt, exit
+/// 10, and names its line; a record about to be written is a bug in the runtime), so each
+/// caller gives it its kind; the plain conversion is the writer's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IllegalTransition(pub String);
+
+impl std::fmt::Display for IllegalTransition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for IllegalTransition {}
+
+/// A refusal of a record the runtime itself was about to write: an internal failure.
+impl From<IllegalTransition> for Error {
+    fn from(why: IllegalTransition) -> Error {
+        Error::failed(format!("journal state machine: {why}"))
+    }
+}
+
 /// Operations in the order they were started, with an index by id.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OpTable {
@@ -119,7 +141,7 @@ pub struct OpTable {
 impl OpTable {
     /// Applies one record (consumed: folding a large journal moves its data instead of copying
     /// it), refusing a transition the state machine does not allow.
-    pub fn apply(&mut self, record: JournalRecord) -> std::result::Result<(), String> {
+    pub fn apply(&mut self, record: JournalRecord) -> std::result::Result<(), IllegalTransition> {
         let next = record.phase();
         let op_id = record.op_id().to_string();
         let record = match record {
@@ -135,7 +157,9 @@ impl OpTable {
                 arguments_hash,
             } => {
                 if self.index.contains_key(&op_id) {
-                    return Err(format!("operation {op_id} recorded twice"));
+                    return Err(IllegalTransition(format!(
+                        "operation {op_id} recorded twice"
+                    )));
                 }
                 self.index.insert(op_id.clone(), self.ops.len());
                 self.ops.push(OpState {
@@ -179,10 +203,10 @@ impl OpTable {
                             crate::ids::validate_kind(&c.run_id, crate::ids::IdKind::Run)
                         });
                     if let Err(e) = bad {
-                        return Err(format!(
+                        return Err(IllegalTransition(format!(
                             "operation {op_id} names its child badly: {}",
                             e.message
-                        ));
+                        )));
                     }
                 }
                 self.index.insert(op_id.clone(), self.ops.len());
@@ -207,24 +231,26 @@ impl OpTable {
             other => other,
         };
         let Some(&i) = self.index.get(&op_id) else {
-            return Err(format!(
+            return Err(IllegalTransition(format!(
                 "{} record for unknown operation {op_id}",
                 next.name()
-            ));
+            )));
         };
         if next == OpPhase::Started && self.ops[i].phase != OpPhase::Approved {
-            return Err(format!("operation {op_id} started twice"));
+            return Err(IllegalTransition(format!(
+                "operation {op_id} started twice"
+            )));
         }
         if let Some(why) = self.binding_refusal(&record) {
-            return Err(why);
+            return Err(IllegalTransition(why));
         }
         let op = &mut self.ops[i];
         if !op.phase.allows(next) {
-            return Err(format!(
+            return Err(IllegalTransition(format!(
                 "operation {op_id} cannot go from {} to {}",
                 op.phase.name(),
                 next.name()
-            ));
+            )));
         }
         match record {
             JournalRecord::OutcomeKnown { output, .. } | JournalRecord::Resolved { output, .. } => {
@@ -339,7 +365,7 @@ pub struct Folder {
     /// Records seen so far (= the line number of the last one: every record is one line).
     line: usize,
     /// The first refusal: its line and why.
-    refused: Option<(usize, String)>,
+    refused: Option<(usize, IllegalTransition)>,
 }
 
 impl Folder {
@@ -418,9 +444,7 @@ impl Journal {
         record.redact();
         self.check(&record)?;
         self.writer.append(&record)?;
-        self.table
-            .apply(record)
-            .map_err(|why| Error::failed(format!("journal state machine: {why}")))
+        self.table.apply(record).map_err(Error::from)
     }
 
     /// [`Journal::record`] without the fsync: durable with the next durable record or
@@ -429,9 +453,7 @@ impl Journal {
         record.redact();
         self.check(&record)?;
         self.writer.append_lazy(&record)?;
-        self.table
-            .apply(record)
-            .map_err(|why| Error::failed(format!("journal state machine: {why}")))
+        self.table.apply(record).map_err(Error::from)
     }
 
     /// Makes lazily written records durable (nothing to do when there are none).
@@ -455,9 +477,7 @@ impl Journal {
         }
         self.writer.append_all(&records)?;
         for record in records {
-            self.table
-                .apply(record)
-                .map_err(|why| Error::failed(format!("journal state machine: {why}")))?;
+            self.table.apply(record)?;
         }
         Ok(())
     }
@@ -485,9 +505,7 @@ impl Journal {
         }
         self.writer.append_all(&records)?;
         for record in records {
-            self.table
-                .apply(record)
-                .map_err(|why| Error::failed(format!("journal state machine: {why}")))?;
+            self.table.apply(record)?;
         }
         Ok(())
     }

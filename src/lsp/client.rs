@@ -32,6 +32,7 @@ use lsp_types::{Diagnostic, PositionEncodingKind, ServerCapabilities};
 pub use super::uri::Encoding;
 use serde_json::{Value, json};
 
+use crate::error::{Error, Result};
 use crate::process;
 
 /// The largest message accepted from a server (a hostile `Content-Length` must not make us
@@ -186,8 +187,10 @@ pub struct Client {
 }
 
 impl Client {
-    /// Starts the server on `launcher`'s thread and performs the handshake.
-    pub fn start(spec: Spawn, launcher: &Launcher, cancel: &AtomicBool) -> Result<Client, String> {
+    /// Starts the server on `launcher`'s thread and performs the handshake. A failure is the
+    /// crate's [`Error`]: the fence refused the server (policy), the program could not start or
+    /// failed the handshake (external); the `lsp` tool gives the model its message.
+    pub fn start(spec: Spawn, launcher: &Launcher, cancel: &AtomicBool) -> Result<Client> {
         let mut cmd = Command::new(&spec.argv[0]);
         cmd.args(&spec.argv[1..])
             .current_dir(&spec.cwd)
@@ -212,18 +215,19 @@ impl Client {
                 };
                 run_fence.spawn(launch, cmd)
             })
-            .ok_or_else(|| "the launcher thread could not be started".to_string())?;
+            .ok_or_else(|| Error::failed("the launcher thread could not be started"))?;
         let mut child = match spawned {
             Ok(spawned) => spawned.child,
             Err(crate::sandbox::SpawnError::Refused(refusal)) => {
-                return Err(refusal.message_for(
+                return Err(Error::policy(refusal.message_for(
                     &format!("language server `{}`", spec.server),
                     spec.fence,
                     &format!("sandbox = \"off\" in its [lsp.{}] entry", spec.server),
-                ));
+                )));
             }
             Err(crate::sandbox::SpawnError::Io(e)) => {
-                return Err(format!("cannot start `{}`: {e}", spec.argv[0]));
+                let message = format!("cannot start `{}`: {e}", spec.argv[0]);
+                return Err(Error::external(message).with_source(e));
             }
         };
         let stdout = child.stdout.take().expect("piped");
@@ -264,10 +268,14 @@ impl Client {
                 initialize_params(spec.workspace, spec.initialization_options),
                 cancel,
             )
-            .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+            .map_err(|f| Error::external(format!("the initialize handshake failed: {f}")))?;
         let caps = init.get("capabilities").cloned().unwrap_or(json!({}));
-        client.capabilities = serde_json::from_value(caps)
-            .map_err(|e| format!("its initialize answer has unreadable capabilities: {e}"))?;
+        client.capabilities = serde_json::from_value(caps).map_err(|e| {
+            Error::external(format!(
+                "its initialize answer has unreadable capabilities: {e}"
+            ))
+            .with_source(e)
+        })?;
         client.encoding = match &client.capabilities.position_encoding {
             Some(e) if *e == PositionEncodingKind::UTF8 => Encoding::Utf8,
             Some(e) if *e == PositionEncodingKind::UTF32 => Encoding::Utf32,

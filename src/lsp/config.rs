@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
 use crate::policy::is_valid_env_name;
 use crate::sandbox::{FencePolicy, SandboxMode};
 
@@ -178,16 +179,16 @@ pub fn server_name_error(name: &str) -> Option<String> {
 
 /// Checks every entry (and that no extension is served twice); the message is prefixed by the
 /// caller with the config file.
-pub fn check_all(servers: &BTreeMap<String, ServerConfig>) -> Result<(), String> {
+pub fn check_all(servers: &BTreeMap<String, ServerConfig>) -> Result<()> {
     let mut owner: BTreeMap<String, &str> = BTreeMap::new();
     for (name, entry) in servers {
         check(name, entry)?;
         for ext in entry.all_extensions() {
             if let Some(other) = owner.insert(ext.clone(), name) {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "[lsp.{other}] and [lsp.{name}] both serve `{ext}` files; give each \
                      extension to one server"
-                ));
+                )));
             }
         }
     }
@@ -195,20 +196,20 @@ pub fn check_all(servers: &BTreeMap<String, ServerConfig>) -> Result<(), String>
 }
 
 /// Checks one entry.
-pub fn check(name: &str, entry: &ServerConfig) -> Result<(), String> {
+pub fn check(name: &str, entry: &ServerConfig) -> Result<()> {
     let at = format!("[lsp.{name}]");
     if let Some(why) = server_name_error(name) {
-        return Err(format!("{at}: {why}"));
+        return Err(Error::invalid(format!("{at}: {why}")));
     }
     if entry.command.first().is_none_or(|a| a.is_empty()) {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "{at}: command must name a program: command = [\"program\", \"arg\", …]"
-        ));
+        )));
     }
     if entry.extensions.is_empty() {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "{at}: extensions is empty; list the files it serves, e.g. extensions = [\".py\"]"
-        ));
+        )));
     }
     for e in &entry.extensions {
         if let Some(rest) = e.strip_prefix('.') {
@@ -217,35 +218,37 @@ pub fn check(name: &str, entry: &ServerConfig) -> Result<(), String> {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '+');
             if !ok {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{at}: extension {e:?} must be a dot and letters or digits, e.g. \".py\""
-                ));
+                )));
             }
         } else if !LANGUAGES.iter().any(|(id, _)| id == e) {
             let known: Vec<&str> = LANGUAGES.iter().map(|(id, _)| *id).collect();
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at}: {e:?} is neither an extension (\".py\") nor a known language id ({})",
                 known.join(", ")
-            ));
+            )));
         }
     }
     for key in entry.env.keys() {
         if !is_valid_env_name(key) {
-            return Err(format!("{at}: {key:?} is not an environment variable name"));
+            return Err(Error::invalid(format!(
+                "{at}: {key:?} is not an environment variable name"
+            )));
         }
     }
     for (key, value) in &entry.env {
         if crate::tools::env::secret_value(key, std::ffi::OsStr::new(value)) {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at}: env.{key} looks like a credential; a language server gets none (the \
                  config holds no secret)"
-            ));
+            )));
         }
     }
     if entry.timeout_ms == Some(0) || entry.diagnostics_timeout_ms == Some(0) {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "{at}: timeout_ms and diagnostics_timeout_ms must be at least 1"
-        ));
+        )));
     }
     Ok(())
 }
@@ -300,6 +303,11 @@ mod tests {
         );
         let both: BTreeMap<String, ServerConfig> =
             [("a".to_string(), a.clone()), ("b".to_string(), lang)].into();
-        assert!(check_all(&both).unwrap_err().contains("both serve `.py`"));
+        assert!(
+            check_all(&both)
+                .unwrap_err()
+                .message
+                .contains("both serve `.py`")
+        );
     }
 }

@@ -44,6 +44,7 @@ use super::client::{Client, Failure, Launcher, Spawn};
 use super::config::{ServerConfig, language_id};
 use super::render::{self, Files};
 use super::{Operation, Query, uri};
+use crate::error::{Error, ErrorKind, Result};
 use crate::process::orphans;
 use crate::tools::ToolOutput;
 
@@ -106,8 +107,8 @@ impl Servers {
         &self.configs
     }
 
-    /// The server serving `path`.
-    fn server_for(&self, path: &Path) -> Result<(&str, &ServerConfig), String> {
+    /// The server serving `path` (none: not found, a message for the model).
+    fn server_for(&self, path: &Path) -> Result<(&str, &ServerConfig)> {
         if let Some((name, config)) = self.configs.iter().find(|(_, c)| c.serves(path)) {
             return Ok((name, config));
         }
@@ -116,11 +117,11 @@ impl Servers {
             .iter()
             .map(|(n, c)| format!("`{n}` serves {}", c.all_extensions().join(", ")))
             .collect();
-        Err(format!(
+        Err(Error::not_found(format!(
             "no language server is configured for `{}` ({}); the call was not run",
             self.shown(path),
             served.join("; ")
-        ))
+        )))
     }
 
     fn shown(&self, path: &Path) -> String {
@@ -147,7 +148,7 @@ impl Servers {
     pub fn run(&self, q: &Query, cancel: &AtomicBool, attempt: &str) -> ToolOutput {
         let (name, config) = match self.server_for(q.path) {
             Ok(found) => found,
-            Err(why) => return ToolOutput::error(why),
+            Err(why) => return ToolOutput::error(why.message),
         };
         let mut slot = self.slots[name].lock().unwrap_or_else(|p| p.into_inner());
         let running = match self.ensure(&mut slot, name, config, cancel, attempt) {
@@ -218,7 +219,7 @@ impl Servers {
         config: &ServerConfig,
         cancel: &AtomicBool,
         attempt: &str,
-    ) -> Result<&'s mut Running, String> {
+    ) -> Result<&'s mut Running> {
         if slot.as_mut().is_some_and(|r| r.client.broken().is_some()) {
             self.retire(slot, name);
         }
@@ -246,14 +247,14 @@ impl Servers {
         config: &ServerConfig,
         cancel: &AtomicBool,
         attempt: &str,
-    ) -> Result<Client, String> {
+    ) -> Result<Client> {
         let tmp = tempfile::Builder::new()
             .prefix(&format!("kxen-lsp-{name}-"))
             .tempdir()
-            .map_err(|e| format!("cannot create its TMPDIR: {e}"))?;
+            .map_err(|e| Error::failed(format!("cannot create its TMPDIR: {e}")).with_source(e))?;
         let home = tmp.path().join("home");
         crate::fsx::create_dir_private(&home)
-            .map_err(|e| format!("cannot create its HOME: {e}"))?;
+            .map_err(|e| Error::wrap(ErrorKind::Failed, "cannot create its HOME", e))?;
         let mut env = crate::tools::child_env(crate::own_env::vars(), &[], &home);
         let mut set = |name: &str, value: std::ffi::OsString| {
             env.retain(|(n, _)| n != name);
@@ -291,7 +292,7 @@ impl Servers {
     /// Sends `path`'s text as it is on disk if the server has not seen it (`didOpen`) or saw
     /// another text (`didChange`); a file that is gone is closed. Errors: the file cannot be
     /// read (a message for the model).
-    fn sync(&self, running: &mut Running, name: &str, path: &Path) -> Result<(), String> {
+    fn sync(&self, running: &mut Running, name: &str, path: &Path) -> Result<()> {
         let text = match read_text(path, &self.shown(path)) {
             Ok(t) => t,
             Err(why) => {
@@ -362,7 +363,8 @@ impl Servers {
         for other in others {
             let _ = self.sync(running, &name, &other);
         }
-        self.sync(running, &name, q.path).map_err(Failure::Rpc)?;
+        self.sync(running, &name, q.path)
+            .map_err(|e| Failure::Rpc(e.message))?;
         let shown = self.shown(q.path);
         let doc = &running.open[q.path];
         let (doc_uri, version, synced_seq) = (doc.uri.clone(), doc.version, doc.synced_seq);
@@ -559,27 +561,34 @@ fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, Failure> {
     })
 }
 
-/// The text of `path` (lossy UTF-8), refused when it is not a regular file or too large.
-fn read_text(path: &Path, shown: &str) -> Result<String, String> {
+/// The text of `path` (lossy UTF-8), refused when it is not a regular file or too large. The
+/// errors are the crate's, their messages for the model name the file as `shown`.
+fn read_text(path: &Path, shown: &str) -> Result<String> {
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(format!("file `{shown}` does not exist"));
+            return Err(Error::not_found(format!("file `{shown}` does not exist")));
         }
-        Err(e) => return Err(format!("cannot read `{shown}`: {e}")),
+        Err(e) => {
+            let message = format!("cannot read `{shown}`: {e}");
+            return Err(Error::io_told(message, path, e, ErrorKind::Failed));
+        }
     };
     if !meta.is_file() {
-        return Err(format!("`{shown}` is not a regular file"));
+        return Err(Error::invalid(format!("`{shown}` is not a regular file")));
     }
     if meta.len() > MAX_FILE_BYTES {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "`{shown}` is too large for a language server ({} bytes)",
             meta.len()
-        ));
+        )));
     }
     std::fs::read(path)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .map_err(|e| format!("cannot read `{shown}`: {e}"))
+        .map_err(|e| {
+            let message = format!("cannot read `{shown}`: {e}");
+            Error::io_told(message, path, e, ErrorKind::Failed)
+        })
 }
 
 impl Drop for Servers {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::SandboxMode;
 use crate::agent::capability_name_error;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::secrets::check_pass_env;
 
 /// Largest policy file accepted (1 MiB), refused before parsing.
@@ -92,14 +92,14 @@ fn unique_rules<'de, D: serde::Deserializer<'de>>(
 }
 
 /// The `sandbox` value of a policy file (absent: `workspaceWrite`).
-pub(super) fn sandbox_mode(value: Option<&str>) -> std::result::Result<SandboxMode, String> {
+pub(super) fn sandbox_mode(value: Option<&str>) -> Result<SandboxMode> {
     match value {
         None | Some("workspaceWrite") => Ok(SandboxMode::WorkspaceWrite),
         Some("readOnly") => Ok(SandboxMode::ReadOnly),
         Some("off") => Ok(SandboxMode::Off),
-        Some(other) => Err(format!(
+        Some(other) => Err(Error::invalid(format!(
             "sandbox: must be \"workspaceWrite\", \"readOnly\" or \"off\", found {other:?}"
-        )),
+        ))),
     }
 }
 
@@ -153,12 +153,14 @@ pub fn parse_policy(bytes: &[u8], source: &str) -> Result<PolicyFile> {
         }
         Error::invalid(format!("{source}:{}:{}: {message}", e.line(), e.column())).with_hint(HINT)
     })?;
-    check(&policy).map_err(|m| Error::invalid(format!("{source}: {m}")).with_hint(HINT))?;
+    check(&policy).map_err(|m| Error::wrap(ErrorKind::InvalidInput, source, m).with_hint(HINT))?;
     Ok(policy)
 }
 
-/// The value rules (types and closedness are serde's job).
-fn check(p: &PolicyFile) -> std::result::Result<(), String> {
+/// The value rules (types and closedness are serde's job). Each failure is an invalid input
+/// (exit 4) that names its field; the caller puts the file in front.
+fn check(p: &PolicyFile) -> Result<()> {
+    let invalid = |field: String, why: Error| Error::wrap(ErrorKind::InvalidInput, field, why);
     let lists = [
         (
             "allowedCapabilities",
@@ -169,50 +171,55 @@ fn check(p: &PolicyFile) -> std::result::Result<(), String> {
     for (field, list) in lists {
         for (i, name) in list.iter().enumerate() {
             if let Some(why) = capability_name_error(name) {
-                return Err(format!("{field}[{i}]: {why}"));
+                return Err(Error::invalid(format!("{field}[{i}]: {why}")));
             }
         }
     }
     for pattern in p.mcp_tools.keys() {
         if let Some(why) = super::rules::pattern_error(pattern) {
-            return Err(format!("mcpTools: {why}"));
+            return Err(Error::invalid(format!("mcpTools: {why}")));
         }
     }
     for (i, name) in p.pass_env.iter().enumerate() {
-        check_pass_env(name).map_err(|why| format!("passEnv[{i}]: {why}"))?;
+        check_pass_env(name).map_err(|why| invalid(format!("passEnv[{i}]"), why))?;
     }
     for (server, names) in &p.mcp_pass_env {
         if let Some(why) = crate::mcp::config::server_name_error(server) {
-            return Err(format!("mcpPassEnv: {why}"));
+            return Err(Error::invalid(format!("mcpPassEnv: {why}")));
         }
         for (i, name) in names.iter().enumerate() {
-            check_pass_env(name).map_err(|why| format!("mcpPassEnv.{server}[{i}]: {why}"))?;
+            check_pass_env(name)
+                .map_err(|why| invalid(format!("mcpPassEnv.{server}[{i}]"), why))?;
         }
     }
     if p.max_turns == Some(0) {
-        return Err("maxTurns: must be at least 1 (omit it to keep the definition's)".into());
+        return Err(Error::invalid(
+            "maxTurns: must be at least 1 (omit it to keep the definition's)",
+        ));
     }
     if let Some(usd) = p.max_cost_usd {
-        super::check_usd(usd.0).map_err(|why| format!("maxCostUsd: {why}"))?;
+        super::check_usd(usd.0).map_err(|why| invalid("maxCostUsd".into(), why))?;
     }
     if p.max_wall_clock_ms == Some(0) {
-        return Err("maxWallClockMs: must be at least 1 (omit it to keep the definition's)".into());
+        return Err(Error::invalid(
+            "maxWallClockMs: must be at least 1 (omit it to keep the definition's)",
+        ));
     }
     if let Some(n) = p.max_task_depth
         && !(1..=super::MAX_TASK_DEPTH_LIMIT).contains(&n)
     {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "maxTaskDepth: must be between 1 and {}, found {n} (omit it for 1)",
             super::MAX_TASK_DEPTH_LIMIT
-        ));
+        )));
     }
     sandbox_mode(p.sandbox.as_deref())?;
     if let Some(n) = p.max_pure_retries
         && n > 255
     {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "maxPureRetries: must be between 0 and 255, found {n}"
-        ));
+        )));
     }
     Ok(())
 }

@@ -21,7 +21,7 @@ pub use crate::secrets::{is_provider_credential, is_valid_env_name};
 pub use file::{MAX_POLICY_BYTES, PolicyFile, load_policy_file, parse_policy};
 pub use rules::{ToolRule, ToolRules, pattern_error, rule_for};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// An amount of US dollars: finite and not negative (checked where it is read), so equality is
 /// total and it can sit in `Eq` types such as the definition.
@@ -48,14 +48,15 @@ impl Usd {
     }
 }
 
-/// A cost limit is finite and above 0.
-pub fn check_usd(v: f64) -> std::result::Result<(), String> {
+/// A cost limit is finite and above 0. The message is a fragment (`must be …`): the caller puts
+/// the field it came from in front ([`Error::wrap`], or serde's field path).
+pub fn check_usd(v: f64) -> Result<()> {
     if v.is_finite() && v > 0.0 {
         Ok(())
     } else {
-        Err(format!(
+        Err(Error::invalid(format!(
             "must be an amount of US dollars above 0, found {v} (omit it for no limit)"
-        ))
+        )))
     }
 }
 
@@ -275,10 +276,11 @@ pub fn merge(flags: &PolicyFlags) -> Result<MergedPolicy> {
 /// [`merge`] for an already parsed policy file (`flags.policy_file` is not read).
 pub fn merge_with(file: PolicyFile, flags: &PolicyFlags) -> Result<MergedPolicy> {
     for name in &flags.pass_env {
-        crate::secrets::check_pass_env(name)
-            .map_err(|why| Error::invalid(format!("--pass-env {name:?}: {why}")))?;
+        crate::secrets::check_pass_env(name).map_err(|why| {
+            Error::wrap(ErrorKind::InvalidInput, format!("--pass-env {name:?}"), why)
+        })?;
     }
-    let sandbox = file::sandbox_mode(file.sandbox.as_deref()).map_err(Error::invalid)?;
+    let sandbox = file::sandbox_mode(file.sandbox.as_deref())?;
     let mut pass_env = file.pass_env;
     pass_env.extend(flags.pass_env.iter().cloned());
     Ok(MergedPolicy {

@@ -23,7 +23,7 @@ use super::config::RequestOptions;
 use super::http::{Endpoint, Failure};
 use super::wire::{WireCache, WireFormat, push_json};
 use super::{ChatMessage, ChatRole, ModelRequest, ModelResponse, Provider, ToolCall, Usage};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// The API version sent when the config names none.
 pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -242,15 +242,13 @@ fn content_blocks(m: &ChatMessage) -> Vec<Value> {
     blocks
 }
 
-/// Turns a Messages response body into a [`ModelResponse`].
-pub(crate) fn parse_response(
-    body: &Value,
-    call_number: usize,
-) -> std::result::Result<ModelResponse, String> {
+/// Turns a Messages response body into a [`ModelResponse`]. A body without the expected shape is
+/// an external failure (the server's); the caller names the provider in front ([`Error::wrap`]).
+pub(crate) fn parse_response(body: &Value, call_number: usize) -> Result<ModelResponse> {
     let content = body
         .get("content")
         .and_then(Value::as_array)
-        .ok_or("the response has no `content` array")?;
+        .ok_or_else(|| Error::external("the response has no `content` array"))?;
     let mut text = String::new();
     let mut tool_calls = Vec::new();
     for block in content {
@@ -327,7 +325,7 @@ impl Provider for AnthropicProvider {
                         stream.on_event(what, event, live)
                     })?;
                     parse_response(&stream.into_body(), responses_so_far)
-                        .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
+                        .map_err(|e| Failure::Fatal(Error::wrap(ErrorKind::External, what, e)))
                 });
         }
         self.endpoint
@@ -345,7 +343,7 @@ fn read_json(
 ) -> std::result::Result<ModelResponse, Failure> {
     let value = super::http::read_json_body(what, response)?;
     parse_response(&value, responses_so_far)
-        .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
+        .map_err(|e| Failure::Fatal(Error::wrap(ErrorKind::External, what, e)))
 }
 
 /// The most content blocks one streamed answer may build.

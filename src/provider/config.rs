@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
+
 use super::Provider;
 use super::anthropic::AnthropicProvider;
 use super::command::CommandProvider;
@@ -195,40 +197,42 @@ impl AnthropicConfig {
         }
     }
 
-    fn check(&self, at: &str) -> std::result::Result<(), String> {
+    fn check(&self, at: &str) -> Result<()> {
         if let Some(url) = &self.base_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at} base_url `{url}` must start with http:// or https://"
-            ));
+            )));
         }
         if self.model.trim().is_empty() {
-            return Err(format!("{at} model is empty"));
+            return Err(Error::invalid(format!("{at} model is empty")));
         }
         if let Some(t) = self.temperature
             && !(t.is_finite() && (0.0..=1.0).contains(&t))
         {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at} temperature must be between 0 and 1, found {t}"
-            ));
+            )));
         }
         if let Some(p) = self.top_p
             && !(p.is_finite() && p > 0.0 && p <= 1.0)
         {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at} top_p must be above 0 and at most 1, found {p}"
-            ));
+            )));
         }
         if self.max_tokens == Some(0) {
-            return Err(format!("{at} max_tokens must be at least 1"));
+            return Err(Error::invalid(format!(
+                "{at} max_tokens must be at least 1"
+            )));
         }
         if let Some(v) = &self.anthropic_version
             && (v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
         {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at} anthropic_version `{v}` is not a version (e.g. 2023-06-01)"
-            ));
+            )));
         }
         let typed = [
             ("temperature", self.temperature.is_some()),
@@ -237,24 +241,24 @@ impl AnthropicConfig {
         ];
         for key in self.extra_body.iter().flat_map(|b| b.keys()) {
             if ANTHROPIC_OWN_FIELDS.contains(&key.as_str()) {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{at} extra_body cannot set `{key}`: the runtime writes it or decides it \
                      (extra_body is for server-specific options such as `top_k`)"
-                ));
+                )));
             }
             if typed.iter().any(|(name, set)| *set && name == key) {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{at} extra_body cannot set `{key}`: set it directly (max_tokens = …)"
-                ));
+                )));
             }
         }
         if let Some(body) = &self.extra_body
             && let Some(path) = credential_in(body)
         {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at} extra_body.{path} looks like a credential; a config holds no secret \
                  (it would be recorded in run.json): give the key with api_key_env instead"
-            ));
+            )));
         }
         check_retries(at, self.max_transport_retries)
     }
@@ -326,23 +330,25 @@ impl OpenAiConfig {
     }
 
     /// Why the request options are invalid (`at` names the table).
-    fn check_options(&self, at: &str) -> std::result::Result<(), String> {
+    fn check_options(&self, at: &str) -> Result<()> {
         if let Some(t) = self.temperature
             && !(t.is_finite() && (0.0..=2.0).contains(&t))
         {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at} temperature must be between 0 and 2, found {t}"
-            ));
+            )));
         }
         if let Some(p) = self.top_p
             && !(p.is_finite() && p > 0.0 && p <= 1.0)
         {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at} top_p must be above 0 and at most 1, found {p}"
-            ));
+            )));
         }
         if self.max_tokens == Some(0) {
-            return Err(format!("{at} max_tokens must be at least 1"));
+            return Err(Error::invalid(format!(
+                "{at} max_tokens must be at least 1"
+            )));
         }
         let typed = [
             ("temperature", self.temperature.is_some()),
@@ -352,37 +358,37 @@ impl OpenAiConfig {
         ];
         for key in self.extra_body.iter().flat_map(|b| b.keys()) {
             if OWN_BODY_FIELDS.contains(&key.as_str()) {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{at} extra_body cannot set `{key}`: the runtime writes it (extra_body is \
                      for server-specific options such as `cache_prompt` or `top_k`)"
-                ));
+                )));
             }
             if REPLY_SHAPE_FIELDS.contains(&key.as_str()) {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{at} extra_body cannot set `{key}`: it changes how replies are read or \
                      when tools are called, which the runtime decides"
-                ));
+                )));
             }
             if typed.iter().any(|(name, set)| *set && name == key) {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{at} sets `{key}` both directly and in extra_body; keep one"
-                ));
+                )));
             }
             if key == "max_completion_tokens" && self.max_tokens.is_some() {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{at} sets both max_tokens and extra_body.max_completion_tokens; keep one \
                      (with max_completion_tokens, max_tokens is not sent)"
-                ));
+                )));
             }
         }
         if let Some(body) = &self.extra_body
             && let Some(path) = credential_in(body)
         {
             // The value is not shown: it is the secret.
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at} extra_body.{path} looks like a credential; a config holds no secret \
                  (it would be recorded in run.json): give the key with api_key_env instead"
-            ));
+            )));
         }
         Ok(())
     }
@@ -499,28 +505,28 @@ impl ProviderConfig {
 impl ProviderConfig {
     /// Why the table cannot be used (`at` names it, e.g. `[providers.local]`); the caller adds
     /// the file.
-    pub fn check(&self, at: &str) -> std::result::Result<(), String> {
+    pub fn check(&self, at: &str) -> Result<()> {
         let timeout = match self {
             ProviderConfig::Openai(o) => {
                 if !(o.base_url.starts_with("http://") || o.base_url.starts_with("https://")) {
-                    return Err(format!(
+                    return Err(Error::invalid(format!(
                         "{at} base_url `{}` must start with http:// or https://",
                         o.base_url
-                    ));
+                    )));
                 }
                 if o.model.trim().is_empty() {
-                    return Err(format!("{at} model is empty"));
+                    return Err(Error::invalid(format!("{at} model is empty")));
                 }
                 if let Some(env) = &o.api_key_env
                     && !valid_env_name(env)
                 {
                     // Never echo it: what fails this check is often a pasted key.
-                    return Err(format!(
+                    return Err(Error::invalid(format!(
                         "{at} api_key_env ({} characters, not shown) is not an environment \
                          variable name (if it is the key itself, move it to the environment); \
                          name the variable that holds the key, e.g. api_key_env = \"OPENAI_API_KEY\"",
                         env.chars().count()
-                    ));
+                    )));
                 }
                 o.check_options(at)?;
                 check_retries(at, o.max_transport_retries)?;
@@ -531,50 +537,52 @@ impl ProviderConfig {
                     && !valid_env_name(env)
                 {
                     // Never echo it: what fails this check is often a pasted key.
-                    return Err(format!(
+                    return Err(Error::invalid(format!(
                         "{at} api_key_env ({} characters, not shown) is not an environment \
                          variable name (if it is the key itself, move it to the environment); \
                          name the variable that holds the key, e.g. api_key_env = \"ANTHROPIC_API_KEY\"",
                         env.chars().count()
-                    ));
+                    )));
                 }
                 a.check(at)?;
                 a.timeout_ms
             }
             ProviderConfig::Command(c) => {
                 if c.argv.first().is_none_or(|a| a.is_empty()) {
-                    return Err(format!("{at} argv must name a program"));
+                    return Err(Error::invalid(format!("{at} argv must name a program")));
                 }
                 c.timeout_ms
             }
             ProviderConfig::Script(s) => {
                 if s.path.as_os_str().is_empty() {
-                    return Err(format!("{at} path is empty"));
+                    return Err(Error::invalid(format!("{at} path is empty")));
                 }
                 None
             }
         };
         if timeout == Some(0) {
-            return Err(format!("{at} timeout_ms must be at least 1"));
+            return Err(Error::invalid(format!(
+                "{at} timeout_ms must be at least 1"
+            )));
         }
         match self.context() {
             (Some(w), _) if w < MIN_CONTEXT_WINDOW => {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{at} context_window = {w} is below {} tokens (no model's window is \
                      that small; the value is in tokens, not kilotokens)",
                     MIN_CONTEXT_WINDOW
-                ));
+                )));
             }
             (None, Some(_)) => {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{at} sets compact_at without context_window; compact_at is a share of \
                      the window, so give context_window (tokens) too"
-                ));
+                )));
             }
             (_, Some(f)) if !(f.is_finite() && f > 0.0 && f <= 1.0) => {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{at} compact_at must be above 0 and at most 1, found {f}"
-                ));
+                )));
             }
             _ => {}
         }
@@ -585,13 +593,15 @@ impl ProviderConfig {
                 .all(|r| r.is_none_or(rate_ok));
             if !(rate_ok(price.input_per_million) && rate_ok(price.output_per_million) && cache_ok)
             {
-                return Err(format!("{at} price rates must be finite and at least 0"));
+                return Err(Error::invalid(format!(
+                    "{at} price rates must be finite and at least 0"
+                )));
             }
             if price.currency != "USD" {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "{at} price currency must be \"USD\", found {:?}",
                     price.currency
-                ));
+                )));
             }
         }
         Ok(())
@@ -677,12 +687,12 @@ impl ProviderConfig {
 }
 
 /// Why `max_transport_retries` is out of range (`at` names the table).
-fn check_retries(at: &str, n: Option<u32>) -> std::result::Result<(), String> {
+fn check_retries(at: &str, n: Option<u32>) -> Result<()> {
     match n {
-        Some(n) if n > super::http::MAX_TRANSPORT_RETRIES => Err(format!(
+        Some(n) if n > super::http::MAX_TRANSPORT_RETRIES => Err(Error::invalid(format!(
             "{at} max_transport_retries = {n} is above {}",
             super::http::MAX_TRANSPORT_RETRIES
-        )),
+        ))),
         _ => Ok(()),
     }
 }

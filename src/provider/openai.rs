@@ -15,7 +15,7 @@ use super::command::excerpt;
 use super::config::RequestOptions;
 use super::http::{Endpoint, Failure};
 use super::{ChatMessage, ChatRole, ModelRequest, ModelResponse, Provider, ToolCall, Usage};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 #[derive(Debug, Clone)]
 pub struct OpenAiProvider {
@@ -167,11 +167,13 @@ fn wire_message(m: &ChatMessage) -> Value {
 }
 
 /// Turns a chat-completions response body into a [`ModelResponse`].
-fn parse_response(body: &Value, call_number: usize) -> std::result::Result<ModelResponse, String> {
+/// A body without the expected shape is an external failure (the server's); the caller names the
+/// provider in front ([`Error::wrap`]).
+fn parse_response(body: &Value, call_number: usize) -> Result<ModelResponse> {
     let message = body
         .pointer("/choices/0/message")
         .filter(|m| m.is_object())
-        .ok_or("the response has no choices[0].message")?;
+        .ok_or_else(|| Error::external("the response has no choices[0].message"))?;
     let text = match message.get("content") {
         Some(Value::String(s)) => s.clone(),
         // Some servers send content parts: [{"type":"text","text":"…"}].
@@ -258,7 +260,7 @@ impl Provider for OpenAiProvider {
                         stream.on_event(what, &event.data, live)
                     })?;
                     parse_response(&stream.into_body(), responses_so_far)
-                        .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
+                        .map_err(|e| Failure::Fatal(Error::wrap(ErrorKind::External, what, e)))
                 });
         }
         self.endpoint
@@ -276,7 +278,7 @@ fn read_json(
 ) -> std::result::Result<ModelResponse, Failure> {
     let value = super::http::read_json_body(what, response)?;
     parse_response(&value, responses_so_far)
-        .map_err(|e| Failure::Fatal(Error::external(format!("{what}: {e}"))))
+        .map_err(|e| Failure::Fatal(Error::wrap(ErrorKind::External, what, e)))
 }
 
 /// The most tool calls one streamed answer may build.

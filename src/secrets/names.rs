@@ -3,6 +3,8 @@
 //! Provider keys reach only the model client (docs/spec.md §10); a policy that tried to hand one
 //! to tool subprocesses is refused outright (exit 4) rather than filtered, so the mistake is seen.
 
+use crate::error::{Error, Result};
+
 /// Model-provider credential variables, upper case. Checked case-insensitively, together with
 /// the provider-word rule in [`is_provider_credential`].
 const PROVIDER_CREDENTIALS: &[&str] = &[
@@ -92,17 +94,18 @@ pub fn is_provider_credential(name: &str) -> bool {
     secretish && upper.split('_').any(|part| PROVIDER_WORDS.contains(&part))
 }
 
-/// Why `name` may not be in `passEnv`, if it may not.
-pub fn check_pass_env(name: &str) -> Result<(), String> {
+/// Why `name` may not be in `passEnv`, if it may not: an invalid input (exit 4) whose message
+/// the caller puts behind the field or flag that named it ([`Error::wrap`]).
+pub fn check_pass_env(name: &str) -> Result<()> {
     if !is_valid_env_name(name) {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "{name:?} is not an environment variable name (letters, digits and _, not starting with a digit)"
-        ));
+        )));
     }
     if is_provider_credential(name) {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "{name} is a model-provider credential; it reaches only the model client, never a tool"
-        ));
+        )));
     }
     Ok(())
 }
@@ -140,7 +143,12 @@ mod tests {
             "hf_token",
         ] {
             assert!(is_provider_credential(key), "{key}");
-            assert!(check_pass_env(key).unwrap_err().contains("credential"));
+            assert!(
+                check_pass_env(key)
+                    .unwrap_err()
+                    .message
+                    .contains("credential")
+            );
         }
         for other in [
             "GITHUB_TOKEN",

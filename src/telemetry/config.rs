@@ -22,6 +22,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::error::{Error, Result};
+
 /// The `[telemetry]` table (all optional).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,7 +52,7 @@ pub struct TelemetryConfig {
 
 impl TelemetryConfig {
     /// What is wrong with the table, said as the config's other errors are (`[telemetry] …`).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<()> {
         for (key, url) in [
             ("endpoint", &self.endpoint),
             ("traces_endpoint", &self.traces_endpoint),
@@ -58,10 +60,10 @@ impl TelemetryConfig {
             if let Some(url) = url
                 && !(url.starts_with("http://") || url.starts_with("https://"))
             {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "[telemetry] {key} `{url}` must be an http:// or https:// URL (an OTLP/HTTP \
                      collector, e.g. http://localhost:4318)"
-                ));
+                )));
             }
         }
         if self
@@ -69,31 +71,31 @@ impl TelemetryConfig {
             .as_deref()
             .is_some_and(|s| s.trim().is_empty())
         {
-            return Err("[telemetry] service_name is empty".into());
+            return Err(Error::invalid("[telemetry] service_name is empty"));
         }
         if let Some(p) = &self.protocol
             && super::Protocol::parse(p).is_none()
         {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "[telemetry] protocol `{p}` is not supported: use \"http/protobuf\" or \
                  \"http/json\" (gRPC is not supported)"
-            ));
+            )));
         }
         for (header, var) in &self.headers_env {
             let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
             if header.is_empty() || !header.chars().all(token) {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "[telemetry] headers_env: `{header}` is not an HTTP header name"
-                ));
+                )));
             }
             if !crate::secrets::is_valid_env_name(var) {
                 // Never echo it: what fails this check is often a pasted token.
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "[telemetry] headers_env.{header} ({} characters, not shown) is not an \
                      environment variable name; name the variable that holds the header's value \
                      (a header value never goes in the file), e.g. {header} = \"COLLECTOR_AUTH\"",
                     var.chars().count()
-                ));
+                )));
             }
         }
         Ok(())
@@ -122,17 +124,19 @@ mod tests {
         );
         assert!(ok.check().is_ok());
         assert!(ok.content);
-        let bad = parse("endpoint = \"c:4318\"").check().unwrap_err();
+        let bad = parse("endpoint = \"c:4318\"").check().unwrap_err().message;
         assert!(bad.contains("endpoint"), "{bad}");
-        let bad = parse("protocol = \"grpc\"").check().unwrap_err();
+        let bad = parse("protocol = \"grpc\"").check().unwrap_err().message;
         assert!(bad.contains("grpc"), "{bad}");
         let bad = parse("headers_env = { authorization = \"Bearer sk-123\" }")
             .check()
-            .unwrap_err();
+            .unwrap_err()
+            .message;
         assert!(!bad.contains("sk-123"), "{bad}");
         let bad = parse("headers_env = { \"a b\" = \"X\" }")
             .check()
-            .unwrap_err();
+            .unwrap_err()
+            .message;
         assert!(bad.contains("header name"), "{bad}");
         assert!(toml::from_str::<TelemetryConfig>("headers = { a = \"b\" }").is_err());
     }

@@ -30,6 +30,7 @@ use serde::Deserialize;
 
 use super::paths::Workspace;
 use super::{ToolContext, ToolOutput, env};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fsx;
 use crate::process::{self, Capture, Waited, orphans};
 use crate::sandbox;
@@ -82,7 +83,7 @@ fn run_with_env(
             Ok(d) => {
                 return ToolOutput::error(format!("`{}` is not a directory", ws.display(&d)));
             }
-            Err(e) => return ToolOutput::error(e),
+            Err(e) => return ToolOutput::error(e.message),
         },
     };
     if ctx.cancel.load(Ordering::SeqCst) {
@@ -206,14 +207,14 @@ fn run_with_env(
 struct OpTempDir(std::path::PathBuf);
 
 impl OpTempDir {
-    fn create(ctx: &ToolContext) -> Result<OpTempDir, String> {
+    fn create(ctx: &ToolContext) -> Result<OpTempDir> {
         use std::os::unix::fs::DirBuilderExt;
         let base = ctx
             .tool_home
             .parent()
             .unwrap_or(ctx.tool_home)
             .join("tool-tmp");
-        fsx::create_dir_private(&base).map_err(|e| e.to_string())?;
+        fsx::create_dir_private(&base)?;
         let dir = base.join(ctx.mark.op_id);
         // A leftover of a crashed attempt at the same operation is not reused.
         let _ = std::fs::remove_dir_all(&dir);
@@ -221,7 +222,10 @@ impl OpTempDir {
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
+            .map_err(|e| {
+                let message = format!("{}: {e}", dir.display());
+                Error::io_told(message, &dir, e, ErrorKind::Failed)
+            })?;
         Ok(OpTempDir(dir))
     }
 }

@@ -70,7 +70,7 @@ pub(crate) fn write(
 ) -> ToolOutput {
     let path = match ws.resolve_for_write(&args.path) {
         Ok(p) => p,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.message),
     };
     let shown = ws.display(&path);
     if path == ws.root() || path.is_dir() {
@@ -138,7 +138,7 @@ pub(crate) fn write(
 pub(crate) fn edit(ws: &Workspace, args: EditArgs, sight: Sight) -> ToolOutput {
     let path = match ws.resolve_for_write(&args.path) {
         Ok(p) => p,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.message),
     };
     let shown = ws.display(&path);
     if args.old_string.is_empty() {

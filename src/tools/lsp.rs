@@ -39,7 +39,7 @@ pub(crate) fn run(ws: &Workspace, args: LspArgs, ctx: &ToolContext) -> ToolOutpu
     };
     let path = match ws.resolve(&args.path) {
         Ok(p) => p,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.message),
     };
     let op = args.operation;
     let position = match (op.at_position(), args.line, args.character) {

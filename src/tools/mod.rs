@@ -162,7 +162,7 @@ impl Admitted<'_> {
             .map(|ws| ws.with_protected(ctx.fence.protected()))
         {
             Ok(ws) => cap(redacted(self.run(&ws, ctx)), ctx.blobs),
-            Err(e) => ToolOutput::error(e),
+            Err(e) => ToolOutput::error(e.message),
         };
         // The call's span (when its run is traced) is current while it runs: the MCP and LSP
         // requests it makes go under it (`crate::telemetry::current`).

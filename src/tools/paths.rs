@@ -23,6 +23,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use crate::error::{Error, ErrorKind, Result};
+
 /// The canonical workspace root, and path resolution against it.
 #[derive(Debug, Clone)]
 pub(crate) struct Workspace {
@@ -32,15 +34,16 @@ pub(crate) struct Workspace {
 }
 
 impl Workspace {
-    pub(crate) fn new(root: &Path) -> Result<Workspace, String> {
-        let root = root
-            .canonicalize()
-            .map_err(|e| format!("workspace root {} is not accessible: {e}", root.display()))?;
+    pub(crate) fn new(root: &Path) -> Result<Workspace> {
+        let root = root.canonicalize().map_err(|e| {
+            let message = format!("workspace root {} is not accessible: {e}", root.display());
+            Error::io_told(message, root, e, ErrorKind::Failed)
+        })?;
         if !root.is_dir() {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "workspace root {} is not a directory",
                 root.display()
-            ));
+            )));
         }
         Ok(Workspace {
             root,
@@ -64,18 +67,24 @@ impl Workspace {
 
     /// Resolves a tool's `path` argument to a canonical path inside the root. The target need not
     /// exist (for `write`), but its deepest existing ancestor must resolve inside the root.
-    pub(crate) fn resolve(&self, input: &str) -> Result<PathBuf, String> {
+    ///
+    /// A refusal is the crate's [`Error`]: malformed input is [`ErrorKind::InvalidInput`], a path
+    /// that would leave the workspace is [`ErrorKind::Policy`]. The tools hand its message to the
+    /// model as the call's error.
+    pub(crate) fn resolve(&self, input: &str) -> Result<PathBuf> {
         if input.is_empty() {
-            return Err("path is empty; give a path relative to the workspace root".into());
+            return Err(Error::invalid(
+                "path is empty; give a path relative to the workspace root",
+            ));
         }
         if input.contains('\0') {
-            return Err("path contains a NUL byte".into());
+            return Err(Error::invalid("path contains a NUL byte"));
         }
         let raw = Path::new(input);
         if raw.components().any(|c| c == Component::ParentDir) {
-            return Err(format!(
+            return Err(Error::policy(format!(
                 "path `{input}` contains `..`; paths must stay inside the workspace (use a path relative to its root)"
-            ));
+            )));
         }
         let joined = if raw.is_absolute() {
             raw.to_path_buf()
@@ -91,33 +100,35 @@ impl Workspace {
             // Absolute paths are accepted only inside the root; also compare canonically in case
             // the caller spelled the root through a symlink.
             if !canonical_or_ancestor(&joined).is_some_and(|c| c.starts_with(&self.root)) {
-                return Err(format!(
+                return Err(Error::policy(format!(
                     "path `{input}` is outside the workspace root {}",
                     self.root.display()
-                ));
+                )));
             }
         }
         let resolved = canonical_or_ancestor(&joined).ok_or_else(|| {
-            format!("path `{input}` cannot be resolved (a dangling or looping symlink?)")
+            Error::invalid(format!(
+                "path `{input}` cannot be resolved (a dangling or looping symlink?)"
+            ))
         })?;
         if !resolved.starts_with(&self.root) {
-            return Err(format!(
+            return Err(Error::policy(format!(
                 "path `{input}` resolves outside the workspace root {} (through a symlink); refused",
                 self.root.display()
-            ));
+            )));
         }
         Ok(resolved)
     }
 
     /// [`Workspace::resolve`] for a tool that writes: also refuses every path inside a git
     /// directory (module docs).
-    pub(crate) fn resolve_for_write(&self, input: &str) -> Result<PathBuf, String> {
+    pub(crate) fn resolve_for_write(&self, input: &str) -> Result<PathBuf> {
         let resolved = self.resolve(input)?;
         let refuse = || {
-            Err(format!(
+            Err(Error::policy(format!(
                 "path `{input}` is inside a git directory; tools never write there (git runs \
                  the programs its config, hooks and attributes name)"
-            ))
+            )))
         };
         let is_dot_git = |c: Component| matches!(c, Component::Normal(n) if n.to_string_lossy().eq_ignore_ascii_case(".git"));
         if Path::new(input).components().any(is_dot_git) {
@@ -138,12 +149,12 @@ impl Workspace {
             return refuse();
         }
         if let Some(dir) = self.protected.iter().find(|p| resolved.starts_with(p)) {
-            return Err(format!(
+            return Err(Error::policy(format!(
                 "path `{input}` is inside the DWP plan folder {} this run works on; tools never \
                  write there (its journal and meter records are the runtime's evidence, written \
                  only by kxen-agent and `dwp`)",
                 self.display(dir)
-            ));
+            )));
         }
         Ok(resolved)
     }
@@ -218,13 +229,19 @@ mod tests {
     #[test]
     fn dotdot_absolute_outside_and_empty_are_refused() {
         let (tmp, ws) = setup();
-        assert!(ws.resolve("../secret.txt").unwrap_err().contains(".."));
+        assert!(
+            ws.resolve("../secret.txt")
+                .unwrap_err()
+                .message
+                .contains("..")
+        );
         assert!(ws.resolve("src/../../secret.txt").is_err());
         assert!(ws.resolve("src/../lib.rs").is_err(), "any `..` is refused");
         let outside = tmp.path().join("secret.txt");
         assert!(
             ws.resolve(outside.to_str().unwrap())
                 .unwrap_err()
+                .message
                 .contains("outside")
         );
         assert!(ws.resolve("/etc/passwd").is_err());
@@ -239,7 +256,12 @@ mod tests {
         symlink(tmp.path().join("secret.txt"), ws.root().join("leak")).unwrap();
         symlink(ws.root().join("src/lib.rs"), ws.root().join("alias")).unwrap();
         symlink("/nonexistent/target", ws.root().join("dangling")).unwrap();
-        assert!(ws.resolve("up/secret.txt").unwrap_err().contains("symlink"));
+        assert!(
+            ws.resolve("up/secret.txt")
+                .unwrap_err()
+                .message
+                .contains("symlink")
+        );
         assert!(
             ws.resolve("up/new-file").is_err(),
             "new file under an escaping dir"

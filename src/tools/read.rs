@@ -32,7 +32,7 @@ pub(crate) struct ReadArgs {
 pub(crate) fn run(ws: &Workspace, args: ReadArgs, sight: super::hints::Sight) -> ToolOutput {
     let path = match ws.resolve(&args.path) {
         Ok(p) => p,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.message),
     };
     let shown = ws.display(&path);
     let meta = match std::fs::metadata(&path) {

@@ -19,6 +19,7 @@ use serde_json::Value;
 use super::hints::Sight;
 use super::paths::Workspace;
 use super::{ToolContext, ToolOutput, ToolSchema, exec, file, lsp, read, schema, search, task};
+use crate::error::{Error, Result};
 
 /// Every tool this runtime implements, in the order the model is offered them.
 pub static REGISTRY: Registry = Registry {
@@ -371,14 +372,20 @@ impl<A: DeserializeOwned + schemars::JsonSchema> Executor for Typed<A> {
     fn run(&self, name: &str, ws: &Workspace, arguments: &Value, ctx: &ToolContext) -> ToolOutput {
         match parse::<A>(name, arguments) {
             Ok(args) => (self.0)(ws, args, ctx),
-            Err(e) => ToolOutput::error(e),
+            Err(e) => ToolOutput::error(e.message),
         }
     }
 }
 
-pub(super) fn parse<T: DeserializeOwned>(tool: &str, arguments: &Value) -> Result<T, String> {
-    T::deserialize(arguments)
-        .map_err(|e| format!("invalid arguments for `{tool}`: {e}; see the tool's schema"))
+/// A tool's arguments as its type; arguments that do not fit are invalid input (the model's),
+/// whose message the tool call returns.
+pub(super) fn parse<T: DeserializeOwned>(tool: &str, arguments: &Value) -> Result<T> {
+    T::deserialize(arguments).map_err(|e| {
+        Error::invalid(format!(
+            "invalid arguments for `{tool}`: {e}; see the tool's schema"
+        ))
+        .with_source(e)
+    })
 }
 
 fn json_kind(v: &Value) -> &'static str {

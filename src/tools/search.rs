@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use super::ToolOutput;
 use super::paths::Workspace;
+use crate::error::{Error, Result};
 
 /// Most paths `glob` lists.
 const MAX_GLOB_RESULTS: usize = 1000;
@@ -57,15 +58,15 @@ struct FilePattern {
 }
 
 impl FilePattern {
-    fn new(pattern: &str) -> Result<FilePattern, String> {
+    fn new(pattern: &str) -> Result<FilePattern> {
         let pattern = pattern.strip_prefix("./").unwrap_or(pattern);
         if pattern.is_empty() {
-            return Err("glob pattern is empty".into());
+            return Err(Error::invalid("glob pattern is empty"));
         }
         let glob = GlobBuilder::new(pattern)
             .literal_separator(true)
             .build()
-            .map_err(|e| format!("invalid glob pattern `{pattern}`: {e}"))?;
+            .map_err(|e| Error::invalid(format!("invalid glob pattern `{pattern}`: {e}")))?;
         Ok(FilePattern {
             matcher: glob.compile_matcher(),
             by_name: !pattern.contains('/'),
@@ -83,13 +84,18 @@ impl FilePattern {
 }
 
 /// Resolves the optional `path` argument (default: the workspace root).
-fn base(ws: &Workspace, path: Option<&str>) -> Result<PathBuf, String> {
+/// Refusals are the crate's [`Error`] (the path's own, or not found); the tools give the model
+/// its message.
+fn base(ws: &Workspace, path: Option<&str>) -> Result<PathBuf> {
     let base = match path {
         None | Some("") => ws.root().to_path_buf(),
         Some(p) => ws.resolve(p)?,
     };
     if !base.exists() {
-        return Err(format!("`{}` does not exist", ws.display(&base)));
+        return Err(Error::not_found(format!(
+            "`{}` does not exist",
+            ws.display(&base)
+        )));
     }
     Ok(base)
 }
@@ -122,11 +128,11 @@ fn relative<'a>(file: &'a Path, base: &Path) -> &'a Path {
 pub(crate) fn glob(ws: &Workspace, args: GlobArgs) -> ToolOutput {
     let pattern = match FilePattern::new(&args.pattern) {
         Ok(p) => p,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.message),
     };
     let base = match base(ws, args.path.as_deref()) {
         Ok(b) => b,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.message),
     };
     let matches: Vec<String> = walk(&base)
         .into_iter()
@@ -161,11 +167,11 @@ pub(crate) fn grep(ws: &Workspace, args: GrepArgs) -> ToolOutput {
     };
     let filter = match args.glob.as_deref().map(FilePattern::new).transpose() {
         Ok(f) => f,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.message),
     };
     let base = match base(ws, args.path.as_deref()) {
         Ok(b) => b,
-        Err(e) => return ToolOutput::error(e),
+        Err(e) => return ToolOutput::error(e.message),
     };
     let mut out = String::new();
     let mut shown = 0usize;

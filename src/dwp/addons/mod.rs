@@ -82,7 +82,7 @@ pub fn descriptor_location(key: &str) -> String {
 
 /// Reads the raw descriptor of `key`: the shipped one, or `$DWP_ADDONS_DIR/<key>/addon.json`.
 /// A file that cannot be read or parsed gives the single error `<path> unreadable (<reason>)`.
-pub fn load_raw(key: &str) -> Result<Value, String> {
+fn load_raw(key: &str) -> Result<Value, String> {
     let text = match std::env::var_os(ADDONS_DIR_ENV).filter(|d| !d.is_empty()) {
         Some(dir) => {
             let path = PathBuf::from(dir).join(key).join("addon.json");

@@ -15,7 +15,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::journal::{JournalRecord, OpPhase, OpTable};
 use crate::session::run_record::{RunState, RunStatus};
 use crate::session::{Message, Role};
@@ -224,9 +224,9 @@ pub(super) struct RunFiles<'a> {
     pub table: &'a OpTable,
 }
 
-/// Checks a referenced blob (`sha256` as recorded, `bytes`); the error is the reason, which the
-/// caller places at the journal's line.
-pub(super) type BlobCheck<'a> = dyn FnMut(&str, u64) -> std::result::Result<(), String> + 'a;
+/// Checks a referenced blob (`sha256` as recorded, `bytes`); the error (corrupt state) says
+/// only what is wrong with the blob, and the caller places it at the journal's line.
+pub(super) type BlobCheck<'a> = dyn FnMut(&str, u64) -> Result<()> + 'a;
 
 /// The checks of one run against the messages (`by_id`, read from `messages`), in the order
 /// `docs/state-format.md` lists them; the first failure is returned. `blobs` checks each blob a
@@ -430,7 +430,11 @@ fn check_journal_refs(
             }
             OpRef::Blob { sha256, bytes } => {
                 if let Some(check) = blobs.as_deref_mut() {
-                    check(sha256, *bytes).map_err(|why| corrupt_at(journal, line, why))?;
+                    check(sha256, *bytes).map_err(|why| {
+                        let at = format!("{}:{line}", journal.display());
+                        Error::wrap(ErrorKind::Corrupt, at, why)
+                            .with_hint("restore the session from a backup or bundle")
+                    })?;
                 }
             }
         }

@@ -444,34 +444,40 @@ fn check_blob(
     name: &str,
     bytes: u64,
     hashed: &HashMap<String, u64>,
-) -> std::result::Result<(), String> {
+) -> Result<()> {
     if name.len() != 64
         || !name
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     {
-        return Err(format!("blob id {name:?} is not 64 lowercase hex digits"));
+        return Err(Error::corrupt(format!(
+            "blob id {name:?} is not 64 lowercase hex digits"
+        )));
     }
     let path = blobs_dir.join(name);
     if let Some(&len) = hashed.get(name) {
         if len != bytes {
-            return Err(format!(
+            return Err(Error::corrupt(format!(
                 "blob {} does not match its reference (expected {bytes} bytes hashing to its name)",
                 path.display()
-            ));
+            )));
         }
         return Ok(());
     }
     let mut hasher = crate::hash::Sha256Stream::new();
-    let mut file = std::fs::File::open(&path)
-        .map_err(|e| format!("references blob {name}, which cannot be read ({e})"))?;
+    let mut file = std::fs::File::open(&path).map_err(|e| {
+        Error::corrupt(format!(
+            "references blob {name}, which cannot be read ({e})"
+        ))
+        .with_source(e)
+    })?;
     let mut buf = vec![0u8; 1 << 16];
     let mut len = 0u64;
     loop {
         use std::io::Read;
-        let n = file
-            .read(&mut buf)
-            .map_err(|e| format!("cannot read blob {} ({e})", path.display()))?;
+        let n = file.read(&mut buf).map_err(|e| {
+            Error::corrupt(format!("cannot read blob {} ({e})", path.display())).with_source(e)
+        })?;
         if n == 0 {
             break;
         }
@@ -479,10 +485,10 @@ fn check_blob(
         hasher.update(&buf[..n]);
     }
     if len != bytes || hasher.finish_hex() != name {
-        return Err(format!(
+        return Err(Error::corrupt(format!(
             "blob {} does not match its reference (expected {bytes} bytes hashing to its name)",
             path.display()
-        ));
+        )));
     }
     Ok(())
 }
