@@ -1,20 +1,25 @@
 //! Benchmark: what tracing costs a tool call. Runs N `read` calls (default 1,000;
 //! `KXEN_BENCH_CALLS`) through the script provider, as `benches/tool_journal.rs` does, once with
 //! the plain event sink and once wrapped in the OpenTelemetry sink exporting protobuf to a live
-//! collector (a loopback HTTP server in this process answering 200 to every export), alternating
-//! `KXEN_BENCH_REPS` times (default 3). Target: traced ≤ 1.05× untraced per call.
+//! collector (a loopback HTTP server in a separate process answering 200 to every export),
+//! alternating `KXEN_BENCH_REPS` times (default 3; untraced first on even reps, traced first on
+//! odd ones). Target: traced ≤ 1.05× untraced per call.
 //!
-//! Two figures per mode: wall clock, and the process's user + sys CPU (`getrusage`, every
-//! thread: the exporter's and the in-process collector's included, so the traced figure is an
-//! upper bound). A call's wall clock is mostly the journal's fsyncs, whose latency on a shared
-//! disk drifts more between runs than tracing could add; CPU is what tracing can actually cost.
+//! Two figures per mode, each the median over the reps with its spread ((max − min) / median,
+//! what machine noise alone does to one mode): wall clock, and this process's user + sys CPU
+//! (`getrusage`, every thread: the run's and the exporter's; the collector is another process,
+//! so what it costs to parse the exports is not counted against tracing). A call's wall clock is
+//! mostly the journal's fsyncs, whose latency on a shared disk drifts more between runs than
+//! tracing could add; CPU is what tracing can actually cost. Every rep's figures are printed
+//! too, in the order they ran.
 //!
-//! Run: `cargo bench --bench telemetry`.
+//! Run: `cargo bench --bench telemetry` (release build; `KXEN_BENCH_DIR` puts the scratch
+//! Sessions on another disk).
 
 // Test and bench fixtures write with plain std::fs (clippy.toml bans it in the library).
 #![allow(clippy::disallowed_methods)]
 
-use std::io::{BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -29,10 +34,32 @@ use kxen::telemetry::{Protocol, Settings, Tracing};
 
 mod support;
 
-/// A collector: reads each request and answers 200; counts the exports.
-fn collector() -> (u16, Arc<AtomicUsize>) {
+/// The collector, as a separate process (this bench binary again, with [`COLLECTOR`] set): it
+/// answers 200 to every export and counts them. Out of process so that the CPU the bench
+/// measures is the run's (its exporter thread included), not the collector's parsing.
+fn collector() -> (u16, std::process::Child) {
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .env(COLLECTOR, "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the collector process");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (line.trim().parse().expect("the collector's port"), child)
+}
+
+/// Set in the collector process's environment.
+const COLLECTOR: &str = "KXEN_BENCH_COLLECTOR";
+
+/// The collector process: prints its port, serves until its stdin closes, then prints how many
+/// exports it received.
+fn serve() {
     let socket = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = socket.local_addr().unwrap().port();
+    println!("{}", socket.local_addr().unwrap().port());
+    std::io::stdout().flush().unwrap();
     let exports = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&exports);
     std::thread::spawn(move || {
@@ -50,10 +77,14 @@ fn collector() -> (u16, Arc<AtomicUsize>) {
             });
         }
     });
-    (port, exports)
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    println!("{}", exports.load(Ordering::SeqCst));
 }
 
 fn main() {
+    if std::env::var_os(COLLECTOR).is_some() {
+        return serve();
+    }
     kxen::own_env::init().expect("environment snapshot");
     let calls = support::env_num("KXEN_BENCH_CALLS", 1000);
     let reps = support::env_num("KXEN_BENCH_REPS", 3).max(1);
@@ -66,7 +97,7 @@ fn main() {
         std::hint::black_box(kxen::telemetry::current::client_call().is_some() || x == n);
     }
     let off_ns = off.elapsed().as_nanos() as f64 / f64::from(n);
-    let (port, exports) = collector();
+    let (port, mut collector) = collector();
     let settings = Settings {
         endpoint: format!("http://127.0.0.1:{port}/v1/traces"),
         headers: Default::default(),
@@ -86,30 +117,63 @@ fn main() {
             plain.push(run(calls, None, rep));
         }
     }
-    let cpu = |runs: &[(f64, f64)]| support::median(runs.iter().map(|r| r.1).collect());
-    let (pc, tc) = (cpu(&plain), cpu(&traced));
-    let wall = |runs: Vec<(f64, f64)>| support::median(runs.into_iter().map(|r| r.0).collect());
-    let (p, t) = (wall(plain), wall(traced));
+    // The collector's count of exports, once its stdin closes.
+    drop(collector.stdin.take());
+    let mut exports = String::new();
+    collector
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut exports)
+        .unwrap();
+    collector.wait().unwrap();
+    let ms = |secs: f64| secs / calls as f64 * 1e3;
+    // Median, and the spread of the runs around it (max - min over the median): what the
+    // machine's noise does to one mode alone.
+    let figure = |xs: Vec<f64>| {
+        let median = support::median(xs.clone());
+        let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = xs.iter().copied().fold(0.0, f64::max);
+        (median, (hi - lo) / median)
+    };
+    let (pw, pw_spread) = figure(plain.iter().map(|r| r.0).collect());
+    let (tw, tw_spread) = figure(traced.iter().map(|r| r.0).collect());
+    let (pc, pc_spread) = figure(plain.iter().map(|r| r.1).collect());
+    let (tc, tc_spread) = figure(traced.iter().map(|r| r.1).collect());
     println!("telemetry: {calls} tool calls (read) through the script provider, median of {reps}");
     println!(
-        "  untraced: {:.3} s, {:.3} ms per tool call",
-        p,
-        p / calls as f64 * 1e3
+        "  wall per tool call: untraced {:.3} ms (spread {:.0}%), traced {:.3} ms (spread {:.0}%); \
+         ratio {:.3}x (target <= 1.05x)",
+        ms(pw),
+        pw_spread * 100.0,
+        ms(tw),
+        tw_spread * 100.0,
+        tw / pw
     );
     println!(
-        "  traced:   {:.3} s, {:.3} ms per tool call ({} exports received)",
-        t,
-        t / calls as f64 * 1e3,
-        exports.load(Ordering::SeqCst)
-    );
-    println!("  ratio: {:.3}x (target <= 1.05x)", t / p);
-    println!("  tracing off: {off_ns:.1} ns of hooks per tool call");
-    println!(
-        "  CPU: untraced {:.3} ms, traced {:.3} ms per tool call; ratio {:.3}x",
-        pc / calls as f64 * 1e3,
-        tc / calls as f64 * 1e3,
+        "  CPU per tool call:  untraced {:.3} ms (spread {:.0}%), traced {:.3} ms (spread {:.0}%); \
+         ratio {:.3}x (target <= 1.05x)",
+        ms(pc),
+        pc_spread * 100.0,
+        ms(tc),
+        tc_spread * 100.0,
         tc / pc
     );
+    println!(
+        "  exports received by the collector: {}",
+        exports.trim().lines().last().unwrap_or("?")
+    );
+    println!("  tracing off: {off_ns:.1} ns of hooks per tool call");
+    // Every run's figures, in the order they ran (for an off-vs-off comparison).
+    for (i, (p, t)) in plain.iter().zip(&traced).enumerate() {
+        println!(
+            "  rep {i}: untraced {:.3} ms wall {:.3} ms CPU; traced {:.3} ms wall {:.3} ms CPU",
+            ms(p.0),
+            ms(p.1),
+            ms(t.0),
+            ms(t.1)
+        );
+    }
 }
 
 /// One run of `calls` reads; seconds of wall clock and of CPU from the first model call to the

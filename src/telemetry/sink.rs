@@ -26,6 +26,16 @@ use crate::events::{Event, EventSink};
 use crate::state::StateDir;
 use crate::usage::UsageRecord;
 
+/// Which model answer a `chat` span stands for, so the tool calls of one answer share it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    /// The answer of turn N of this attempt, told by the loop's progress reports.
+    Turn(u64),
+    /// A journaled message: a compaction summary, or an earlier attempt's answer whose calls
+    /// this attempt runs (found in the journal).
+    Message(String),
+}
+
 /// A span being measured.
 struct Open {
     span_id: [u8; 8],
@@ -60,8 +70,8 @@ pub struct TracingSink<'a> {
     /// Since when the run waits for the model (its start, or the end of a turn's last tool):
     /// the start of the next `chat` span.
     waiting_since: Option<u64>,
-    /// The assistant message of the last model call, and its span (the parent of its tools).
-    last_chat: Option<(String, [u8; 8])>,
+    /// The answer of the last model call, and its span (the parent of its tools).
+    last_chat: Option<(Option<Answer>, [u8; 8])>,
     tools: HashMap<String, Open>,
     journal: Option<JournalTail>,
     state: Option<StateDir>,
@@ -71,12 +81,16 @@ pub struct TracingSink<'a> {
     /// reports around it (the loop reports before a call and after its answer, with the same
     /// turn). The final answer's `chat` span carries them; its message is in no journal record.
     answered: Option<UsageRecord>,
+    /// The turn whose model call answered last in this attempt (two progress reports of the
+    /// same turn): the answer the next tool calls belong to.
+    answered_turn: Option<u64>,
 }
 
 impl<'a> TracingSink<'a> {
     /// `provider_info` is the run record's description of the provider (`kind`, `model`).
-    /// `state` is where the run's journal is read to tell which model call a tool call belongs
-    /// to (events do not say).
+    /// `state` is where the run's journal is read to tell which model call a tool call of an
+    /// earlier attempt's answer belongs to (events do not say; the loop's progress reports tell
+    /// it for this attempt's own answers).
     pub fn new(
         inner: &'a mut dyn EventSink,
         queue: Queue,
@@ -106,6 +120,7 @@ impl<'a> TracingSink<'a> {
             last_chat: None,
             progress: None,
             answered: None,
+            answered_turn: None,
             tools: HashMap::new(),
             journal: None,
             state: Some(state.clone()),
@@ -187,8 +202,8 @@ impl<'a> TracingSink<'a> {
 
     /// Ends the model call that produced message `message_id` (if it is a new one): a `chat`
     /// span from when the run began waiting for the model until now.
-    fn chat(&mut self, message_id: Option<&str>, usage: Option<UsageRecord>, finish: &str) {
-        if message_id.is_some() && self.last_chat.as_ref().map(|(m, _)| m.as_str()) == message_id {
+    fn chat(&mut self, answer: Option<Answer>, usage: Option<UsageRecord>, finish: &str) {
+        if answer.is_some() && self.last_chat.as_ref().map(|(a, _)| a) == Some(&answer) {
             return; // another call of the same model answer
         }
         let Some(start) = self.waiting_since.take() else {
@@ -225,7 +240,7 @@ impl<'a> TracingSink<'a> {
                 Self::message_value("assistant", &text),
             ));
         }
-        self.last_chat = Some((message_id.unwrap_or_default().to_string(), chat.span_id));
+        self.last_chat = Some((answer, chat.span_id));
         self.close(chat, Status::Unset, "");
     }
 
@@ -244,11 +259,25 @@ impl<'a> TracingSink<'a> {
         }
     }
 
-    /// A tool call of the model answer `message_id` starts or stops: that answer's model call
-    /// ended (if it is a new one), and the run no longer waits for the model.
+    /// Tool call `op_id` starts or is held: the model call whose answer asked for it ended (if
+    /// it is a new one), and the run no longer waits for the model.
+    ///
+    /// A call of an answer this attempt received belongs to the last answered turn, with the
+    /// tokens of that call's progress reports: nothing is read. Only a call of an earlier
+    /// attempt's answer (a resume runs an approved or recovered call before any model call)
+    /// is looked up in the journal, for its message and usage. (Reading the journal's new tail
+    /// for every call cost a tool call a seek, two reads and a JSON parse on the run's thread.)
     fn turn_of(&mut self, op_id: &str) {
-        let (message, usage) = self.message_of(op_id);
-        self.chat(message.as_deref(), usage, "tool_calls");
+        match self.answered_turn {
+            Some(turn) => {
+                let usage = self.answered;
+                self.chat(Some(Answer::Turn(turn)), usage, "tool_calls");
+            }
+            None => {
+                let (message, usage) = self.message_of(op_id);
+                self.chat(message.map(Answer::Message), usage, "tool_calls");
+            }
+        }
         self.waiting_since = None;
     }
 
@@ -348,13 +377,14 @@ impl<'a> TracingSink<'a> {
                 self.waiting_since = Some(span::now_ns());
                 self.journal = None;
                 self.last_chat = None;
+                self.answered_turn = None;
             }
             Event::Compacted {
                 message_id, usage, ..
             } => {
                 // A compaction summary is a model call of its own; the next one starts now.
                 let id = message_id.clone();
-                self.chat(Some(&id), *usage, "compaction");
+                self.chat(Some(Answer::Message(id)), *usage, "compaction");
                 self.waiting_since = Some(span::now_ns());
             }
             Event::ModelText { text, .. } if self.content => {
@@ -491,6 +521,7 @@ impl EventSink for TracingSink<'_> {
             };
             // A provider that reported no usage leaves the totals as they were.
             self.answered = (call != UsageRecord::default()).then_some(call);
+            self.answered_turn = Some(progress.turn);
         }
         self.progress = Some(*progress);
         self.inner.progress(progress);
