@@ -354,6 +354,8 @@ def price_of(config_path):
 def run_kxen(task, work, tmp, args, timeout):
     agent = tmp / "agent.yaml"
     verify = "\n    verifyBeforeCompletion: true" if args.verify_before_completion else ""
+    if args.environment_preamble:
+        verify += "\n    environmentPreamble: true"
     agent.write_text(AGENT_YAML.format(max_turns=args.max_turns, wall_ms=int(timeout * 1000),
                                        verify=verify))
     if args.script_solution:
@@ -650,6 +652,9 @@ def main(argv=None):
     r.add_argument("--verify-before-completion", action="store_true",
                    help="kxen only: set the definition's verifyBeforeCompletion (a binary before "
                         "it existed refuses the field)")
+    r.add_argument("--environment-preamble", action="store_true",
+                   help="kxen only: set the definition's environmentPreamble (a workspace "
+                        "listing in the first turn; a binary before it existed refuses it)")
     r.add_argument("--metrics-url", help="llama-server /metrics, read before and after each task")
     r.add_argument("--label", help="the column name in tables (default: the agent)")
     r.add_argument("--out", default="eval-results.jsonl")

@@ -9,6 +9,13 @@
 # MODEL_DIR holds llama.cpp/build/bin/llama-server, qwen2.5-coder-1.5b.gguf and the chat
 # template qwen2.5-coder-fenced-tools.jinja (what `setup.sh MODEL_DIR 1.5b` leaves there).
 # Needs: target/release/kxen-agent (or KXEN_AGENT=path), `python3 -m pip install mini-swe-agent`.
+#
+# Environment: TEMPLATE=FILE picks another chat template in MODEL_DIR (round 3 of docs/eval.md
+# used qwen2.5-coder-fenced-tools-nohint.jinja, the same template without the line after tool
+# results that tells the model to stop); THREADS=N the server's -t (default: nproc);
+# AGENTS="kxen" runs only some of the agents (default "kxen mini-swe-agent"). Everything after
+# `--` goes to every `eval.py run`, e.g. `-- --verify-before-completion --environment-preamble
+# --only … --timeout 300` (the kxen-only flags are ignored for the peers).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 [ $# -ge 1 ] || { echo "usage: $0 MODEL_DIR [PORT] [OUT] [-- eval.py run options…]" >&2; exit 2; }
@@ -18,14 +25,18 @@ if [ $# -ge 1 ] && [ "$1" != -- ]; then port=$1; shift; fi
 if [ $# -ge 1 ] && [ "$1" != -- ]; then out=$1; shift; fi
 [ "${1:-}" = -- ] && shift
 size=${MODEL_SIZE:-1.5b}
+template=${TEMPLATE:-qwen2.5-coder-fenced-tools.jinja}
+threads=${THREADS:-$(nproc)}
+agents=${AGENTS:-kxen mini-swe-agent}
+[ -f "$dir/$template" ] || { echo "error: no chat template $dir/$template" >&2; exit 3; }
 server=$dir/llama.cpp/build/bin/llama-server
 [ -x "$server" ] || { echo "error: no llama-server in $dir (run the real-model setup first)" >&2; exit 3; }
 bin=${KXEN_AGENT:-$here/../../target/release/kxen-agent}
 mkdir -p "$out"
 
 nice -n 5 "$server" -m "$dir/qwen2.5-coder-$size.gguf" -a "qwen2.5-coder-$size" \
-    --host 127.0.0.1 --port "$port" -c 16384 -np 1 -t "$(nproc)" -n 1024 --metrics \
-    --jinja --chat-template-file "$dir/qwen2.5-coder-fenced-tools.jinja" --offline --no-webui \
+    --host 127.0.0.1 --port "$port" -c 16384 -np 1 -t "$threads" -n 1024 --metrics \
+    --jinja --chat-template-file "$dir/$template" --offline --no-webui \
     > "$out/server.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null' EXIT INT TERM
@@ -37,9 +48,12 @@ until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
 done
 
 url=http://127.0.0.1:$port
-for agent in kxen mini-swe-agent; do
+for agent in $agents; do
     nice -n 5 python3 "$here/eval.py" run --agent "$agent" --bin "$bin" --endpoint "$url/v1" \
         --model "qwen2.5-coder-$size" --metrics-url "$url/metrics" -j 1 \
         --out "$out/$agent.jsonl" --keep "$out/keep-$agent" "$@"
 done
-python3 "$here/eval.py" table "$out/kxen.jsonl" "$out/mini-swe-agent.jsonl"
+tables=
+for agent in $agents; do tables="$tables $out/$agent.jsonl"; done
+# shellcheck disable=SC2086 # one path per agent, none with spaces (OUT is ours)
+python3 "$here/eval.py" table $tables

@@ -122,6 +122,13 @@ pub struct Execution {
     /// canonical JSON when absent, so existing definitions hash (and run) as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_before_completion: Option<bool>,
+    /// **(beyond the spec)** The environment preamble ([`crate::run::context`]): `true` gives
+    /// the first turn a short description of the workspace (a bounded file listing, `git
+    /// status --short`, the check the task quotes), computed once and recorded with the task
+    /// message. Absent or `false`: off. Omitted from the canonical JSON when absent, so existing
+    /// definitions hash (and run) as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_preamble: Option<bool>,
 }
 
 impl Default for Execution {
@@ -134,6 +141,7 @@ impl Default for Execution {
             max_repeated_calls: None,
             max_cost_usd: None,
             verify_before_completion: None,
+            environment_preamble: None,
         }
     }
 }

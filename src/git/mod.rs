@@ -16,7 +16,7 @@
 
 mod binding;
 mod checkout;
-mod cli;
+pub(crate) mod cli;
 mod layout;
 mod locks;
 mod objects;

@@ -179,7 +179,12 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         task.id = run.task_message_id.clone();
         // The model has seen nothing of this run yet: its rules are read now.
         let workspace = crate::session::SessionMeta::read(ex.paths, ex.session_id)?.workspace;
-        task.context = crate::run::context::read(&workspace, ex.context_files)?;
+        let environment = ex.definition.spec.execution.environment_preamble == Some(true);
+        task.context = crate::run::context::read(
+            &workspace,
+            ex.context_files,
+            environment.then_some(run.task.as_str()),
+        )?;
         messages.append(task.clone())?;
         conv.push(task);
     }

@@ -112,7 +112,12 @@ pub fn prepare(state: &StateDir, req: &NewRunRequest) -> Result<Draft> {
         text.push_str(&crate::run::prompt::output_schema_note(schema));
     }
     let mut task = Message::new(&run_id, Role::User, text);
-    task.context = crate::run::context::read(&binding, config.context_files())?;
+    let environment = definition.spec.execution.environment_preamble == Some(true);
+    task.context = crate::run::context::read(
+        &binding,
+        config.context_files(),
+        environment.then_some(req.task.as_str()),
+    )?;
     // run.json takes its task from this message: both hold the redacted text.
     task.redact();
     let new = NewSession {

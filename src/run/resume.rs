@@ -61,7 +61,12 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Prepared> {
             if let Some(last) = last {
                 settle_last(&paths, *last)?;
             }
-            let context = crate::run::context::read(&meta.workspace, &runtime.context_files)?;
+            let environment = meta.lock.definition.spec.execution.environment_preamble;
+            let context = crate::run::context::read(
+                &meta.workspace,
+                &runtime.context_files,
+                (environment == Some(true)).then_some(task),
+            )?;
             let run = NewRun {
                 task,
                 context,

@@ -214,3 +214,105 @@ fn an_imported_bundle_replays_the_recorded_rules_not_the_file() {
     assert!(texts[0].contains("ORIGINAL RULE") && !texts[0].contains("CHANGED"));
     assert!(texts[1].contains("CHANGED RULE"), "{}", texts[1]);
 }
+
+/// The fixer with the definition's `environmentPreamble` on.
+fn fixer_with_preamble(env: &TestEnv) -> std::path::PathBuf {
+    let path = fixer(env);
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let yaml = yaml.replace(
+        "maxTurns: 16",
+        "maxTurns: 16\n    environmentPreamble: true",
+    );
+    assert!(yaml.contains("environmentPreamble"), "{yaml}");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+#[test]
+fn the_environment_preamble_is_computed_once_and_replayed_byte_for_byte() {
+    let env = TestEnv::new();
+    let repo = env.git_repo(
+        "repo",
+        &[
+            ("merge.py", "def deep_merge(a, b):\n    pass\n"),
+            ("tests/test_merge.py", "import merge\n"),
+        ],
+    );
+    // The first turn writes a new file (the workspace changes), the second answers.
+    let (url, seen) = serve(|n, _| {
+        let message = if n == 0 {
+            crate::fake_model::tool_call_message(
+                "c1",
+                "write",
+                &json!({"path": "notes.txt", "content": "new\n"}),
+            )
+        } else {
+            json!({"role": "assistant", "content": "Done."})
+        };
+        Reply::json(&completion(message))
+    });
+    let config = config(
+        &env,
+        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""),
+    );
+    let task = "Implement deep_merge. Check it with `python3 -m doctest merge.py`.";
+    let agent = fixer_with_preamble(&env);
+    let run = run_new(&env, &repo, task, &agent, &config, &[]);
+    run.expect(0);
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2);
+    let first = &user_texts(&requests[0])[0];
+    let listing = "Files (2, tracked by git first):\n  merge.py\n  tests/test_merge.py\n";
+    assert!(first.contains(listing), "{first}");
+    assert!(first.contains("`git status --short`: clean"), "{first}");
+    assert!(
+        first.contains("The task's check: `python3 -m doctest merge.py`"),
+        "{first}"
+    );
+    assert!(first.ends_with(&format!("\nTask:\n{task}")), "{first}");
+    // The second turn sends the first turn's bytes again, though notes.txt exists now.
+    assert_eq!(&user_texts(&requests[1])[0], first);
+    assert!(repo.join("notes.txt").is_file());
+
+    // A later run describes the workspace as it is then, and replays the first run's text.
+    let session = session_of(&env);
+    let next = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &session,
+            "--task",
+            "Now this",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    next.expect(0);
+    let third = user_texts(&seen.lock().unwrap()[2]);
+    assert_eq!(&third[0], first);
+    let later = third.last().unwrap();
+    assert!(
+        later.contains("Files (3, tracked by git first):"),
+        "{later}"
+    );
+    assert!(later.contains("?? notes.txt"), "{later}");
+    assert!(!later.contains("The task's check"), "{later}");
+}
+
+#[test]
+fn without_the_preamble_the_first_turn_has_no_workspace_description() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("a.txt", "x\n")]);
+    let (url, seen) = serve(|_, _| {
+        Reply::json(&completion(
+            json!({"role": "assistant", "content": "Done."}),
+        ))
+    });
+    let config = config(
+        &env,
+        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""),
+    );
+    run_new(&env, &repo, "Fix it", &fixer(&env), &config, &[]).expect(0);
+    let first = user_texts(&seen.lock().unwrap()[0]);
+    assert_eq!(first, ["Fix it"]);
+}
