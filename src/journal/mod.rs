@@ -92,6 +92,9 @@ pub struct OpState {
     /// A call whose rule is `ask`: the rule, what the decision is bound to, and the decision.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,
+    /// A Streamable HTTP MCP call: where its answer can be replayed from (`mcpStream`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<crate::mcp::StreamPosition>,
 }
 
 /// The approval part of an operation whose policy rule is `ask`.
@@ -158,6 +161,7 @@ impl OpTable {
                         decision: None,
                         decided_at: None,
                     }),
+                    stream: None,
                 });
                 return Ok(());
             }
@@ -201,7 +205,22 @@ impl OpTable {
                     turn_message_id: None,
                     history: Phases::new(OpPhase::Started),
                     approval: None,
+                    stream: None,
                 });
+                return Ok(());
+            }
+            // Not a transition: the position of a running call, at most once, while it is
+            // `started` (the operation's phase and history stay as they are).
+            JournalRecord::McpStream { position, .. } => {
+                let op = self
+                    .index
+                    .get(&op_id)
+                    .map(|&i| &mut self.ops[i])
+                    .filter(|op| op.phase == OpPhase::Started && op.stream.is_none())
+                    .ok_or_else(|| {
+                        format!("an mcpStream record for {op_id}, which is not a running call")
+                    })?;
+                op.stream = Some(position);
                 return Ok(());
             }
             other => other,
@@ -249,7 +268,9 @@ impl OpTable {
                 }
                 op.output = Some(output);
             }
-            JournalRecord::AwaitingApproval { .. } => unreachable!("handled above"),
+            JournalRecord::AwaitingApproval { .. } | JournalRecord::McpStream { .. } => {
+                unreachable!("handled above")
+            }
         }
         op.phase = next;
         op.history.push(next);
@@ -498,6 +519,9 @@ impl Journal {
         let ok = match (record, table.get(op_id)) {
             (JournalRecord::AwaitingApproval { .. }, existing) => existing.is_none(),
             (JournalRecord::Started { .. }, None) => true,
+            (JournalRecord::McpStream { .. }, Some(op)) => {
+                op.phase == OpPhase::Started && op.stream.is_none()
+            }
             (_, Some(op)) => op.phase.allows(record.phase()),
             (_, None) => false,
         };
