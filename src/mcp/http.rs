@@ -43,6 +43,7 @@ use serde_json::{Value, json};
 use super::client::{CLEANUP_WINDOW, Failure, PROTOCOL_VERSION};
 use super::inbound::Answerer;
 use super::sse::Events;
+use crate::error::Error;
 
 /// The protocol versions whose HTTP transport is Streamable HTTP (2024-11-05's HTTP+SSE
 /// transport is another protocol).
@@ -171,9 +172,9 @@ pub struct HttpClient {
 
 impl HttpClient {
     /// Connects: the `initialize` handshake (and `notifications/initialized`).
-    pub fn connect(spec: Connect) -> Result<HttpClient, String> {
+    pub fn connect(spec: Connect) -> Result<HttpClient, Error> {
         let endpoint = url::Url::parse(spec.url)
-            .map_err(|e| format!("url {:?} is not a URL: {e}", spec.url))?;
+            .map_err(|e| Error::external(format!("url {:?} is not a URL: {e}", spec.url)))?;
         let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
@@ -243,12 +244,12 @@ impl HttpClient {
     }
 
     /// Refreshes the stored entry and keeps the new tokens (in the store, atomically).
-    fn refresh_stored(&mut self) -> Result<(), String> {
+    fn refresh_stored(&mut self) -> Result<(), Error> {
         let (Some(entry), Some(oauth)) = (self.stored.clone(), self.oauth.clone()) else {
-            return Err("no stored token".into());
+            return Err(Error::external("no stored token"));
         };
         let _lock = match &oauth.store {
-            Some(slot) => Some(slot.lock(self.timeout).map_err(|e| e.message)?),
+            Some(slot) => Some(slot.lock(self.timeout)?),
             None => None,
         };
         // Another process may have refreshed it while this one waited: its tokens are used.
@@ -265,7 +266,7 @@ impl HttpClient {
         let until = Instant::now() + self.timeout;
         let next = super::oauth::refresh(&self.wire.agent, &entry, &oauth, until)?;
         if let Some(slot) = &oauth.store {
-            slot.save(&next).map_err(|e| e.message)?;
+            slot.save(&next)?;
         }
         self.wire.token = Some(next.access_token.clone());
         self.refreshed = Some(next.access_token.clone());
@@ -273,7 +274,7 @@ impl HttpClient {
         Ok(())
     }
 
-    fn handshake(&mut self) -> Result<(), String> {
+    fn handshake(&mut self) -> Result<(), Error> {
         self.wire.session = None;
         self.wire.version = None;
         self.dead = None;
@@ -288,21 +289,22 @@ impl HttpClient {
         let (init, session) = match (first, self.challenge.take(), self.oauth.clone()) {
             (Err(Failure::Rpc(refused)), Some(challenge), Some(oauth)) => {
                 // The server wants a token: authorize, then ask again (once).
-                self.authorize(&challenge, &oauth)
-                    .map_err(|why| format!("the initialize handshake failed: {refused}; {why}"))?;
+                self.authorize(&challenge, &oauth).map_err(|why| {
+                    Error::external(format!("the initialize handshake failed: {refused}; {why}"))
+                })?;
                 self.dead = None;
                 self.round_trip("initialize", params, None, None)
             }
             (first, _, _) => first,
         }
-        .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+        .map_err(|f| Error::external(format!("the initialize handshake failed: {f}")))?;
         let version = init["protocolVersion"].as_str().unwrap_or_default();
         if !HTTP_VERSIONS.contains(&version) {
-            return Err(format!(
+            return Err(Error::external(format!(
                 "the server speaks protocol version {}; kxen-agent speaks Streamable HTTP in {}",
                 crate::text::preview(&format!("{version:?}"), 40),
                 HTTP_VERSIONS.join(", ")
-            ));
+            )));
         }
         self.has_tools = super::client::offers_tools(&init);
         self.protocol_version = version.to_string();
@@ -311,14 +313,14 @@ impl HttpClient {
         self.wire.version = Some(version.to_string());
         let until = Instant::now() + self.timeout;
         self.notify("notifications/initialized", json!({}), until)
-            .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+            .map_err(|f| Error::external(format!("the initialize handshake failed: {f}")))?;
         self.listen();
         Ok(())
     }
 
     /// Gets a token with the configured OAuth client after a 401 with `challenge`
     /// ([`super::oauth`]); it replaces the one held (in memory only).
-    fn authorize(&mut self, challenge: &str, oauth: &super::oauth::Client) -> Result<(), String> {
+    fn authorize(&mut self, challenge: &str, oauth: &super::oauth::Client) -> Result<(), Error> {
         let parsed = super::oauth::parse_challenge(challenge);
         // A stored refresh token first (one round trip, nobody asked), unless the server wants
         // more scope than the token has, or the token it refused came from a refresh.
@@ -349,16 +351,16 @@ impl HttpClient {
             until,
         )
         .map_err(|why| {
-            let why = scrub(&why, oauth.secret.as_deref());
-            format!("OAuth authorization failed: {}", self.scrub(&why))
+            let why = scrub(&why.message, oauth.secret.as_deref());
+            Error::external(format!("OAuth authorization failed: {}", self.scrub(&why)))
         })?;
         let entry = authorized.entry(&self.url, oauth);
         if let Some(slot) = &oauth.store {
             slot.save(&entry).map_err(|e| {
-                format!(
+                Error::external(format!(
                     "OAuth authorization succeeded but storing the token failed: {}",
                     e.message
-                )
+                ))
             })?;
         }
         self.wire.token = Some(entry.access_token.clone());
@@ -446,7 +448,7 @@ impl HttpClient {
         }
         match super::client::list_pages(|params| self.request("tools/list", params, None, None)) {
             Err(_) if self.expired => {
-                self.handshake()?;
+                self.handshake().map_err(|e| e.message)?;
                 super::client::list_pages(|params| self.request("tools/list", params, None, None))
             }
             other => other,
@@ -798,7 +800,9 @@ impl Wire {
             }
             let session = match response.headers().get("mcp-session-id") {
                 None => None,
-                Some(v) => Some(session_id(v.as_bytes()).map_err(PostError::Broken)?),
+                Some(v) => {
+                    Some(session_id(v.as_bytes()).map_err(|e| PostError::Broken(e.message))?)
+                }
             };
             if status == 404 && self.session.is_some() {
                 return Err(PostError::Expired);
@@ -1172,7 +1176,7 @@ fn error_body(mut response: ureq::http::Response<ureq::Body>) -> String {
 }
 
 /// A session id as the transport allows it: 1 to [`MAX_SESSION_ID`] visible ASCII characters.
-fn session_id(raw: &[u8]) -> Result<String, String> {
+fn session_id(raw: &[u8]) -> Result<String, Error> {
     if raw.is_empty()
         || raw.len() > MAX_SESSION_ID
         || !raw.iter().all(|b| (0x21..=0x7e).contains(b))
@@ -1180,11 +1184,11 @@ fn session_id(raw: &[u8]) -> Result<String, String> {
         let shown: String = String::from_utf8_lossy(&raw[..raw.len().min(40)])
             .escape_debug()
             .collect();
-        return Err(format!(
+        return Err(Error::external(format!(
             "the server sent an Mcp-Session-Id that is not 1 to {MAX_SESSION_ID} visible ASCII \
              characters (\"{shown}\"…, {} bytes)",
             raw.len()
-        ));
+        )));
     }
     Ok(String::from_utf8_lossy(raw).into_owned())
 }
@@ -1230,7 +1234,7 @@ mod tests {
         for bad in [&b""[..], b"a b", b"a\x01b", b"\xc3\xa9", &[b'x'; 600]] {
             assert!(session_id(bad).is_err(), "{bad:?}");
         }
-        assert!(session_id(b"a\rb").unwrap_err().contains("\\r"));
+        assert!(session_id(b"a\rb").unwrap_err().message.contains("\\r"));
     }
 
     #[test]

@@ -100,6 +100,17 @@ impl From<String> for StartFailure {
     }
 }
 
+/// A connect or start failure of the protocol layer: its message (the caller names the server
+/// and gives the hint, see [`failed`]).
+impl From<Error> for StartFailure {
+    fn from(e: Error) -> StartFailure {
+        StartFailure {
+            why: e.message,
+            setup: None,
+        }
+    }
+}
+
 /// Where the servers of one Session keep their HOMEs.
 #[derive(Debug, Clone)]
 pub struct ServerHomes {
