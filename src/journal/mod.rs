@@ -27,6 +27,7 @@
 //! | `outcomeKnown` | **fsync** | — |
 //! | the tool message (`messages.jsonl`) | lazy | `outcomeKnown` holds its content: recovery appends it again (under the id `settled` names, if that survived) |
 //! | `settled` | lazy (with the next `started`'s fsync) | the outcome is durable: recovery settles again |
+//! | `mcpStream` (an MCP call's stream position) | lazy (with its `outcomeKnown`) | nothing refers to it: the call is UNKNOWN, as without a position |
 //!
 //! The invariant: **every line that may be lost is re-derivable from lines that are durable**,
 //! so no durable line ever refers to something that cannot be put back. In detail:

@@ -624,8 +624,8 @@ impl HttpClient {
                 return Err(Failure::Timeout(self.timeout));
             }
             if let (Some(seen), Ok(event_id)) = (seen, first_event.try_recv()) {
-                // Durable (the caller's journal) while the call goes on: a crash from here on
-                // can be settled from the server's replay.
+                // Journaled (the caller's) while the call goes on: a kill -9 from here on can
+                // be settled from the server's replay.
                 seen(super::StreamPosition {
                     server: self.server.clone(),
                     session_id: self.wire.session.clone(),

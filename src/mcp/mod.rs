@@ -58,9 +58,9 @@ pub struct StreamPosition {
     pub event_id: String,
 }
 
-/// Makes a call's [`StreamPosition`] durable (the run's journal) before the call goes on; a
-/// failure only loses the chance to replay after a crash (the call is then UNKNOWN, as without
-/// a position), so it does not stop the call.
+/// Writes a call's [`StreamPosition`] to the run's journal before the call goes on; a failure
+/// only loses the chance to replay after a crash (the call is then UNKNOWN, as without a
+/// position), so it does not stop the call.
 pub trait StreamJournal: Sync {
     fn record_position(&self, op_id: &str, position: StreamPosition);
 }

@@ -5,6 +5,12 @@
 //!
 //! The replayed answer goes through the same path as a live one: the registry's `mcp__*` entry
 //! (redaction, the 64 KiB cap and its blob, the call's telemetry span), then `outcomeKnown`.
+//!
+//! The position is appended *lazily* (written, not fsynced: [`Journal::record_lazy`]), so a
+//! call costs no fsync more than the protocol's two: the write survives a kill -9 (the page
+//! cache keeps it) and becomes durable with the call's `outcomeKnown`. A power cut may lose it
+//! — it is the journal's last line until that outcome — and then the call is UNKNOWN, exactly
+//! as without a position: losing it never loses anything a durable line refers to.
 
 use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
@@ -18,8 +24,8 @@ use crate::mcp::{StreamJournal, StreamMode, StreamPosition};
 use crate::session::run_record::RunState;
 use crate::tools;
 
-/// The run's journal while a batch of calls runs: each MCP call's position is one more durable
-/// record (`mcpStream`), appended from the call's own thread.
+/// The run's journal while a batch of calls runs: each MCP call's position is one more record
+/// (`mcpStream`, lazily appended: see the module doc), written from the call's own thread.
 pub(super) struct Positions<'j> {
     journal: Mutex<&'j mut Journal>,
 }
@@ -37,7 +43,7 @@ impl StreamJournal for Positions<'_> {
         let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
         // A failed append only loses the replay after a crash (the call is then UNKNOWN, as it
         // would be without a position); the call itself goes on.
-        let _ = journal.record(JournalRecord::McpStream {
+        let _ = journal.record_lazy(JournalRecord::McpStream {
             op_id: op_id.to_string(),
             at: crate::clock::now_rfc3339(),
             position,
