@@ -179,6 +179,7 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
             task: None,
             seen_files: None,
             granted: None,
+            mcp_stream: None,
         };
         let call = kxen::tools::REGISTRY
             .admit("exec", &args, &capabilities)

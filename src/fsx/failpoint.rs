@@ -24,6 +24,9 @@ pub const ALL: &[&str] = &[
     "tool.after-outcome-known",
     "tool.after-turn-append",
     "tool.after-settled",
+    // A Streamable HTTP MCP call (mcp::servers): its stream position (`mcpStream`) is written
+    // (lazily: it survives a process crash), the server still working on the call.
+    "mcp.after-stream-position",
     // Verification before completion (run::verification): the answer and its reminder are
     // durable, the next model call not yet made.
     "verify.after-reminder",

@@ -27,6 +27,7 @@
 //! | `outcomeKnown` | **fsync** | — |
 //! | the tool message (`messages.jsonl`) | lazy | `outcomeKnown` holds its content: recovery appends it again (under the id `settled` names, if that survived) |
 //! | `settled` | lazy (with the next `started`'s fsync) | the outcome is durable: recovery settles again |
+//! | `mcpStream` (an MCP call's stream position) | lazy (with its `outcomeKnown`) | nothing refers to it: the call is UNKNOWN, as without a position |
 //!
 //! The invariant: **every line that may be lost is re-derivable from lines that are durable**,
 //! so no durable line ever refers to something that cannot be put back. In detail:
@@ -92,6 +93,9 @@ pub struct OpState {
     /// A call whose rule is `ask`: the rule, what the decision is bound to, and the decision.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,
+    /// A Streamable HTTP MCP call: where its answer can be replayed from (`mcpStream`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<crate::mcp::StreamPosition>,
 }
 
 /// The approval part of an operation whose policy rule is `ask`.
@@ -182,6 +186,7 @@ impl OpTable {
                         decision: None,
                         decided_at: None,
                     }),
+                    stream: None,
                 });
                 return Ok(());
             }
@@ -225,7 +230,22 @@ impl OpTable {
                     turn_message_id: None,
                     history: Phases::new(OpPhase::Started),
                     approval: None,
+                    stream: None,
                 });
+                return Ok(());
+            }
+            // Not a transition: the position of a running call, at most once, while it is
+            // `started` (the operation's phase and history stay as they are).
+            JournalRecord::McpStream { position, .. } => {
+                let op = self
+                    .index
+                    .get(&op_id)
+                    .map(|&i| &mut self.ops[i])
+                    .filter(|op| op.phase == OpPhase::Started && op.stream.is_none())
+                    .ok_or_else(|| {
+                        format!("an mcpStream record for {op_id}, which is not a running call")
+                    })?;
+                op.stream = Some(position);
                 return Ok(());
             }
             other => other,
@@ -275,7 +295,9 @@ impl OpTable {
                 }
                 op.output = Some(output);
             }
-            JournalRecord::AwaitingApproval { .. } => unreachable!("handled above"),
+            JournalRecord::AwaitingApproval { .. } | JournalRecord::McpStream { .. } => {
+                unreachable!("handled above")
+            }
         }
         op.phase = next;
         op.history.push(next);
@@ -516,6 +538,9 @@ impl Journal {
         let ok = match (record, table.get(op_id)) {
             (JournalRecord::AwaitingApproval { .. }, existing) => existing.is_none(),
             (JournalRecord::Started { .. }, None) => true,
+            (JournalRecord::McpStream { .. }, Some(op)) => {
+                op.phase == OpPhase::Started && op.stream.is_none()
+            }
             (_, Some(op)) => op.phase.allows(record.phase()),
             (_, None) => false,
         };

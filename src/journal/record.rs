@@ -101,6 +101,16 @@ pub enum JournalRecord {
         arguments_hash: String,
         output: ToolOutcome,
     },
+    /// Where the answer of a `started` Streamable HTTP MCP call can be read again: appended
+    /// once, when the server's event stream gave its first event id, while the call runs. Not
+    /// a phase (the operation stays `started`): after a crash, recovery asks the server to
+    /// replay the stream from here ([`crate::mcp::StreamPosition`]) before calling the
+    /// operation UNKNOWN. Never carries a credential (the token is not part of a position).
+    McpStream {
+        op_id: String,
+        at: String,
+        position: crate::mcp::StreamPosition,
+    },
 }
 
 impl JournalRecord {
@@ -129,7 +139,9 @@ impl JournalRecord {
                 crate::redact::redact_in_place(&mut output.text)
             }
             JournalRecord::OutcomeUnknown { reason, .. } => crate::redact::redact_in_place(reason),
-            JournalRecord::Settled { .. } | JournalRecord::Approved { .. } => {}
+            JournalRecord::Settled { .. }
+            | JournalRecord::Approved { .. }
+            | JournalRecord::McpStream { .. } => {}
         }
     }
 
@@ -143,7 +155,8 @@ impl JournalRecord {
             | JournalRecord::Resolved { op_id, .. }
             | JournalRecord::AwaitingApproval { op_id, .. }
             | JournalRecord::Approved { op_id, .. }
-            | JournalRecord::Denied { op_id, .. } => op_id,
+            | JournalRecord::Denied { op_id, .. }
+            | JournalRecord::McpStream { op_id, .. } => op_id,
         }
     }
 
@@ -158,6 +171,7 @@ impl JournalRecord {
             JournalRecord::AwaitingApproval { .. } => OpPhase::AwaitingApproval,
             JournalRecord::Approved { .. } => OpPhase::Approved,
             JournalRecord::Denied { .. } => OpPhase::Denied,
+            JournalRecord::McpStream { .. } => OpPhase::McpStream,
         }
     }
 }
@@ -198,6 +212,8 @@ struct Flat {
     rule: Option<String>,
     #[serde(default, deserialize_with = "present")]
     arguments_hash: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    position: Option<crate::mcp::StreamPosition>,
 }
 
 /// A key that is present: its value decoded as `T` (so `null` is refused unless `T` takes it).
@@ -238,6 +254,7 @@ impl Flat {
         ];
         const APPROVED: &[&str] = &["opId", "at", "argumentsHash"];
         const DENIED: &[&str] = &["opId", "at", "argumentsHash", "output"];
+        const STREAM: &[&str] = &["opId", "at", "position"];
         let allowed = match self.phase {
             P::Started => STARTED,
             P::OutcomeKnown | P::Resolved => OUTCOME,
@@ -246,6 +263,7 @@ impl Flat {
             P::AwaitingApproval => AWAITING,
             P::Approved => APPROVED,
             P::Denied => DENIED,
+            P::McpStream => STREAM,
         };
         let present = [
             ("tool", self.tool.is_some()),
@@ -260,6 +278,7 @@ impl Flat {
             ("reason", self.reason.is_some()),
             ("rule", self.rule.is_some()),
             ("argumentsHash", self.arguments_hash.is_some()),
+            ("position", self.position.is_some()),
         ];
         if let Some((key, _)) = present
             .iter()
@@ -329,6 +348,11 @@ impl Flat {
                 arguments_hash: need(self.arguments_hash, "argumentsHash")?,
                 output: need(self.output, "output")?,
             },
+            P::McpStream => JournalRecord::McpStream {
+                op_id,
+                at,
+                position: need(self.position, "position")?,
+            },
         })
     }
 }
@@ -389,6 +413,9 @@ pub enum OpPhase {
     AwaitingApproval,
     Approved,
     Denied,
+    /// The tag of a [`JournalRecord::McpStream`] record: never the phase of an operation (the
+    /// record leaves its operation `started`), and no phase allows it as the next one.
+    McpStream,
 }
 
 impl OpPhase {
@@ -428,6 +455,7 @@ impl OpPhase {
             OpPhase::AwaitingApproval => "awaitingApproval",
             OpPhase::Approved => "approved",
             OpPhase::Denied => "denied",
+            OpPhase::McpStream => "mcpStream",
         }
     }
 }

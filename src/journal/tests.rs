@@ -73,6 +73,17 @@ fn make(op: usize, phase: OpPhase) -> JournalRecord {
             arguments_hash: "sha256:h".into(),
             output: outcome("denied"),
         },
+        OpPhase::McpStream => JournalRecord::McpStream {
+            op_id,
+            at,
+            position: crate::mcp::StreamPosition {
+                server: "fx".into(),
+                session_id: Some("s-1".into()),
+                protocol_version: "2025-11-25".into(),
+                request_id: 2,
+                event_id: "e-1".into(),
+            },
+        },
     }
 }
 
@@ -183,6 +194,35 @@ fn an_illegal_sequence_on_disk_is_corrupt_with_its_line() {
     assert!(err.message.contains("journal.jsonl:2"), "{}", err.message);
 }
 
+/// A stream position is recorded once, while the operation is `started`, and changes neither
+/// its phase nor its history; reading the file back gives it again.
+#[test]
+fn mcp_stream_is_not_a_transition() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.jsonl");
+    let mut j = Journal::open(&path).unwrap();
+    assert!(
+        j.record(make(1, OpPhase::McpStream)).is_err(),
+        "no operation yet"
+    );
+    j.record(make(1, OpPhase::Started)).unwrap();
+    j.record(make(1, OpPhase::McpStream)).unwrap();
+    let op = j.table().get("op_1").unwrap();
+    assert_eq!(op.phase, OpPhase::Started);
+    assert_eq!(op.history.as_slice(), [OpPhase::Started]);
+    assert_eq!(op.stream.as_ref().unwrap().event_id, "e-1");
+    assert!(j.record(make(1, OpPhase::McpStream)).is_err(), "only once");
+    j.record(make(1, OpPhase::OutcomeKnown)).unwrap();
+    j.record(make(2, OpPhase::Started)).unwrap();
+    j.record(make(2, OpPhase::OutcomeUnknown)).unwrap();
+    assert!(
+        j.record(make(2, OpPhase::McpStream)).is_err(),
+        "not after an outcome"
+    );
+    let read_back = read(&path).unwrap();
+    assert_eq!(&read_back, j.table());
+}
+
 /// An independent model of the state machine: the allowed successors of each phase.
 fn model_allows(current: Option<OpPhase>, next: OpPhase) -> bool {
     use OpPhase::*;
@@ -193,7 +233,8 @@ fn model_allows(current: Option<OpPhase>, next: OpPhase) -> bool {
         Some(OutcomeKnown) | Some(Resolved) | Some(Denied) => &[Settled],
         Some(AwaitingApproval) => &[Approved, Denied],
         Some(Approved) => &[Started, OutcomeKnown],
-        Some(Settled) => &[],
+        // Not a phase: no operation is ever in it (`mcpStream_is_not_a_transition`).
+        Some(Settled) | Some(McpStream) => &[],
     };
     allowed.contains(&next)
 }

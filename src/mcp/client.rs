@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::error::Error;
 use crate::process;
 
 /// The protocol version we ask for (the newest); a server may answer with another one we also
@@ -247,7 +248,7 @@ pub struct Client {
 
 impl Client {
     /// Starts the server and performs the handshake (`initialize`, `notifications/initialized`).
-    pub fn start(spec: Spawn) -> Result<Client, String> {
+    pub fn start(spec: Spawn) -> Result<Client, Error> {
         let mut cmd = Command::new(&spec.argv[0]);
         cmd.args(&spec.argv[1..])
             .current_dir(spec.cwd)
@@ -265,17 +266,20 @@ impl Client {
         let mut child = match spec.run_fence.spawn(launch, cmd) {
             Ok(spawned) => spawned.child,
             Err(crate::sandbox::SpawnError::Refused(refusal)) => {
-                return Err(refusal.message_for(
+                return Err(Error::external(refusal.message_for(
                     &format!("MCP server `{}`", spec.server),
                     spec.fence,
                     &format!(
                         "sandbox = \"off\" in its [mcp.servers.{}] entry",
                         spec.server
                     ),
-                ));
+                )));
             }
             Err(crate::sandbox::SpawnError::Io(e)) => {
-                return Err(format!("cannot start `{}`: {e}", spec.argv[0]));
+                return Err(Error::external(format!(
+                    "cannot start `{}`: {e}",
+                    spec.argv[0]
+                )));
             }
         };
         let stdout = child.stdout.take().expect("piped");
@@ -313,13 +317,13 @@ impl Client {
                 }),
                 None,
             )
-            .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+            .map_err(|f| Error::external(format!("the initialize handshake failed: {f}")))?;
         let version = init["protocolVersion"].as_str().unwrap_or_default();
         if !SUPPORTED_VERSIONS.contains(&version) {
-            return Err(format!(
+            return Err(Error::external(format!(
                 "the server speaks protocol version {version:?}; kxen-agent speaks {}",
                 SUPPORTED_VERSIONS.join(", ")
-            ));
+            )));
         }
         client.has_tools = offers_tools(&init);
         client.protocol_version = version.to_string();
@@ -327,7 +331,7 @@ impl Client {
         let until = Instant::now() + client.timeout;
         client
             .notify("notifications/initialized", json!({}), until)
-            .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+            .map_err(|f| Error::external(format!("the initialize handshake failed: {f}")))?;
         Ok(client)
     }
 

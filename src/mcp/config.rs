@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::Error;
 use crate::sandbox::{FencePolicy, SandboxMode};
 use crate::secrets::is_valid_env_name;
 
@@ -136,56 +137,64 @@ pub fn server_name_error(name: &str) -> Option<String> {
 }
 
 /// Checks one entry; the message is prefixed by the caller with the config file.
-pub fn check(name: &str, entry: &ServerConfig) -> Result<(), String> {
+pub fn check(name: &str, entry: &ServerConfig) -> Result<(), Error> {
     let at = format!("[mcp.servers.{name}]");
     if let Some(why) = server_name_error(name) {
-        return Err(format!("{at}: {why}"));
+        return Err(Error::invalid(format!("{at}: {why}")));
     }
     match (&entry.command, &entry.url) {
         (Some(_), Some(_)) => {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at}: give either `command` (stdio) or `url`, not both"
-            ));
+            )));
         }
         (None, None) => {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at}: give `command = [\"program\", \"arg\", …]` (a stdio server)"
-            ));
+            )));
         }
         (None, Some(url)) => return check_url_entry(&at, url, entry),
         (Some(argv), None) => {
             if argv.first().is_none_or(|a| a.is_empty()) {
-                return Err(format!("{at}: command must name a program"));
+                return Err(Error::invalid(format!("{at}: command must name a program")));
             }
         }
     }
     if entry.bearer_token_env.is_some() {
-        return Err(format!("{at}: bearer_token_env is only for `url` servers"));
+        return Err(Error::invalid(format!(
+            "{at}: bearer_token_env is only for `url` servers"
+        )));
     }
     if entry.oauth.is_some() {
-        return Err(format!("{at}: oauth is only for `url` servers"));
+        return Err(Error::invalid(format!(
+            "{at}: oauth is only for `url` servers"
+        )));
     }
     for key in entry.env.keys().chain(entry.pass_env.iter()) {
         if !is_valid_env_name(key) {
-            return Err(format!("{at}: {key:?} is not an environment variable name"));
+            return Err(Error::invalid(format!(
+                "{at}: {key:?} is not an environment variable name"
+            )));
         }
     }
     for (key, value) in &entry.env {
         if crate::secrets::rules::secret_value(key, std::ffi::OsStr::new(value)) {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at}: env.{key} looks like a credential; a config holds no secret: list the \
                  name in passEnv (and the policy's passEnv) instead"
-            ));
+            )));
         }
     }
     if entry.timeout_ms == Some(0) {
-        return Err(format!("{at}: timeout_ms must be at least 1"));
+        return Err(Error::invalid(format!(
+            "{at}: timeout_ms must be at least 1"
+        )));
     }
     Ok(())
 }
 
 /// Checks a `url` (Streamable HTTP) entry.
-fn check_url_entry(at: &str, url: &str, entry: &ServerConfig) -> Result<(), String> {
+fn check_url_entry(at: &str, url: &str, entry: &ServerConfig) -> Result<(), Error> {
     let stdio_only = [
         ("cwd", entry.cwd.is_some()),
         ("env", !entry.env.is_empty()),
@@ -194,66 +203,68 @@ fn check_url_entry(at: &str, url: &str, entry: &ServerConfig) -> Result<(), Stri
         ("allow_network", entry.allow_network),
     ];
     if let Some((field, _)) = stdio_only.iter().find(|(_, given)| *given) {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "{at}: `{field}` is only for `command` servers (a `url` server is not a process \
              kxen-agent starts)"
-        ));
+        )));
     }
     let parsed = match url::Url::parse(url) {
         Ok(u) => u,
-        Err(e) => return Err(format!("{at}: url is not a URL ({e})")),
+        Err(e) => return Err(Error::invalid(format!("{at}: url is not a URL ({e})"))),
     };
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "{at}: url must be an http:// or https:// address with a host"
-        ));
+        )));
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "{at}: url must not hold credentials (user info); name the variable holding the \
              token in bearer_token_env instead"
-        ));
+        )));
     }
     if crate::secrets::rules::sensitive_value(url) {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "{at}: url looks like it holds a credential; a config holds no secret: name the \
              variable holding the token in bearer_token_env instead"
-        ));
+        )));
     }
     if let Some(oauth) = &entry.oauth {
         if entry.bearer_token_env.is_some() {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at}: give either bearer_token_env or an oauth table, not both"
-            ));
+            )));
         }
         if let Some(why) = oauth.error(at) {
-            return Err(why);
+            return Err(Error::invalid(why));
         }
         if parsed.scheme() == "http" && !crate::net::is_loopback(url) {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at}: oauth with a plain http:// url to {}: tokens would cross the network in \
                  cleartext; use https://",
                 parsed.host_str().unwrap_or("?")
-            ));
+            )));
         }
     }
     if let Some(var) = &entry.bearer_token_env {
         if !is_valid_env_name(var) {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at}: bearer_token_env = {var:?} is not an environment variable name"
-            ));
+            )));
         }
         if parsed.scheme() == "http" && !crate::net::is_loopback(url) {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "{at}: bearer_token_env with a plain http:// url to {}: the token would cross \
                  the network in cleartext; use https:// (plain http is only for a server on \
                  this machine: localhost, 127.0.0.1, [::1])",
                 parsed.host_str().unwrap_or("?")
-            ));
+            )));
         }
     }
     if entry.timeout_ms == Some(0) {
-        return Err(format!("{at}: timeout_ms must be at least 1"));
+        return Err(Error::invalid(format!(
+            "{at}: timeout_ms must be at least 1"
+        )));
     }
     Ok(())
 }
@@ -320,7 +331,8 @@ mod tests {
         ];
         for (entry, why) in cases {
             let err = check("t", &parse(entry)).unwrap_err();
-            assert!(err.contains(why), "{entry}: {err}");
+            assert_eq!(err.exit_code(), 4, "{entry}: invalid input");
+            assert!(err.message.contains(why), "{entry}: {err}");
         }
     }
 
@@ -348,13 +360,18 @@ mod tests {
         assert!(net.fence().allow_network && ro.fence().mode == SandboxMode::ReadOnly);
         assert!(toml::from_str::<ServerConfig>("command = [\"s\"]\nsandbox = \"none\"").is_err());
         let secret = parse("command = [\"s\"]\nenv = { GH_TOKEN = \"ghp_x\" }");
-        assert!(check("s", &secret).unwrap_err().contains("credential"));
+        assert!(
+            check("s", &secret)
+                .unwrap_err()
+                .message
+                .contains("credential")
+        );
     }
 
     #[test]
     fn url_entries() {
         let parse = |s: &str| toml::from_str::<ServerConfig>(s).unwrap();
-        let err = |s: &str| check("s", &parse(s)).unwrap_err();
+        let err = |s: &str| check("s", &parse(s)).unwrap_err().message;
         for ok in [
             "url = \"https://mcp.example.com/mcp\"\nbearer_token_env = \"T\"",
             "url = \"http://127.0.0.1:8000/mcp\"\nbearer_token_env = \"T\"",

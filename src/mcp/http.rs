@@ -27,6 +27,10 @@
 //! - Redirects are followed only to the same origin (307/308, which resend the same POST);
 //!   another origin, or a redirect that would turn the POST into a GET, is refused.
 //! - On drop, a held session is ended with `DELETE` (bounded by [`GOODBYE`]).
+//! - Durable resumption: the first event id of a `tools/call`'s stream is handed to the caller
+//!   (its [`super::StreamPosition`] goes to the run's journal); after a kill -9, recovery
+//!   connects again *into the same session* ([`Connect::attach`], no handshake) and reads the
+//!   answer from the server's replay ([`HttpClient::replay_call`]).
 
 use std::io::BufReader;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +43,7 @@ use serde_json::{Value, json};
 use super::client::{CLEANUP_WINDOW, Failure, PROTOCOL_VERSION};
 use super::inbound::Answerer;
 use super::sse::Events;
+use crate::error::Error;
 
 /// The protocol versions whose HTTP transport is Streamable HTTP (2024-11-05's HTTP+SSE
 /// transport is another protocol).
@@ -88,6 +93,8 @@ pub struct Connect<'a> {
     /// `mcp login`: the stored tokens are not sent (only a registered client is reused), so
     /// the server asks for a new authorization.
     pub login: bool,
+    /// Recovery: join the session of this position (no handshake) to read its replay.
+    pub attach: Option<&'a super::StreamPosition>,
 }
 
 /// What is sent with every message. Cloned into the thread that makes a request.
@@ -101,6 +108,8 @@ struct Wire {
     answerer: Arc<Answerer>,
     /// What the server asked of us (elicitations) since the last `tools/call` began.
     exchanges: Arc<Mutex<Vec<String>>>,
+    /// Set on the copy a `tools/call` runs with: the first event id of its stream goes here.
+    first_event: Option<mpsc::Sender<String>>,
 }
 
 /// What one POST brought back.
@@ -163,9 +172,9 @@ pub struct HttpClient {
 
 impl HttpClient {
     /// Connects: the `initialize` handshake (and `notifications/initialized`).
-    pub fn connect(spec: Connect) -> Result<HttpClient, String> {
+    pub fn connect(spec: Connect) -> Result<HttpClient, Error> {
         let endpoint = url::Url::parse(spec.url)
-            .map_err(|e| format!("url {:?} is not a URL: {e}", spec.url))?;
+            .map_err(|e| Error::external(format!("url {:?} is not a URL: {e}", spec.url)))?;
         let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_redirects(0)
@@ -187,6 +196,7 @@ impl HttpClient {
                 version: None,
                 answerer: Arc::new(spec.answerer),
                 exchanges: Arc::default(),
+                first_event: None,
             },
             next_id: 0,
             timeout: spec.timeout,
@@ -205,7 +215,17 @@ impl HttpClient {
             login: spec.login,
         };
         client.use_stored();
-        client.handshake()?;
+        match spec.attach {
+            None => client.handshake()?,
+            Some(position) => {
+                // The session of a call a crashed attempt made: joined as it is (a handshake
+                // would start another session, whose replay holds nothing of that call).
+                client.wire.session = position.session_id.clone();
+                client.wire.version = Some(position.protocol_version.clone());
+                client.protocol_version = position.protocol_version.clone();
+                client.next_id = position.request_id;
+            }
+        }
         Ok(client)
     }
 
@@ -224,12 +244,12 @@ impl HttpClient {
     }
 
     /// Refreshes the stored entry and keeps the new tokens (in the store, atomically).
-    fn refresh_stored(&mut self) -> Result<(), String> {
+    fn refresh_stored(&mut self) -> Result<(), Error> {
         let (Some(entry), Some(oauth)) = (self.stored.clone(), self.oauth.clone()) else {
-            return Err("no stored token".into());
+            return Err(Error::external("no stored token"));
         };
         let _lock = match &oauth.store {
-            Some(slot) => Some(slot.lock(self.timeout).map_err(|e| e.message)?),
+            Some(slot) => Some(slot.lock(self.timeout)?),
             None => None,
         };
         // Another process may have refreshed it while this one waited: its tokens are used.
@@ -246,7 +266,7 @@ impl HttpClient {
         let until = Instant::now() + self.timeout;
         let next = super::oauth::refresh(&self.wire.agent, &entry, &oauth, until)?;
         if let Some(slot) = &oauth.store {
-            slot.save(&next).map_err(|e| e.message)?;
+            slot.save(&next)?;
         }
         self.wire.token = Some(next.access_token.clone());
         self.refreshed = Some(next.access_token.clone());
@@ -254,7 +274,7 @@ impl HttpClient {
         Ok(())
     }
 
-    fn handshake(&mut self) -> Result<(), String> {
+    fn handshake(&mut self) -> Result<(), Error> {
         self.wire.session = None;
         self.wire.version = None;
         self.dead = None;
@@ -265,25 +285,26 @@ impl HttpClient {
             "clientInfo": {"name": "kxen-agent", "version": env!("CARGO_PKG_VERSION")},
         });
         self.challenge = None;
-        let first = self.round_trip("initialize", params.clone(), None);
+        let first = self.round_trip("initialize", params.clone(), None, None);
         let (init, session) = match (first, self.challenge.take(), self.oauth.clone()) {
             (Err(Failure::Rpc(refused)), Some(challenge), Some(oauth)) => {
                 // The server wants a token: authorize, then ask again (once).
-                self.authorize(&challenge, &oauth)
-                    .map_err(|why| format!("the initialize handshake failed: {refused}; {why}"))?;
+                self.authorize(&challenge, &oauth).map_err(|why| {
+                    Error::external(format!("the initialize handshake failed: {refused}; {why}"))
+                })?;
                 self.dead = None;
-                self.round_trip("initialize", params, None)
+                self.round_trip("initialize", params, None, None)
             }
             (first, _, _) => first,
         }
-        .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+        .map_err(|f| Error::external(format!("the initialize handshake failed: {f}")))?;
         let version = init["protocolVersion"].as_str().unwrap_or_default();
         if !HTTP_VERSIONS.contains(&version) {
-            return Err(format!(
+            return Err(Error::external(format!(
                 "the server speaks protocol version {}; kxen-agent speaks Streamable HTTP in {}",
                 crate::text::preview(&format!("{version:?}"), 40),
                 HTTP_VERSIONS.join(", ")
-            ));
+            )));
         }
         self.has_tools = super::client::offers_tools(&init);
         self.protocol_version = version.to_string();
@@ -292,14 +313,14 @@ impl HttpClient {
         self.wire.version = Some(version.to_string());
         let until = Instant::now() + self.timeout;
         self.notify("notifications/initialized", json!({}), until)
-            .map_err(|f| format!("the initialize handshake failed: {f}"))?;
+            .map_err(|f| Error::external(format!("the initialize handshake failed: {f}")))?;
         self.listen();
         Ok(())
     }
 
     /// Gets a token with the configured OAuth client after a 401 with `challenge`
     /// ([`super::oauth`]); it replaces the one held (in memory only).
-    fn authorize(&mut self, challenge: &str, oauth: &super::oauth::Client) -> Result<(), String> {
+    fn authorize(&mut self, challenge: &str, oauth: &super::oauth::Client) -> Result<(), Error> {
         let parsed = super::oauth::parse_challenge(challenge);
         // A stored refresh token first (one round trip, nobody asked), unless the server wants
         // more scope than the token has, or the token it refused came from a refresh.
@@ -330,16 +351,16 @@ impl HttpClient {
             until,
         )
         .map_err(|why| {
-            let why = scrub(&why, oauth.secret.as_deref());
-            format!("OAuth authorization failed: {}", self.scrub(&why))
+            let why = scrub(&why.message, oauth.secret.as_deref());
+            Error::external(format!("OAuth authorization failed: {}", self.scrub(&why)))
         })?;
         let entry = authorized.entry(&self.url, oauth);
         if let Some(slot) = &oauth.store {
             slot.save(&entry).map_err(|e| {
-                format!(
+                Error::external(format!(
                     "OAuth authorization succeeded but storing the token failed: {}",
                     e.message
-                )
+                ))
             })?;
         }
         self.wire.token = Some(entry.access_token.clone());
@@ -425,28 +446,77 @@ impl HttpClient {
         if !self.has_tools {
             return Ok(Vec::new());
         }
-        match super::client::list_pages(|params| self.request("tools/list", params, None)) {
+        match super::client::list_pages(|params| self.request("tools/list", params, None, None)) {
             Err(_) if self.expired => {
-                self.handshake()?;
-                super::client::list_pages(|params| self.request("tools/list", params, None))
+                self.handshake().map_err(|e| e.message)?;
+                super::client::list_pages(|params| self.request("tools/list", params, None, None))
             }
             other => other,
         }
     }
 
-    /// `tools/call`; the result object as the server sent it.
+    /// `tools/call`; the result object as the server sent it. `seen` gets the call's stream
+    /// position once the server's event stream gave its first event id (at most once).
     pub fn call_tool(
         &mut self,
         tool: &str,
         arguments: &Value,
         cancel: &AtomicBool,
+        seen: Option<&dyn Fn(super::StreamPosition)>,
     ) -> Result<Value, Failure> {
         self.wire.exchanges().clear();
         self.request(
             "tools/call",
             json!({"name": tool, "arguments": arguments}),
             Some(cancel),
+            seen,
         )
+    }
+
+    /// Recovery ([`Connect::attach`]): the answer to the position's request, read from the
+    /// server's replay of the stream after its event id (`GET` with `Last-Event-ID`), within
+    /// `timeout_ms`. A server that cannot replay (an unknown session, no GET, a replay that
+    /// ends without the answer) is a [`Failure::Broken`]; a JSON-RPC error answer is
+    /// [`Failure::Rpc`] (the server answered: a known outcome).
+    pub fn replay_call(&mut self, position: &super::StreamPosition) -> Result<Value, Failure> {
+        let until = Instant::now() + self.timeout;
+        let shown = crate::text::preview(&format!("{:?}", position.event_id), 60);
+        let response = self.wire.resume(&position.event_id, until).map_err(|why| {
+            Failure::Broken(self.scrub(&format!(
+                "the server did not replay the stream after event {shown}: {why}"
+            )))
+        })?;
+        let reader = response
+            .into_body()
+            .into_with_config()
+            .limit(u64::MAX)
+            .reader();
+        let mut events = Events::new(BufReader::new(reader), MAX_BODY, MAX_STREAM);
+        let mut reported = true; // the position is journaled already
+        let answer = self
+            .wire
+            .read_answer(&mut events, position.request_id, until, &mut reported)
+            .map_err(|end| {
+                let why = match end {
+                    StreamEnd::Resumable(why) => why,
+                    StreamEnd::Fatal(PostError::NotSent(why))
+                    | StreamEnd::Fatal(PostError::Refused(why))
+                    | StreamEnd::Fatal(PostError::Unauthorized { why, .. })
+                    | StreamEnd::Fatal(PostError::Broken(why)) => why,
+                    StreamEnd::Fatal(PostError::Expired) => "the server forgot the session".into(),
+                };
+                Failure::Broken(self.scrub(&format!(
+                    "the server's replay after event {shown} did not bring the answer: {why}"
+                )))
+            })?;
+        if let Some(error) = answer.get("error") {
+            let text = error["message"].as_str().unwrap_or("no message");
+            return Err(Failure::Rpc(self.scrub(&format!(
+                "the server answered with error {}: {text}",
+                error["code"]
+            ))));
+        }
+        Ok(answer.get("result").cloned().unwrap_or(Value::Null))
     }
 
     /// The JSON-RPC id of the last request sent (a trace span's `jsonrpc.request.id`).
@@ -473,13 +543,14 @@ impl HttpClient {
         method: &str,
         params: Value,
         cancel: Option<&AtomicBool>,
+        seen: Option<&dyn Fn(super::StreamPosition)>,
     ) -> Result<Value, Failure> {
         // A request refused for want of a token (401) or of scope (403 insufficient_scope) did
         // not run: it is sent again after authorizing, at most MAX_AUTHORIZATIONS times.
         let mut authorizations = 0;
         loop {
             self.challenge = None;
-            let result = self.round_trip(method, params.clone(), cancel);
+            let result = self.round_trip(method, params.clone(), cancel, seen);
             match (&result, self.challenge.take(), self.oauth.clone()) {
                 (Err(Failure::Rpc(refused)), Some(challenge), Some(oauth))
                     if authorizations < MAX_AUTHORIZATIONS =>
@@ -502,6 +573,7 @@ impl HttpClient {
         method: &str,
         params: Value,
         cancel: Option<&AtomicBool>,
+        seen: Option<&dyn Fn(super::StreamPosition)>,
     ) -> Result<(Value, Option<String>), Failure> {
         if let Some(why) = &self.dead {
             return Err(Failure::NotSent(why.clone()));
@@ -514,7 +586,11 @@ impl HttpClient {
         .expect("a message always serializes");
         let deadline = Instant::now() + self.timeout;
         let (tx, rx) = mpsc::channel();
-        let wire = self.wire.clone();
+        let mut wire = self.wire.clone();
+        let (event_tx, first_event) = mpsc::channel();
+        if seen.is_some() {
+            wire.first_event = Some(event_tx);
+        }
         // The thread's own bound is a little later than ours, so a server that never answers is
         // reported as that ("no answer within …"), not as whatever ureq says at the same instant.
         let thread_until = deadline + THREAD_SLACK;
@@ -546,6 +622,17 @@ impl HttpClient {
                 );
                 self.dead = Some(format!("no answer within {} ms", self.timeout.as_millis()));
                 return Err(Failure::Timeout(self.timeout));
+            }
+            if let (Some(seen), Ok(event_id)) = (seen, first_event.try_recv()) {
+                // Journaled (the caller's) while the call goes on: a kill -9 from here on can
+                // be settled from the server's replay.
+                seen(super::StreamPosition {
+                    server: self.server.clone(),
+                    session_id: self.wire.session.clone(),
+                    protocol_version: self.protocol_version.clone(),
+                    request_id: id,
+                    event_id,
+                });
             }
             match rx.recv_timeout(POLL) {
                 Ok(result) => break result,
@@ -713,7 +800,9 @@ impl Wire {
             }
             let session = match response.headers().get("mcp-session-id") {
                 None => None,
-                Some(v) => Some(session_id(v.as_bytes()).map_err(PostError::Broken)?),
+                Some(v) => {
+                    Some(session_id(v.as_bytes()).map_err(|e| PostError::Broken(e.message))?)
+                }
             };
             if status == 404 && self.session.is_some() {
                 return Err(PostError::Expired);
@@ -839,6 +928,7 @@ impl Wire {
         let mut last_id: Option<String> = None;
         let mut retry: Option<u64> = None;
         let mut idle_resumes = 0;
+        let mut reported = self.first_event.is_none();
         loop {
             let reader = response
                 .into_body()
@@ -846,7 +936,7 @@ impl Wire {
                 .limit(u64::MAX)
                 .reader();
             let mut events = Events::new(BufReader::new(reader), MAX_BODY, MAX_STREAM);
-            let ended = match self.read_answer(&mut events, id, until) {
+            let ended = match self.read_answer(&mut events, id, until, &mut reported) {
                 Ok(answer) => return Ok(answer),
                 Err(ended) => ended,
             };
@@ -926,14 +1016,23 @@ impl Wire {
     }
 
     /// Reads `events` until the answer to request `id`, answering the server's requests.
+    /// The first event id (once `reported` is false) goes to [`Wire::first_event`].
     fn read_answer<R: std::io::BufRead>(
         &self,
         events: &mut Events<R>,
         id: u64,
         until: Instant,
+        reported: &mut bool,
     ) -> Result<Value, StreamEnd> {
         loop {
-            let event = match events.next_event() {
+            let next = events.next_event();
+            if !*reported
+                && let (Some(tx), Some(event_id)) = (&self.first_event, events.last_event_id())
+            {
+                *reported = true;
+                let _ = tx.send(event_id.to_string());
+            }
+            let event = match next {
                 Ok(Some(event)) => event,
                 Ok(None) => {
                     return Err(StreamEnd::Resumable(
@@ -1077,7 +1176,7 @@ fn error_body(mut response: ureq::http::Response<ureq::Body>) -> String {
 }
 
 /// A session id as the transport allows it: 1 to [`MAX_SESSION_ID`] visible ASCII characters.
-fn session_id(raw: &[u8]) -> Result<String, String> {
+fn session_id(raw: &[u8]) -> Result<String, Error> {
     if raw.is_empty()
         || raw.len() > MAX_SESSION_ID
         || !raw.iter().all(|b| (0x21..=0x7e).contains(b))
@@ -1085,11 +1184,11 @@ fn session_id(raw: &[u8]) -> Result<String, String> {
         let shown: String = String::from_utf8_lossy(&raw[..raw.len().min(40)])
             .escape_debug()
             .collect();
-        return Err(format!(
+        return Err(Error::external(format!(
             "the server sent an Mcp-Session-Id that is not 1 to {MAX_SESSION_ID} visible ASCII \
              characters (\"{shown}\"…, {} bytes)",
             raw.len()
-        ));
+        )));
     }
     Ok(String::from_utf8_lossy(raw).into_owned())
 }
@@ -1135,7 +1234,7 @@ mod tests {
         for bad in [&b""[..], b"a b", b"a\x01b", b"\xc3\xa9", &[b'x'; 600]] {
             assert!(session_id(bad).is_err(), "{bad:?}");
         }
-        assert!(session_id(b"a\rb").unwrap_err().contains("\\r"));
+        assert!(session_id(b"a\rb").unwrap_err().message.contains("\\r"));
     }
 
     #[test]

@@ -36,6 +36,45 @@ pub use config::{McpSection, ServerConfig};
 pub use grant::{ServerView, ToolView, catalog, check_drift, grant};
 pub use servers::Servers;
 
+/// Where the answer of a running Streamable HTTP `tools/call` can be read again (the
+/// transport's resumability): journaled once per call, when the server's event stream gives its
+/// first event id (`mcpStream`, [`crate::journal::JournalRecord::McpStream`]). After a kill -9,
+/// `--resume` reconnects with [`session_id`](Self::session_id), `GET`s with `Last-Event-ID:
+/// event_id`, and settles the call from the replay if it holds the answer to
+/// [`request_id`](Self::request_id) ([`Servers::replay`]). Holds no credential.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StreamPosition {
+    /// The server's name in the runtime config.
+    pub server: String,
+    /// The `Mcp-Session-Id` the server gave (`None`: a server without sessions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The protocol version the session speaks (`MCP-Protocol-Version`).
+    pub protocol_version: String,
+    /// The JSON-RPC id of the `tools/call` request.
+    pub request_id: u64,
+    /// The first event id of the call's stream: everything after it can be replayed.
+    pub event_id: String,
+}
+
+/// Writes a call's [`StreamPosition`] to the run's journal before the call goes on; a failure
+/// only loses the chance to replay after a crash (the call is then UNKNOWN, as without a
+/// position), so it does not stop the call.
+pub trait StreamJournal: Sync {
+    fn record_position(&self, op_id: &str, position: StreamPosition);
+}
+
+/// What a call's stream position means to one `mcp__…` call ([`crate::tools::ToolContext`]).
+#[derive(Clone, Copy)]
+pub enum StreamMode<'a> {
+    /// A live call: its position goes to this journal.
+    Journal(&'a dyn StreamJournal),
+    /// Recovery: the call is not sent again; its answer is read from the server's replay of
+    /// this position (an interrupted output when it cannot be).
+    Replay(&'a StreamPosition),
+}
+
 /// The prefix of every MCP capability.
 pub const PREFIX: &str = "mcp__";
 

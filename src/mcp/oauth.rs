@@ -30,6 +30,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::error::Error;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -232,14 +233,14 @@ pub fn read_private_key(path: &std::path::Path) -> Result<Vec<u8>, String> {
 /// A client assertion (RFC 7523 §2.2): a JWT signed with ES256 by `key`, issued and subject
 /// `client_id`, for `audience` (the authorization server's issuer), valid 5 minutes, with a
 /// random `jti` so it cannot be replayed.
-fn client_assertion(client_id: &str, audience: &str, key: &[u8]) -> Result<String, String> {
+fn client_assertion(client_id: &str, audience: &str, key: &[u8]) -> Result<String, Error> {
     let rng = ring::rand::SystemRandom::new();
     let pair = ring::signature::EcdsaKeyPair::from_pkcs8(
         &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
         key,
         &rng,
     )
-    .map_err(|_| "the private key is not a P-256 key".to_string())?;
+    .map_err(|_| Error::external("the private key is not a P-256 key"))?;
     let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
     let now = super::oauth_store::now_secs();
     let jti: String = crate::ids::random_bytes::<16>()
@@ -258,7 +259,7 @@ fn client_assertion(client_id: &str, audience: &str, key: &[u8]) -> Result<Strin
     let input = format!("{header}.{claims}");
     let signature = pair
         .sign(&rng, input.as_bytes())
-        .map_err(|_| "signing the client assertion failed".to_string())?;
+        .map_err(|_| Error::external("signing the client assertion failed"))?;
     Ok(format!("{input}.{}", b64(signature.as_ref())))
 }
 
@@ -362,13 +363,12 @@ pub fn refresh(
     entry: &super::oauth_store::Entry,
     client: &Client,
     until: Instant,
-) -> Result<super::oauth_store::Entry, String> {
-    let refresh_token = entry
-        .refresh_token
-        .as_deref()
-        .ok_or("the stored token cannot be refreshed (no refresh token)")?;
+) -> Result<super::oauth_store::Entry, Error> {
+    let refresh_token = entry.refresh_token.as_deref().ok_or_else(|| {
+        Error::external("the stored token cannot be refreshed (no refresh token)")
+    })?;
     let token_endpoint = url::Url::parse(&entry.token_endpoint)
-        .map_err(|e| format!("the stored token endpoint is not a URL: {e}"))?;
+        .map_err(|e| Error::external(format!("the stored token endpoint is not a URL: {e}")))?;
     safe_url(&token_endpoint, "the token endpoint")?;
     let mut form = url::form_urlencoded::Serializer::new(String::new());
     form.append_pair("grant_type", "refresh_token")
@@ -423,21 +423,26 @@ pub fn authorize(
     client: &Client,
     registration: Option<(&super::oauth_store::Registration, &str)>,
     until: Instant,
-) -> Result<Authorized, String> {
+) -> Result<Authorized, Error> {
     let (resource, prm, as_url, meta) = match protected_resource(agent, endpoint, challenge, until)?
     {
         Lookup::Found(prm_url, prm) => {
             let resource = prm["resource"].as_str().ok_or_else(|| {
-                format!("the protected-resource metadata at {prm_url} names no `resource`")
+                Error::external(format!(
+                    "the protected-resource metadata at {prm_url} names no `resource`"
+                ))
             })?;
             check_resource(endpoint, resource)?;
             let issuer = prm["authorization_servers"][0].as_str().ok_or_else(|| {
-                format!(
+                Error::external(format!(
                     "the protected-resource metadata at {prm_url} names no authorization server"
-                )
+                ))
             })?;
-            let issuer = url::Url::parse(issuer)
-                .map_err(|e| format!("its authorization server {issuer:?} is not a URL: {e}"))?;
+            let issuer = url::Url::parse(issuer).map_err(|e| {
+                Error::external(format!(
+                    "its authorization server {issuer:?} is not a URL: {e}"
+                ))
+            })?;
             safe_url(&issuer, "the authorization server")?;
             let (as_url, meta) = authorization_server(agent, &issuer, until)?;
             (Some(resource.to_string()), prm, as_url, meta)
@@ -447,16 +452,18 @@ pub fn authorize(
             // error above, never a reason to guess); the server's origin is its own
             // authorization server, with the default endpoints when it has no metadata.
             let (as_url, meta) = legacy_authorization_server(agent, endpoint, until)
-                .map_err(|why| format!("{no_prm}; {why}"))?;
+                .map_err(|why| Error::external(format!("{no_prm}; {why}")))?;
             (None, Value::Null, as_url, meta)
         }
     };
     let resource = resource.as_deref();
     let token_endpoint = meta["token_endpoint"].as_str().ok_or_else(|| {
-        format!("the authorization-server metadata at {as_url} has no token_endpoint")
+        Error::external(format!(
+            "the authorization-server metadata at {as_url} has no token_endpoint"
+        ))
     })?;
     let token_endpoint = url::Url::parse(token_endpoint)
-        .map_err(|e| format!("its token_endpoint is not a URL: {e}"))?;
+        .map_err(|e| Error::external(format!("its token_endpoint is not a URL: {e}")))?;
     safe_url(&token_endpoint, "the token endpoint")?;
     let scope = if !client.config.scopes.is_empty() {
         Some(client.config.scopes.join(" "))
@@ -568,7 +575,7 @@ fn protected_resource(
     endpoint: &url::Url,
     challenge: &Challenge,
     until: Instant,
-) -> Result<Lookup, String> {
+) -> Result<Lookup, Error> {
     let mut candidates = Vec::new();
     if let Some(url) = &challenge.resource_metadata {
         candidates.push(url.clone());
@@ -590,7 +597,7 @@ fn authorization_server(
     agent: &ureq::Agent,
     issuer: &url::Url,
     until: Instant,
-) -> Result<(String, Value), String> {
+) -> Result<(String, Value), Error> {
     let origin = issuer.origin().ascii_serialization();
     let path = issuer.path().trim_end_matches('/');
     let candidates = if path.is_empty() {
@@ -607,7 +614,7 @@ fn authorization_server(
     };
     match first_document(agent, &candidates, "authorization-server metadata", until)? {
         Lookup::Found(url, doc) => Ok((url, doc)),
-        Lookup::Missing(why) => Err(why),
+        Lookup::Missing(why) => Err(Error::external(why)),
     }
 }
 
@@ -618,7 +625,7 @@ fn legacy_authorization_server(
     agent: &ureq::Agent,
     endpoint: &url::Url,
     until: Instant,
-) -> Result<(String, Value), String> {
+) -> Result<(String, Value), Error> {
     let origin = endpoint.origin().ascii_serialization();
     let url = format!("{origin}/.well-known/oauth-authorization-server");
     match first_document(
@@ -654,10 +661,11 @@ fn first_document(
     urls: &[String],
     what: &str,
     until: Instant,
-) -> Result<Lookup, String> {
+) -> Result<Lookup, Error> {
     let mut tried = Vec::new();
     for url in urls {
-        let parsed = url::Url::parse(url).map_err(|e| format!("{what} URL {url:?}: {e}"))?;
+        let parsed = url::Url::parse(url)
+            .map_err(|e| Error::external(format!("{what} URL {url:?}: {e}")))?;
         safe_url(&parsed, what)?;
         let response = agent
             .get(url)
@@ -673,10 +681,16 @@ fn first_document(
                     .with_config()
                     .limit(MAX_DOCUMENT)
                     .read_to_vec()
-                    .map_err(|e| format!("reading the {what} at {url} failed: {e}"))?;
+                    .map_err(|e| {
+                        Error::external(format!("reading the {what} at {url} failed: {e}"))
+                    })?;
                 match serde_json::from_slice::<Value>(&body) {
                     Ok(doc) if doc.is_object() => return Ok(Lookup::Found(url.clone(), doc)),
-                    _ => return Err(format!("the {what} at {url} is not a JSON object")),
+                    _ => {
+                        return Err(Error::external(format!(
+                            "the {what} at {url} is not a JSON object"
+                        )));
+                    }
                 }
             }
             Ok(r) => tried.push(format!("{url} (HTTP {})", r.status().as_u16())),
@@ -699,7 +713,7 @@ pub(crate) fn request_token(
     mut form: url::form_urlencoded::Serializer<'_, String>,
     methods: &[&str],
     until: Instant,
-) -> Result<Token, String> {
+) -> Result<Token, Error> {
     let id = &identity.client_id;
     let method = match (&identity.secret, identity.method.as_deref()) {
         _ if identity.jwt.is_some() => "private_key_jwt",
@@ -709,11 +723,11 @@ pub(crate) fn request_token(
         (Some(_), None) if methods.contains(&"client_secret_post") => "client_secret_post",
         (Some(_), None) if methods.contains(&"none") => "none",
         (Some(_), None) => {
-            return Err(format!(
+            return Err(Error::external(format!(
                 "the token endpoint takes none of the client authentications kxen-agent \
                  speaks with a secret (client_secret_basic, client_secret_post); it takes: {}",
                 methods.join(", ")
-            ));
+            )));
         }
     };
     let secret = identity.secret.as_deref().unwrap_or_default();
@@ -743,10 +757,10 @@ pub(crate) fn request_token(
             form.append_pair("client_assertion", &client_assertion(id, audience, key)?);
         }
         other => {
-            return Err(format!(
+            return Err(Error::external(format!(
                 "the client's registration asks for token endpoint authentication {other:?}, \
                  which kxen-agent does not speak"
-            ));
+            )));
         }
     }
     let mut call = agent
@@ -759,41 +773,45 @@ pub(crate) fn request_token(
     if let Some(basic) = basic {
         call = call.header("Authorization", format!("Basic {basic}"));
     }
-    let mut response = call
-        .send(form.finish().as_bytes())
-        .map_err(|e| format!("the token request to {token_endpoint} failed: {e}"))?;
+    let mut response = call.send(form.finish().as_bytes()).map_err(|e| {
+        Error::external(format!("the token request to {token_endpoint} failed: {e}"))
+    })?;
     let status = response.status().as_u16();
     if (300..400).contains(&status) {
-        return Err(redirect_refused(
+        return Err(Error::external(redirect_refused(
             &response,
             "the token endpoint",
             token_endpoint.as_str(),
-        ));
+        )));
     }
     let body = response
         .body_mut()
         .with_config()
         .limit(MAX_DOCUMENT)
         .read_to_vec()
-        .map_err(|e| format!("reading the token answer failed: {e}"))?;
+        .map_err(|e| Error::external(format!("reading the token answer failed: {e}")))?;
     let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if status != 200 {
         let error = answer["error"].as_str().unwrap_or("no error code");
         let description = answer["error_description"].as_str().unwrap_or_default();
-        return Err(format!(
+        return Err(Error::external(format!(
             "the token endpoint {token_endpoint} refused the client (HTTP {status}, {error}{}{})",
             if description.is_empty() { "" } else { ": " },
             crate::text::preview(description, 200)
-        ));
+        )));
     }
     let Some(access_token) = answer["access_token"].as_str().filter(|t| !t.is_empty()) else {
-        return Err("the token endpoint answered without an access_token".into());
+        return Err(Error::external(
+            "the token endpoint answered without an access_token",
+        ));
     };
     if !answer["token_type"]
         .as_str()
         .is_some_and(|t| t.eq_ignore_ascii_case("bearer"))
     {
-        return Err("the token endpoint answered a token that is not a Bearer token".into());
+        return Err(Error::external(
+            "the token endpoint answered a token that is not a Bearer token",
+        ));
     }
     let refresh_token = answer["refresh_token"]
         .as_str()
@@ -829,9 +847,11 @@ fn redirect_refused(response: &ureq::http::Response<ureq::Body>, what: &str, url
 
 /// Refuses a protected-resource `resource` that is not this server (RFC 8707: a token for
 /// another resource must not be asked for here).
-fn check_resource(endpoint: &url::Url, resource: &str) -> Result<(), String> {
+fn check_resource(endpoint: &url::Url, resource: &str) -> Result<(), Error> {
     let parsed = url::Url::parse(resource).map_err(|_| {
-        format!("the protected-resource metadata names resource {resource:?}, not a URL")
+        Error::external(format!(
+            "the protected-resource metadata names resource {resource:?}, not a URL"
+        ))
     })?;
     let path = parsed.path().trim_end_matches('/');
     let endpoint_path = endpoint.path().trim_end_matches('/');
@@ -840,31 +860,33 @@ fn check_resource(endpoint: &url::Url, resource: &str) -> Result<(), String> {
     if covers {
         Ok(())
     } else {
-        Err(format!(
+        Err(Error::external(format!(
             "the protected-resource metadata is for {}, not this server ({endpoint}): no token \
              is asked for another resource",
             crate::text::preview(resource, 120)
-        ))
+        )))
     }
 }
 
 /// A URL a secret or token may go to: `https://`, or `http://` on this machine.
-pub(crate) fn safe_url(url: &url::Url, what: &str) -> Result<(), String> {
+pub(crate) fn safe_url(url: &url::Url, what: &str) -> Result<(), Error> {
     match url.scheme() {
         "https" => Ok(()),
         "http" if crate::net::is_loopback(url.as_str()) => Ok(()),
-        _ => Err(format!(
+        _ => Err(Error::external(format!(
             "{what} is at {}: kxen-agent sends credentials only over https:// (or http:// on \
              this machine)",
             crate::text::preview(url.as_str(), 120)
-        )),
+        ))),
     }
 }
 
-pub(crate) fn remaining(until: Instant) -> Result<Duration, String> {
+pub(crate) fn remaining(until: Instant) -> Result<Duration, Error> {
     let left = until.saturating_duration_since(Instant::now());
     if left.is_zero() {
-        Err("the time (timeout_ms) ran out during authorization".into())
+        Err(Error::external(
+            "the time (timeout_ms) ran out during authorization",
+        ))
     } else {
         Ok(left)
     }

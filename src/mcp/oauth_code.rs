@@ -12,7 +12,7 @@
 //! unchanged; the code is exchanged with the PKCE verifier and the `resource` parameter.
 //! Nobody at hand: the grant is refused with a message naming `kxen-agent mcp login NAME`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,7 @@ use sha2::Digest as _;
 
 use super::oauth::{Client, Identity, Token, remaining, request_token, safe_url};
 use super::oauth_store::Registration;
+use crate::error::Error;
 
 /// How long `kxen-agent mcp login` waits for the person to approve.
 pub const LOGIN_WAIT: Duration = Duration::from_secs(300);
@@ -63,8 +64,13 @@ fn browser() -> Option<String> {
         .filter(|b| !b.trim().is_empty())
 }
 
-/// The largest redirect request read from the browser.
-const MAX_REDIRECT: u64 = 16 * 1024;
+/// The largest redirect request line read from the browser.
+const MAX_REDIRECT: usize = 16 * 1024;
+/// How long one connection to the redirect listener may take to send its request line. The
+/// listener serves one connection at a time: a client that connects and then sends slowly, or
+/// never finishes its line, holds it this long at most (the browser's redirect waits in the
+/// backlog meanwhile); the whole wait keeps its own limit.
+const REQUEST_WAIT: Duration = Duration::from_secs(5);
 /// The largest registration answer read.
 const MAX_REGISTRATION: u64 = 1024 * 1024;
 
@@ -87,33 +93,33 @@ pub fn authorization_code(
     agent: &ureq::Agent,
     flow: &Flow,
     until: Instant,
-) -> Result<(Token, Option<Registration>), String> {
+) -> Result<(Token, Option<Registration>), Error> {
     // The network steps share the caller's budget; the person's approval may take longer
     // (`mcp login`), and the code exchange after it gets the whole budget again.
     let budget = until.saturating_duration_since(Instant::now());
     if flow.client.person == Person::Absent {
         let server = &flow.client.server;
-        return Err(format!(
+        return Err(Error::external(format!(
             "the server needs a person to authorize kxen-agent (the authorization-code grant), \
              and none is at hand (no BROWSER, stdin is not a terminal): run `kxen-agent mcp \
              login {server}` first, or give [mcp.servers.{server}] an oauth table with a \
              registered client and grant = \"client_credentials\""
-        ));
+        )));
     }
     let endpoint = flow.meta["authorization_endpoint"]
         .as_str()
-        .ok_or("the authorization-server metadata has no authorization_endpoint")?;
+        .ok_or_else(|| {
+            Error::external("the authorization-server metadata has no authorization_endpoint")
+        })?;
     let mut authorize = url::Url::parse(endpoint)
-        .map_err(|e| format!("its authorization_endpoint is not a URL: {e}"))?;
+        .map_err(|e| Error::external(format!("its authorization_endpoint is not a URL: {e}")))?;
     safe_url(&authorize, "the authorization endpoint")?;
     if let Some(methods) = flow.meta["code_challenge_methods_supported"].as_array()
         && !methods.iter().any(|m| m == "S256")
     {
-        return Err(
-            "the authorization server does not take PKCE S256; kxen-agent uses nothing \
-                    weaker"
-                .into(),
-        );
+        return Err(Error::external(
+            "the authorization server does not take PKCE S256; kxen-agent uses nothing weaker",
+        ));
     }
     // A reused registration names its redirect URI: its port is asked for again (an
     // authorization server may compare the URI exactly); taken, the client registers anew.
@@ -128,14 +134,15 @@ pub fn authorization_code(
     let (listener, registered) = match reused {
         Some((listener, r)) => (listener, Some(r)),
         None => {
-            let listener = TcpListener::bind("127.0.0.1:0")
-                .map_err(|e| format!("cannot listen on 127.0.0.1 for the redirect: {e}"))?;
+            let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| {
+                Error::external(format!("cannot listen on 127.0.0.1 for the redirect: {e}"))
+            })?;
             (listener, None)
         }
     };
     let port = listener
         .local_addr()
-        .map_err(|e| format!("cannot listen on 127.0.0.1 for the redirect: {e}"))?
+        .map_err(|e| Error::external(format!("cannot listen on 127.0.0.1 for the redirect: {e}")))?
         .port();
     let redirect_uri = format!("http://127.0.0.1:{port}/callback");
     let (identity, registration) = match (&flow.client.config.client_id, registered) {
@@ -217,7 +224,11 @@ pub fn authorization_code(
                 flow.client.server,
                 authorize.as_str()
             )),
-            None => return Err("no BROWSER is set and there is no terminal to show the URL".into()),
+            None => {
+                return Err(Error::external(
+                    "no BROWSER is set and there is no terminal to show the URL",
+                ));
+            }
         },
     }
     let approval_until = match flow.client.approval_wait {
@@ -255,13 +266,15 @@ fn register(
     meta: &Value,
     redirect_uri: &str,
     until: Instant,
-) -> Result<Identity, String> {
-    let endpoint = meta["registration_endpoint"].as_str().ok_or(
-        "the authorization server offers no dynamic registration (registration_endpoint); \
-         give the server's entry an oauth table with a registered client_id",
-    )?;
+) -> Result<Identity, Error> {
+    let endpoint = meta["registration_endpoint"].as_str().ok_or_else(|| {
+        Error::external(
+            "the authorization server offers no dynamic registration (registration_endpoint); \
+             give the server's entry an oauth table with a registered client_id",
+        )
+    })?;
     let url = url::Url::parse(endpoint)
-        .map_err(|e| format!("its registration_endpoint is not a URL: {e}"))?;
+        .map_err(|e| Error::external(format!("its registration_endpoint is not a URL: {e}")))?;
     safe_url(&url, "the registration endpoint")?;
     let body = json!({
         "client_name": "kxen-agent",
@@ -278,22 +291,22 @@ fn register(
         .header("Content-Type", "application/json")
         .header("Accept", "application/json")
         .send(body.to_string().as_bytes())
-        .map_err(|e| format!("registering the client at {url} failed: {e}"))?;
+        .map_err(|e| Error::external(format!("registering the client at {url} failed: {e}")))?;
     let status = response.status().as_u16();
     let bytes = response
         .body_mut()
         .with_config()
         .limit(MAX_REGISTRATION)
         .read_to_vec()
-        .map_err(|e| format!("reading the registration answer failed: {e}"))?;
+        .map_err(|e| Error::external(format!("reading the registration answer failed: {e}")))?;
     let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let client_id = answer["client_id"]
         .as_str()
         .filter(|_| (200..300).contains(&status));
     let Some(client_id) = client_id else {
-        return Err(format!(
+        return Err(Error::external(format!(
             "the registration endpoint {url} did not register the client (HTTP {status})"
-        ));
+        )));
     };
     Ok(Identity {
         client_id: client_id.to_string(),
@@ -308,11 +321,11 @@ fn register(
 /// Starts `$BROWSER` on `url` (the first command of a `:`-separated list; `%s` stands for the
 /// URL, else it is the last argument). The browser's environment leaves out every variable that
 /// looks like a secret.
-fn open_browser(browser: &str, url: &str) -> Result<(), String> {
+fn open_browser(browser: &str, url: &str) -> Result<(), Error> {
     let command = browser.split(':').next().unwrap_or_default();
     let mut argv: Vec<String> = command.split_whitespace().map(str::to_string).collect();
     if argv.is_empty() {
-        return Err("BROWSER is empty".into());
+        return Err(Error::external("BROWSER is empty"));
     }
     if argv.iter().any(|a| a.contains("%s")) {
         for a in &mut argv {
@@ -339,7 +352,12 @@ fn open_browser(browser: &str, url: &str) -> Result<(), String> {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot start the browser `{}` (BROWSER): {e}", argv[0]))?;
+        .map_err(|e| {
+            Error::external(format!(
+                "cannot start the browser `{}` (BROWSER): {e}",
+                argv[0]
+            ))
+        })?;
     std::thread::spawn(move || {
         let _ = child.wait();
     });
@@ -347,29 +365,42 @@ fn open_browser(browser: &str, url: &str) -> Result<(), String> {
 }
 
 /// Waits on `listener` for the redirect carrying the code (and `state`), until `until`.
-fn wait_for_code(listener: &TcpListener, state: &str, until: Instant) -> Result<String, String> {
+fn wait_for_code(listener: &TcpListener, state: &str, until: Instant) -> Result<String, Error> {
+    wait_for_code_within(listener, state, until, REQUEST_WAIT)
+}
+
+/// [`wait_for_code`] giving each connection `per_connection` for its request line.
+fn wait_for_code_within(
+    listener: &TcpListener,
+    state: &str,
+    until: Instant,
+    per_connection: Duration,
+) -> Result<String, Error> {
     listener
         .set_nonblocking(true)
-        .map_err(|e| format!("cannot wait for the redirect: {e}"))?;
+        .map_err(|e| Error::external(format!("cannot wait for the redirect: {e}")))?;
     loop {
         let stream = match listener.accept() {
             Ok((stream, _)) => stream,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() >= until {
-                    return Err("no authorization came back to kxen-agent within timeout_ms".into());
+                    return Err(Error::external(
+                        "no authorization came back to kxen-agent within timeout_ms",
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(20));
                 continue;
             }
-            Err(e) => return Err(format!("waiting for the redirect failed: {e}")),
+            Err(e) => {
+                return Err(Error::external(format!(
+                    "waiting for the redirect failed: {e}"
+                )));
+            }
         };
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-        let mut line = String::new();
-        let mut reader = BufReader::new(std::io::Read::take(&stream, MAX_REDIRECT));
-        if reader.read_line(&mut line).is_err() {
-            continue;
-        }
+        let deadline = until.min(Instant::now() + per_connection);
+        let Some(line) = request_line(&stream, deadline) else {
+            continue; // too slow, too long or not text: not a browser's redirect
+        };
         let target = line.split_whitespace().nth(1).unwrap_or_default();
         let Ok(url) = url::Url::parse(&format!("http://127.0.0.1{target}")) else {
             continue;
@@ -393,14 +424,16 @@ fn wait_for_code(listener: &TcpListener, state: &str, until: Instant) -> Result<
                 200,
                 "Authorization refused. You can close this page.",
             );
-            return Err(format!(
+            return Err(Error::external(format!(
                 "the authorization server refused: {}",
                 crate::text::preview(&error, 120)
-            ));
+            )));
         }
         let Some(code) = get("code") else {
             reply(&stream, 400, "No code in the redirect.");
-            return Err("the redirect carried no authorization code".into());
+            return Err(Error::external(
+                "the redirect carried no authorization code",
+            ));
         };
         reply(
             &stream,
@@ -411,6 +444,36 @@ fn wait_for_code(listener: &TcpListener, state: &str, until: Instant) -> Result<
     }
 }
 
+/// The request line (up to its `\n`) a connection sends before `deadline`, in at most
+/// [`MAX_REDIRECT`] bytes; `None` when it sends less (slowly, or never), more, or not UTF-8.
+/// Each read waits at most until `deadline`, so a client sending a byte at a time cannot
+/// stretch the wait.
+fn request_line(mut stream: &std::net::TcpStream, deadline: Instant) -> Option<String> {
+    use std::io::Read;
+    stream.set_nonblocking(false).ok()?;
+    let mut line = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        stream.set_read_timeout(Some(left)).ok()?;
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        line.extend_from_slice(&buf[..n]);
+        if let Some(end) = line.iter().position(|&b| b == b'\n') {
+            line.truncate(end);
+            return String::from_utf8(line).ok();
+        }
+        if line.len() >= MAX_REDIRECT {
+            return None;
+        }
+    }
+}
+
 fn reply(mut stream: &std::net::TcpStream, status: u16, text: &str) {
     let _ = write!(
         stream,
@@ -418,4 +481,86 @@ fn reply(mut stream: &std::net::TcpStream, status: u16, text: &str) {
          {}\r\nConnection: close\r\n\r\n{text}",
         text.len()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpStream;
+
+    /// A client that connects and sends one byte every `every`, never finishing its line.
+    fn dribble(port: u16, every: Duration, text: &'static [u8]) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+                return;
+            };
+            for b in text {
+                if stream.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(every);
+            }
+        })
+    }
+
+    fn redirect(port: u16, line: &str) {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.write_all(line.as_bytes()).unwrap();
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+    }
+
+    /// A dribbling connection, then an oversized one, hold the listener at most their own
+    /// limit each: the real redirect behind them is taken.
+    #[test]
+    fn a_dribbling_or_oversized_client_does_not_hold_the_redirect_listener() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let slow = dribble(
+            port,
+            Duration::from_millis(100),
+            b"GET /callback?state=s&cod",
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        let big = format!("GET /{} HTTP/1.1", "a".repeat(2 * MAX_REDIRECT));
+        let oversized = std::thread::spawn(move || {
+            let _ = TcpStream::connect(("127.0.0.1", port))
+                .and_then(|mut s| s.write_all(big.as_bytes()));
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        redirect(port, "GET /callback?state=s&code=the-code HTTP/1.1\r\n\r\n");
+        let start = Instant::now();
+        let until = start + Duration::from_secs(20);
+        let code = wait_for_code_within(&listener, "s", until, Duration::from_millis(400));
+        assert_eq!(code.unwrap(), "the-code");
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
+        drop(listener);
+        let _ = (slow.join(), oversized.join());
+    }
+
+    /// A client that dribbles past the whole wait does not extend it.
+    #[test]
+    fn the_whole_wait_keeps_its_limit_against_a_dribbling_client() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let slow = dribble(
+            port,
+            Duration::from_millis(50),
+            b"GET /callback?state=s&code=c HT",
+        );
+        let start = Instant::now();
+        let until = start + Duration::from_millis(600);
+        let err = wait_for_code_within(&listener, "s", until, Duration::from_secs(30)).unwrap_err();
+        assert!(err.message.contains("within timeout_ms"), "{err}");
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+        drop(listener);
+        let _ = slow.join();
+    }
 }

@@ -43,15 +43,17 @@ impl Peer {
         }
     }
 
+    /// `seen`: an HTTP call's stream position (stdio has none to resume).
     fn call_tool(
         &mut self,
         tool: &str,
         arguments: &Value,
         cancel: &AtomicBool,
+        seen: Option<&dyn Fn(super::StreamPosition)>,
     ) -> std::result::Result<Value, Failure> {
         match self {
             Peer::Stdio(c) => c.call_tool(tool, arguments, cancel),
-            Peer::Http(c) => c.call_tool(tool, arguments, cancel),
+            Peer::Http(c) => c.call_tool(tool, arguments, cancel, seen),
         }
     }
 
@@ -95,6 +97,17 @@ struct StartFailure {
 impl From<String> for StartFailure {
     fn from(why: String) -> StartFailure {
         StartFailure { why, setup: None }
+    }
+}
+
+/// A connect or start failure of the protocol layer: its message (the caller names the server
+/// and gives the hint, see [`failed`]).
+impl From<Error> for StartFailure {
+    fn from(e: Error) -> StartFailure {
+        StartFailure {
+            why: e.message,
+            setup: None,
+        }
     }
 }
 
@@ -214,8 +227,15 @@ impl Servers {
     /// Runs `tools/call` of capability `name` (`mcp__<server>__<tool>`). An answer is a known
     /// outcome (the tool's own error included); a call that was sent and got no answer — the
     /// server crashed, timed out or was killed on cancel — is `interrupted` (UNKNOWN), and the
-    /// server is restarted for the next call.
-    pub fn call(&self, name: &str, arguments: &Value, cancel: &AtomicBool) -> ToolOutput {
+    /// server is restarted for the next call. `journal` (with the call's operation id) makes a
+    /// Streamable HTTP call's stream position durable as soon as the server gives one.
+    pub fn call(
+        &self,
+        name: &str,
+        arguments: &Value,
+        cancel: &AtomicBool,
+        journal: Option<(&dyn super::StreamJournal, &str)>,
+    ) -> ToolOutput {
         let Some((server, tool)) = super::split_capability(name) else {
             return ToolOutput::error(format!("`{name}` is not an MCP tool name"));
         };
@@ -230,7 +250,14 @@ impl Servers {
             }
         };
         let traced = crate::telemetry::current::client_call();
-        let result = client.call_tool(tool, arguments, cancel);
+        let seen = journal.map(|(journal, op_id)| {
+            move |position: super::StreamPosition| {
+                journal.record_position(op_id, position);
+                crate::fsx::failpoint::hit("mcp.after-stream-position");
+            }
+        });
+        let seen = seen.as_ref().map(|f| f as &dyn Fn(super::StreamPosition));
+        let result = client.call_tool(tool, arguments, cancel, seen);
         if let Some(call) = traced {
             trace_call(call, server, tool, client, &result);
         }
@@ -244,6 +271,57 @@ impl Servers {
             out.text.push_str(&line);
         }
         out
+    }
+
+    /// Recovery of a `tools/call` of `name` a crashed attempt sent and journaled `position`
+    /// for: the answer read from the server's replay ([`HttpClient::replay_call`]) — nothing
+    /// is sent again. The output of a known answer is what [`Servers::call`] would have made
+    /// of it; a server that cannot replay leaves it `interrupted` (UNKNOWN), saying why.
+    pub fn replay(
+        &self,
+        name: &str,
+        position: &super::StreamPosition,
+        cancel: &AtomicBool,
+    ) -> ToolOutput {
+        let _ = cancel; // bounded by the entry's `timeout_ms`, as one request is
+        let unknown = |why: String| {
+            let mut out = ToolOutput::error(format!(
+                "the answer to `{name}` could not be read again from its MCP server ({why});                  the call may have acted"
+            ));
+            out.interrupted = true;
+            out
+        };
+        let Some((server, tool)) = super::split_capability(name) else {
+            return unknown(format!("`{name}` is not an MCP tool name"));
+        };
+        let config = self
+            .configs
+            .get(server)
+            .filter(|_| position.server == server);
+        let Some((config, url)) = config.and_then(|c| Some((c, c.url.as_deref()?))) else {
+            return unknown(format!(
+                "the runtime config has no Streamable HTTP server `{server}` any more"
+            ));
+        };
+        let answerer = super::inbound::Answerer::new(self.elicitation);
+        let how = Authorize::for_run();
+        let mut client = match connect(server, url, config, answerer, &how, Some(position)) {
+            Ok(client) => client,
+            Err(f) => return unknown(f.why),
+        };
+        let traced = crate::telemetry::current::client_call();
+        let result = client.replay_call(position);
+        let peer = Peer::Http(client);
+        if let Some(call) = traced {
+            trace_call(call, server, tool, &peer, &result);
+        }
+        match result {
+            Ok(result) => convert(&result),
+            Err(Failure::Rpc(why)) => {
+                ToolOutput::error(format!("MCP server `{server}` refused the call: {why}"))
+            }
+            Err(failure) => unknown(failure.to_string()),
+        }
     }
 
     /// The tool output of `tools/call` `result` of `name` on `server`.
@@ -299,7 +377,8 @@ impl Servers {
         };
         let answerer = super::inbound::Answerer::new(self.elicitation);
         if let Some(url) = &config.url {
-            return connect(server, url, config, answerer, &Authorize::for_run()).map(Peer::Http);
+            return connect(server, url, config, answerer, &Authorize::for_run(), None)
+                .map(Peer::Http);
         }
         let Some(argv) = config.command.as_deref().filter(|a| !a.is_empty()) else {
             return Err(String::from("its entry has neither `command` nor `url`").into());
@@ -444,7 +523,7 @@ pub fn login(server: &str, config: &ServerConfig, how: &Authorize) -> Result<Htt
         )));
     };
     let answerer = super::inbound::Answerer::new(crate::policy::McpElicitation::default());
-    connect(server, url, config, answerer, how).map_err(|f| match f.setup {
+    connect(server, url, config, answerer, how, None).map_err(|f| match f.setup {
         Some(hint) => Error::invalid(format!("MCP server `{server}`: {}", f.why)).with_hint(hint),
         None => failed(server, Some(config), f.why),
     })
@@ -459,6 +538,7 @@ fn connect(
     config: &ServerConfig,
     answerer: super::inbound::Answerer,
     how: &Authorize,
+    attach: Option<&super::StreamPosition>,
 ) -> std::result::Result<HttpClient, StartFailure> {
     let token = match &config.bearer_token_env {
         None => None,
@@ -551,6 +631,7 @@ fn connect(
         oauth,
         stored,
         login: how.login,
+        attach,
     })?;
     Ok(client)
 }

@@ -45,6 +45,8 @@ use crate::tools::{self, ToolOutput, ToolSchema};
 
 #[path = "boundary.rs"]
 mod boundary;
+#[path = "replay.rs"]
+mod replay;
 pub use boundary::DEFAULT_PARALLEL_TOOLS;
 
 /// How many characters of a tool's output go into a `toolFinished` event.
@@ -1126,6 +1128,25 @@ impl Loop<'_, '_> {
                     let settle = unknown.is_empty();
                     let known = self.recover_child(run, &op_id, settle, sink)?;
                     if !known {
+                        unknown.push(op_id);
+                    }
+                }
+                // A Streamable HTTP MCP call with a journaled stream position: its answer is read
+                // from the server's replay when it can be (`replay`).
+                Some((OpPhase::Started, op_id))
+                    if self
+                        .journal
+                        .table()
+                        .get(&op_id)
+                        .is_some_and(|o| o.stream.is_some()) =>
+                {
+                    let settle = unknown.is_empty();
+                    if let Some(why) = self.replay_op(run, &op_id, settle, sink)? {
+                        self.journal.record(JournalRecord::OutcomeUnknown {
+                            op_id: op_id.clone(),
+                            at: crate::clock::now_rfc3339(),
+                            reason: format!("{}; {why}", unknown_reason(stopped)),
+                        })?;
                         unknown.push(op_id);
                     }
                 }

@@ -102,6 +102,8 @@ pub(super) struct CallScope<'s> {
     /// The files the run has read, written or edited, from its journal
     /// ([`crate::run::verification::seen_files`]): what `write` may replace.
     pub seen_files: &'s [String],
+    /// Where MCP calls journal their stream position, or the position recovery replays.
+    pub mcp_stream: Option<crate::mcp::StreamMode<'s>>,
 }
 
 impl<'s> CallScope<'s> {
@@ -132,6 +134,7 @@ impl<'s> CallScope<'s> {
             task,
             seen_files: Some(self.seen_files),
             granted: Some(ex.capabilities),
+            mcp_stream: self.mcp_stream,
         }
     }
 }
@@ -334,6 +337,7 @@ impl Loop<'_, '_> {
         // Read from the journal, so a resumed run knows what its earlier attempts read; a batch
         // that writes is a batch of one, so an earlier batch's reads are in it already.
         self.seen.update(self.journal.table());
+        let positions = super::replay::Positions::new(&mut self.journal);
         let scope = CallScope {
             ex: self.ex,
             run_id: &run.id,
@@ -341,6 +345,7 @@ impl Loop<'_, '_> {
             blobs: &self.blobs,
             attempt: &self.attempt_mark,
             seen_files: self.seen.paths(),
+            mcp_stream: Some(crate::mcp::StreamMode::Journal(&positions)),
         };
         let mut outputs = execute(&scope, slots, remaining, turns_left);
         if !self.ex.hooks.post_tool_use.is_empty() {

@@ -89,6 +89,9 @@ pub struct ToolContext<'a> {
     /// the run was denied would have shown: `write`/`edit` quote a file only with `read`, and
     /// name other files only with `glob`. `None`: no such limit (a tool run outside a run).
     pub granted: Option<&'a [String]>,
+    /// `mcp__…` calls: where a Streamable HTTP call's stream position is journaled, or the
+    /// position a recovered call's answer is replayed from (`None`: neither).
+    pub mcp_stream: Option<crate::mcp::StreamMode<'a>>,
 }
 
 impl ToolContext<'_> {
@@ -329,6 +332,7 @@ pub(crate) mod testutil {
                 task: None,
                 seen_files: None,
                 granted: None,
+                mcp_stream: None,
             }
         }
 

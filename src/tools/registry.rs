@@ -125,7 +125,15 @@ impl Executor for McpCall {
 
     fn run(&self, name: &str, _ws: &Workspace, arguments: &Value, ctx: &ToolContext) -> ToolOutput {
         match ctx.mcp {
-            Some(servers) => servers.call(name, arguments, ctx.cancel),
+            Some(servers) => match ctx.mcp_stream {
+                Some(crate::mcp::StreamMode::Replay(position)) => {
+                    servers.replay(name, position, ctx.cancel)
+                }
+                Some(crate::mcp::StreamMode::Journal(journal)) => {
+                    servers.call(name, arguments, ctx.cancel, Some((journal, ctx.mark.op_id)))
+                }
+                None => servers.call(name, arguments, ctx.cancel, None),
+            },
             None => ToolOutput::error(format!(
                 "`{name}` cannot run: this execution has no MCP servers; the call was not run"
             )),

@@ -28,6 +28,8 @@ pub(crate) struct ServerOptions {
     pub expect_token: Option<String>,
     /// JSON answers instead of SSE streams.
     pub json: bool,
+    /// The SDK's resumability with an in-memory event store, and the `wait_for` tool.
+    pub event_store: bool,
 }
 
 fn script() -> PathBuf {
@@ -55,6 +57,9 @@ impl HttpServer {
         }
         if options.json {
             envs.push(("KXEN_MCP_JSON_RESPONSE".into(), "1".into()));
+        }
+        if options.event_store {
+            envs.push(("KXEN_MCP_EVENT_STORE".into(), "1".into()));
         }
         Self::launch(env, python, envs, None)
     }
@@ -637,6 +642,134 @@ fn a_cut_stream_is_resumed_and_one_that_cannot_be_is_unknown() {
             && reason.contains("405"),
         "{op}"
     );
+}
+
+/// A run whose Streamable HTTP call (`wait_for`, held until a file appears) is killed right
+/// after its stream position is journaled (failpoint `mcp.after-stream-position`, an abort: as
+/// a kill -9), on a server with an event store. Returns the server, the release file, the
+/// config, the Session and run ids.
+fn killed_mid_call(env: &TestEnv, py: &str) -> (HttpServer, PathBuf, PathBuf, (String, String)) {
+    let server = HttpServer::start(
+        env,
+        py,
+        &ServerOptions {
+            event_store: true,
+            ..Default::default()
+        },
+    );
+    let release = env.path().join("release");
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let cfg = config(
+        env,
+        &[
+            call(
+                "c1",
+                "mcp__fx__wait_for",
+                json!({"text": "made-it", "path": release.to_str().unwrap()}),
+            ),
+            answer("done"),
+        ],
+        &http_entry(&server.url(), ""),
+    );
+    let agent = text_agent(env, "mcp__fx__wait_for", "");
+    let crashed = env
+        .cmd("kxen-agent")
+        .args(["run", "--workspace", repo.to_str().unwrap(), "--task", "t"])
+        .args(["--agent", agent.to_str().unwrap()])
+        .args(["--config", cfg.to_str().unwrap(), "--allow-mcp"])
+        .env("KXEN_FAILPOINT", "mcp.after-stream-position")
+        .output()
+        .unwrap();
+    assert_eq!(
+        crashed.status.code(),
+        None,
+        "the failpoint aborted the run: {}",
+        String::from_utf8_lossy(&crashed.stderr)
+    );
+    let ids = ids(env);
+    // The position is in the journal: the session and request ids and the first event id,
+    // never a token.
+    let journal = env
+        .state_dir()
+        .join(format!("sessions/{}/runs/{}/journal.jsonl", ids.0, ids.1));
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("\"phase\":\"mcpStream\""))
+        .unwrap_or_else(|| panic!("no mcpStream record: {text}"));
+    let record: serde_json::Value = serde_json::from_str(line).unwrap();
+    let position = &record["position"];
+    assert!(position["sessionId"].is_string(), "{record}");
+    assert!(position["requestId"].is_u64(), "{record}");
+    assert!(
+        position["eventId"].as_str().unwrap().starts_with("ev-"),
+        "{record}"
+    );
+    (server, release, cfg, ids)
+}
+
+/// kill -9 during a Streamable HTTP call on a server that can replay its stream: `--resume`
+/// joins the same session, reads the answer from the replay (`GET` with `Last-Event-ID`) and
+/// settles the call; the run completes and the tool ran once.
+#[test]
+fn a_call_killed_mid_stream_is_settled_from_the_servers_replay() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let (_server, release, cfg, (id, run_id)) = killed_mid_call(&env, &py);
+    std::fs::write(&release, "").unwrap();
+    let resume = [
+        "--resume",
+        &id,
+        "--allow-mcp",
+        "--config",
+        cfg.to_str().unwrap(),
+    ];
+    let run = env.run("kxen-agent", &resume);
+    run.expect(0);
+    assert_eq!(
+        tool_outputs(&run),
+        [("mcp__fx__wait_for".into(), "made-it".into(), false)]
+    );
+    assert_eq!(calls(&env), ["made-it"], "the tool ran once");
+    assert!(
+        http_log(&env)
+            .iter()
+            .any(|l| l == "GET session=yes version=2025-11-25"),
+        "{:?}",
+        http_log(&env)
+    );
+    let show = env.run("kxen-agent", &["run", "show", &id, &run_id]);
+    show.expect(0);
+    let op = &show.jsonl()[0]["operations"][0];
+    assert_eq!(op["phase"], "settled", "{op}");
+}
+
+/// The same kill, but the server was restarted meanwhile (the session is gone, HTTP 404 on the
+/// replay): the call is UNKNOWN with the usual message and the run stops for a human (exit 7).
+#[test]
+fn a_call_killed_mid_stream_on_a_restarted_server_is_unknown() {
+    let Some(py) = python() else { return };
+    let env = TestEnv::new();
+    let (mut server, release, cfg, (id, run_id)) = killed_mid_call(&env, &py);
+    server.restart(&env);
+    std::fs::write(&release, "").unwrap();
+    let resume = [
+        "--resume",
+        &id,
+        "--allow-mcp",
+        "--config",
+        cfg.to_str().unwrap(),
+    ];
+    env.run("kxen-agent", &resume).expect(7);
+    let op = unknown_op(&env, &id, &run_id);
+    let reason = op["unknownReason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("the runtime stopped after the tool started")
+            && reason.contains("could not be read again")
+            && reason.contains("404"),
+        "{op}"
+    );
+    assert_eq!(calls(&env), ["made-it"]);
 }
 
 /// Hostile authorization: an oversized protected-resource document, and a token endpoint that

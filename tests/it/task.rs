@@ -568,7 +568,7 @@ fn a_power_cut_at_every_pass_of_the_tool_and_task_points_never_runs_a_child_twic
 fn crash_at_every_pass(sequential: bool, power_cut: bool) {
     let mut crashes = 0;
     for point in kxen::fsx::failpoint::ALL {
-        if ["import.", "export.", "dwp.", "pull.", "remote."]
+        if ["import.", "export.", "dwp.", "pull.", "remote.", "mcp."]
             .iter()
             .any(|p| point.starts_with(p))
         {

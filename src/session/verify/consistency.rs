@@ -207,7 +207,8 @@ impl JournalIndex {
             }
             JournalRecord::OutcomeUnknown { .. }
             | JournalRecord::Approved { .. }
-            | JournalRecord::Denied { .. } => None,
+            | JournalRecord::Denied { .. }
+            | JournalRecord::McpStream { .. } => None,
         };
         if let Some(kept) = kept {
             self.records.push((self.line, kept));
