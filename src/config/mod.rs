@@ -352,7 +352,7 @@ impl ModelConfig {
                 .map_err(|why| self.invalid_in(why))?;
         }
         for (name, entry) in &self.mcp_servers {
-            crate::mcp::config::check(name, entry).map_err(|e| self.invalid(e.message))?;
+            crate::mcp::config::check(name, entry).map_err(|why| self.invalid_in(why))?;
         }
         crate::lsp::config::check_all(&self.lsp_servers).map_err(|why| self.invalid_in(why))?;
         if let Some(why) = self.hooks.error() {

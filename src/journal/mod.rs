@@ -243,7 +243,9 @@ impl OpTable {
                     .map(|&i| &mut self.ops[i])
                     .filter(|op| op.phase == OpPhase::Started && op.stream.is_none())
                     .ok_or_else(|| {
-                        format!("an mcpStream record for {op_id}, which is not a running call")
+                        IllegalTransition(format!(
+                            "an mcpStream record for {op_id}, which is not a running call"
+                        ))
                     })?;
                 op.stream = Some(position);
                 return Ok(());
