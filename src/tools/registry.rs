@@ -123,7 +123,7 @@ impl Executor for McpCall {
     }
 
     fn run(&self, name: &str, _ws: &Workspace, arguments: &Value, ctx: &ToolContext) -> ToolOutput {
-        match ctx.mcp {
+        match ctx.services.mcp.as_deref() {
             Some(servers) => servers.call(name, arguments, ctx.cancel),
             None => ToolOutput::error(format!(
                 "`{name}` cannot run: this execution has no MCP servers; the call was not run"
