@@ -151,21 +151,24 @@ fn fence_build_secs(root: &Path, repo: &Path, calls: usize, policy: FencePolicy)
 /// Seconds for `calls` direct `exec` tool calls of `true` under `fence`.
 fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) -> f64 {
     let state = root.join("tool-state");
-    let home = state.join("tool-home");
-    let blobs = kxen::blobs::BlobStore::new(state.join("blobs"));
     let capabilities = vec!["exec".to_string()];
     let cancel = AtomicBool::new(false);
     let attempt = "att_bench".to_string();
     let args = serde_json::json!({"command": "true"});
-    let run_fence = kxen::sandbox::RunFence::new(fence, repo, None, Some(&state));
+    let services = kxen::tools::ToolServices {
+        tool_home: state.join("tool-home"),
+        blobs: kxen::blobs::BlobStore::new(state.join("blobs")),
+        pass_env: Vec::new(),
+        fence: kxen::sandbox::RunFence::new(fence, repo, None, Some(&state)),
+        mcp: None,
+        lsp: None,
+    };
     let start = Instant::now();
     for i in 0..calls {
         let op_id = format!("op_bench{i}");
         let ctx = kxen::tools::ToolContext {
             workspace_root: repo,
-            tool_home: &home,
-            blobs: &blobs,
-            pass_env: &[],
+            services: &services,
             cancel: &cancel,
             mark: kxen::tools::OperationMark {
                 session_id: "ses_bench",
@@ -173,9 +176,6 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
                 attempt: &attempt,
                 op_id: &op_id,
             },
-            fence: run_fence.clone(),
-            mcp: None,
-            lsp: None,
             task: None,
             seen_files: None,
             granted: None,

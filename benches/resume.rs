@@ -25,7 +25,7 @@ use std::time::Instant;
 use kxen::Result;
 use kxen::policy::PolicyFlags;
 use kxen::provider::{ModelRequest, ModelResponse, Provider};
-use kxen::run::agent_loop::{self, Execution};
+use kxen::run::agent_loop;
 use kxen::run::create::{self, NewRunRequest};
 use kxen::run::events::Discard;
 use kxen::run::resume::{self, ResumeRequest};
@@ -211,7 +211,7 @@ impl Provider for FirstCall {
 fn child_resume(root: &Path) -> f64 {
     let f = fixture(root);
     let start = Instant::now();
-    let resumed = resume::prepare(
+    let mut resumed = resume::prepare(
         &f.state,
         &ResumeRequest {
             output_schema: None,
@@ -227,10 +227,8 @@ fn child_resume(root: &Path) -> f64 {
     .unwrap();
     let first = Arc::new(FirstCall(Mutex::new(None)));
     let cancel = std::sync::atomic::AtomicBool::new(false);
-    let execution = Execution {
-        provider: first.clone(),
-        ..resumed.execution(&cancel)
-    };
+    resumed.services.provider = first.clone();
+    let execution = resumed.execution(&cancel);
     agent_loop::execute(&execution, &resumed.run_id, &mut Discard).unwrap();
     let at = first.0.lock().unwrap().expect("the model was called");
     at.duration_since(start).as_secs_f64()

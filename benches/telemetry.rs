@@ -209,7 +209,11 @@ fn run(calls: usize, settings: Option<Settings>, rep: usize) -> (f64, f64) {
         None => agent_loop::execute(&execution, &prepared.run_id, &mut discard).unwrap(),
         Some(s) => {
             let tracing = Tracing::start(s);
-            let mut sink = tracing.sink(&mut discard, prepared.provider_info.as_ref(), &state);
+            let mut sink = tracing.sink(
+                &mut discard,
+                prepared.services.provider_info.as_ref(),
+                &state,
+            );
             let ending = agent_loop::execute(&execution, &prepared.run_id, &mut sink).unwrap();
             sink.finish();
             if let Some(warning) = tracing.finish() {

@@ -836,6 +836,8 @@ impl Ctx<'_> {
             .with_hint(format!(
                 "it was imported (or created) here before: continue it with \
                  `kxen-agent --resume {id}`, {}",
+                // Up to `run` (a floor above): the flags a resume re-checks are listed once,
+                // where the resume checks them, so this hint can never name a different set.
                 crate::run::SAME_FLAGS
             )));
         }

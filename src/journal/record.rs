@@ -42,6 +42,8 @@ pub enum JournalRecord {
         /// The assistant message itself, in the first `started` record of its calls when it
         /// was appended to `messages.jsonl` without an fsync: this record makes it durable (the
         /// message log may lose it in a power cut; recovery appends it again from here).
+        /// Up to `session` (a floor above) on purpose: the record carries the message in the
+        /// exact form of `messages.jsonl`, so recovery appends it back byte for byte.
         #[serde(skip_serializing_if = "Option::is_none")]
         assistant: Option<Box<crate::session::Message>>,
     },

@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::policy::is_valid_env_name;
 use crate::sandbox::{FencePolicy, SandboxMode};
+use crate::secrets::is_valid_env_name;
 
 /// Per-request timeout when `timeout_ms` is not given (start-up and indexing can be slow).
 pub const DEFAULT_TIMEOUT_MS: u64 = 60_000;
@@ -238,7 +238,7 @@ pub fn check(name: &str, entry: &ServerConfig) -> Result<()> {
         }
     }
     for (key, value) in &entry.env {
-        if crate::tools::env::secret_value(key, std::ffi::OsStr::new(value)) {
+        if crate::secrets::rules::secret_value(key, std::ffi::OsStr::new(value)) {
             return Err(Error::invalid(format!(
                 "{at}: env.{key} looks like a credential; a language server gets none (the \
                  config holds no secret)"

@@ -9,6 +9,8 @@
 use std::collections::BTreeMap;
 
 use super::{CAPABILITY, ServerConfig};
+// Up to `agent` (a floor above): granting `lsp` is writing it into the Session's lock, whose
+// type `agent` owns; the lock in turn knows nothing of language servers.
 use crate::agent::DcpAgentLock;
 use crate::error::{Error, Result};
 

@@ -46,6 +46,8 @@ use super::render::{self, Files};
 use super::{Operation, Query, uri};
 use crate::error::{Error, ErrorKind, Result};
 use crate::process::orphans;
+// Up to `tools` (a floor above): a server's answer is rendered straight into the `lsp` tool's
+// output (capped and redacted like every tool's), not into a type of ours the tool converts.
 use crate::tools::ToolOutput;
 
 /// Files larger than this are not sent to a server (as `read` refuses them).

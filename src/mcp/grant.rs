@@ -6,6 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::{LockedTool, Servers, capability, schema_hash, split_capability};
+// Up to `agent` (a floor above): granting MCP tools is writing them into the Session's lock,
+// whose type `agent` owns (it holds `LockedTool`s of ours without calling any server).
 use crate::agent::DcpAgentLock;
 use crate::error::{Error, Result};
 

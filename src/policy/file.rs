@@ -6,6 +6,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::SandboxMode;
+// Up to `agent` (a floor above): a policy names capabilities with the same grammar as a
+// definition does, checked by the one function that defines it.
 use crate::agent::capability_name_error;
 use crate::error::{Error, ErrorKind, Result};
 use crate::secrets::check_pass_env;
@@ -184,6 +186,8 @@ fn check(p: &PolicyFile) -> Result<()> {
         check_pass_env(name).map_err(|why| invalid(format!("passEnv[{i}]"), why))?;
     }
     for (server, names) in &p.mcp_pass_env {
+        // Up to `mcp` (a floor above): a server name here must be one `[mcp.servers.NAME]`
+        // could define, by the rule of the module that owns that table.
         if let Some(why) = crate::mcp::config::server_name_error(server) {
             return Err(Error::invalid(format!("mcpPassEnv: {why}")));
         }

@@ -231,7 +231,8 @@ impl MergedPolicy {
                 implemented.join(", ")
             ));
         };
-        // `mcp__…*` entries are patterns (a server's family, or every MCP tool).
+        // `mcp__…*` entries are patterns (a server's family, or every MCP tool); up to `mcp`
+        // (a floor above) so the policy and the tool registry match them by one rule.
         let listed = |list: &[String]| {
             list.iter()
                 .any(|p| crate::mcp::pattern_covers(p, capability))

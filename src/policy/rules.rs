@@ -45,6 +45,8 @@ pub fn rule_for<'r>(rules: &'r ToolRules, name: &str) -> (ToolRule, Option<&'r s
     if let Some((pattern, rule)) = rules.get_key_value(name) {
         return (*rule, Some(pattern.as_str()));
     }
+    // Up to `mcp` (a floor above): an `mcpTools` pattern covers what the registry's MCP
+    // pattern covers, by the one function that defines the `mcp__server__*` family.
     rules
         .iter()
         .filter(|(pattern, _)| crate::mcp::pattern_covers(pattern, name))

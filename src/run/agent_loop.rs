@@ -13,16 +13,13 @@
 //! it waits for the resolution) or a cancel arrived (it is answered as not run); a terminal but
 //! unsettled run is only settled.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use crate::agent::AgentDefinition;
-use crate::blobs::BlobStore;
 use crate::error::{Error, Result};
 use crate::events::{Event, EventSink, preview};
 use crate::fsx::failpoint;
@@ -35,6 +32,7 @@ use crate::provider::{
 };
 use crate::run::conversation::Conversation;
 use crate::run::repeat::RepeatGuard;
+use crate::run::services::RunServices;
 use crate::run::settle;
 use crate::run::{approval, children, compaction, contract, prompt, verification};
 use crate::session::run_record::{Attempt, FailReason, RunError, RunResult, RunState, RunStatus};
@@ -54,6 +52,9 @@ const EVENT_PREVIEW_CHARS: usize = 2000;
 
 /// Everything one execution of a run needs. The caller holds the Session's run lease.
 pub struct Execution<'a> {
+    /// The provider, prices, hooks, fence, servers … of the run, built once
+    /// ([`crate::run::services::RunServices`]) and borrowed here and by every tool call.
+    pub services: &'a RunServices,
     pub state: &'a StateDir,
     pub session_id: &'a str,
     pub paths: &'a SessionPaths,
@@ -64,39 +65,13 @@ pub struct Execution<'a> {
     pub capabilities: &'a [String],
     /// The lock's MCP tools (their schemas are what the model is offered).
     pub mcp_tools: &'a [crate::mcp::LockedTool],
-    /// The servers of those tools (`None` when there are none).
-    pub mcp: Option<&'a crate::mcp::Servers>,
-    /// The language servers of the `lsp` tool (`None` when it is not granted).
-    pub lsp: Option<&'a crate::lsp::Servers>,
-    /// Sensitive environment variables tool subprocesses may see (merged policy).
-    pub pass_env: &'a [String],
     /// The merged policy's `mcpTools` rules: a call whose rule is `ask` waits for a human
     /// ([`crate::run::approval`]).
     pub tool_rules: &'a crate::policy::ToolRules,
-    /// How many consecutive read-class and `task` calls of one turn run together
-    /// (`[tools] parallel` of the config; 1: every call alone).
-    pub parallel_tools: usize,
-    /// The run's one fence: the merged policy's, with the plan folder and the state dir
-    /// protected; every process a tool starts starts through it ([`crate::sandbox::RunFence`]).
-    pub fence: &'a crate::sandbox::RunFence,
-    /// The operator's hooks around tool calls and the run ([`crate::hooks`]).
-    pub hooks: &'a crate::hooks::HooksConfig,
     pub workspace_root: &'a Path,
-    /// Shared with the thread of an in-flight model call, which a cancel abandons.
-    pub provider: Arc<dyn Provider>,
-    /// Describes the provider in run.json (no credential).
-    pub provider_info: Option<Value>,
     pub cancel: &'a AtomicBool,
     /// The DWP plan task the run works on: its meter and limit check ([`crate::host`]).
     pub plan: Option<&'a Mutex<PlanHost>>,
-    /// When and by whom the conversation is compacted (`None`: the provider has no
-    /// `context_window`, the conversation grows as it is).
-    pub compaction: Option<compaction::Settings>,
-    /// The config's `context_files`: read only when the run's task message is still to be
-    /// written ([`crate::run::context`]).
-    pub context_files: &'a [String],
-    /// What the run's models charge: each call's cost is recorded with it.
-    pub prices: &'a crate::run::prepared::Prices,
 }
 
 /// How an execution ended.
@@ -184,7 +159,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         let environment = ex.definition.spec.execution.environment_preamble == Some(true);
         task.context = crate::run::context::read(
             &workspace,
-            ex.context_files,
+            &ex.services.context_files,
             environment.then_some(run.task.as_str()),
         )?;
         messages.append(task.clone())?;
@@ -193,7 +168,10 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
     let crashed_marks = close_crashed_attempts(&mut run, &conv);
     // The MCP servers' processes carry the attempt mark of the first attempt of this process.
     let attempt_mark = ex
+        .services
+        .tools
         .mcp
+        .as_deref()
         .and_then(crate::mcp::Servers::claim_attempt_mark)
         .unwrap_or_else(orphans::new_attempt_mark);
     let schemas = tools::REGISTRY.schemas(ex.capabilities, ex.mcp_tools);
@@ -213,8 +191,6 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         conv,
         schemas: Arc::new(schemas),
         schema_bytes,
-        blobs: BlobStore::new(ex.state.blobs_dir()),
-        tool_home: ex.state.tool_home(ex.session_id),
         started: Instant::now(),
         attempt_mark: attempt_mark.clone(),
         crashed_marks,
@@ -230,7 +206,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         started_at: crate::clock::now_rfc3339(),
         pid: std::process::id(),
         mark: Some(attempt_mark),
-        provider: ex.provider_info.clone(),
+        provider: ex.services.provider_info.clone(),
         ended_at: None,
         crashed: false,
         wall_clock_ms: None,
@@ -246,7 +222,9 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
         for message in lock_host(host).advisories() {
             sink.emit(Event::Warning { message });
         }
-        if !ex.fence.policy().is_fenced() && ex.capabilities.iter().any(|c| c == "exec") {
+        if !ex.services.tools.fence.policy().is_fenced()
+            && ex.capabilities.iter().any(|c| c == "exec")
+        {
             let dir = lock_host(host).plan_dir().to_path_buf();
             sink.emit(Event::Warning {
                 message: format!(
@@ -258,9 +236,10 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
             });
         }
     }
-    let hooks = ex.hooks;
+    let hooks = &ex.services.hooks;
+    let fence = &ex.services.tools.fence;
     if !hooks.run_start.is_empty() {
-        let warnings = crate::hooks::run_event(hooks, ex.fence, ex.session_id, &run.id, None);
+        let warnings = crate::hooks::run_event(hooks, fence, ex.session_id, &run.id, None);
         for message in warnings {
             sink.emit(Event::Warning { message });
         }
@@ -285,7 +264,7 @@ pub fn execute(ex: &Execution, run_id: &str, sink: &mut dyn EventSink) -> Result
             Err(e) => serde_json::json!({"status": "error", "message": e.message}),
         };
         let warnings =
-            crate::hooks::run_event(hooks, ex.fence, ex.session_id, &run.id, Some(&outcome));
+            crate::hooks::run_event(hooks, fence, ex.session_id, &run.id, Some(&outcome));
         for message in warnings {
             sink.emit(Event::Warning { message });
         }
@@ -305,8 +284,6 @@ struct Loop<'a, 'b> {
     schemas: Arc<Vec<ToolSchema>>,
     /// The size of the tool schemas in a request (the compaction estimate's fixed part).
     schema_bytes: u64,
-    blobs: BlobStore,
-    tool_home: PathBuf,
     started: Instant,
     /// This attempt's mark (see [`orphans`]): carried by its tool and model-command processes.
     attempt_mark: String,
@@ -417,7 +394,7 @@ impl Loop<'_, '_> {
             if let Some(u) = usage {
                 self.usage.add(u);
             }
-            let cost = cost_of(self.ex.prices.execution.as_ref(), usage);
+            let cost = cost_of(self.ex.services.prices.execution.as_ref(), usage);
             self.report_progress(self.turns, Some((usage.is_some(), cost)), sink);
             if response.tool_calls.is_empty() {
                 if let Some(reminder) = self.reminder_due()? {
@@ -474,7 +451,7 @@ impl Loop<'_, '_> {
                 // Read-class and `task` calls that follow each other run together; every call
                 // passes the one boundary, a lone call as a batch of one.
                 let rest = &response.tool_calls[index..];
-                let batch = boundary::batch_len(rest, self.ex.parallel_tools);
+                let batch = boundary::batch_len(rest, self.ex.services.parallel_tools);
                 batched = index + batch;
                 let stops = self.run_calls(run, &message_id, index, &rest[..batch], sink)?;
                 if !stops.is_empty() {
@@ -777,7 +754,7 @@ impl Loop<'_, '_> {
         sink: &mut dyn EventSink,
     ) -> Result<std::result::Result<(), Stop>> {
         let ex = self.ex;
-        let Some(settings) = &ex.compaction else {
+        let Some(settings) = &ex.services.compaction else {
             return Ok(Ok(()));
         };
         let threshold = settings.threshold();
@@ -819,7 +796,7 @@ impl Loop<'_, '_> {
         let mut record = Message::new(&run.id, Role::Compaction, response.text.trim());
         record.compacts = Some(span.range.clone());
         record.usage = usage;
-        record.cost_usd = cost_of(self.ex.prices.compaction.as_ref(), usage);
+        record.cost_usd = cost_of(self.ex.services.prices.compaction.as_ref(), usage);
         let message_id = record.id.clone();
         self.append(record)?;
         failpoint::hit("compaction.after-record");
@@ -848,7 +825,7 @@ impl Loop<'_, '_> {
         sink: &mut dyn EventSink,
     ) -> Result<std::result::Result<ModelResponse, Stop>> {
         let call = CallSpec {
-            provider: Arc::clone(&self.ex.provider),
+            provider: Arc::clone(&self.ex.services.provider),
             role: self.ex.definition.spec.execution.model_role.clone(),
             messages: Arc::clone(self.conv.history()),
             tools: Arc::clone(&self.schemas),

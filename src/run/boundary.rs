@@ -27,12 +27,10 @@
 //! Every [`ToolContext`] of the loop is built here, in [`CallScope::context`], so a service a
 //! tool needs (the fence, the protected paths, the servers) is handed to every call alike.
 
-use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use super::{Execution, Loop, bounded, outcome};
-use crate::blobs::BlobStore;
 use crate::error::Result;
 use crate::events::{Event, EventSink, preview};
 use crate::fsx::failpoint;
@@ -96,8 +94,6 @@ impl Slot<'_> {
 pub(super) struct CallScope<'s> {
     pub ex: &'s Execution<'s>,
     pub run_id: &'s str,
-    pub tool_home: &'s Path,
-    pub blobs: &'s BlobStore,
     pub attempt: &'s str,
     /// The files the run has read, written or edited, from its journal
     /// ([`crate::run::verification::seen_files`]): what `write` may replace.
@@ -107,8 +103,8 @@ pub(super) struct CallScope<'s> {
 }
 
 impl<'s> CallScope<'s> {
-    /// The context of operation `op_id`: every service of the execution, the call's own
-    /// cancel flag and, for a `task` call, the runner of its child Session.
+    /// The context of operation `op_id`: the execution's tool services (borrowed), the call's
+    /// own cancel flag and, for a `task` call, the runner of its child Session.
     pub fn context<'c>(
         &'c self,
         op_id: &'c str,
@@ -118,9 +114,7 @@ impl<'s> CallScope<'s> {
         let ex = self.ex;
         ToolContext {
             workspace_root: ex.workspace_root,
-            tool_home: self.tool_home,
-            blobs: self.blobs,
-            pass_env: ex.pass_env,
+            services: &ex.services.tools,
             cancel,
             mark: OperationMark {
                 session_id: ex.session_id,
@@ -128,9 +122,6 @@ impl<'s> CallScope<'s> {
                 attempt: self.attempt,
                 op_id,
             },
-            fence: ex.fence.clone(),
-            mcp: ex.mcp,
-            lsp: ex.lsp,
             task,
             seen_files: Some(self.seen_files),
             granted: Some(ex.capabilities),
@@ -239,10 +230,14 @@ impl Loop<'_, '_> {
                 tool: &call.name,
                 arguments: &call.arguments,
             };
-            let hooked = crate::hooks::matching_pre_hooks(self.ex.hooks, &call.name);
+            let hooked = crate::hooks::matching_pre_hooks(&self.ex.services.hooks, &call.name);
             let verdict = match hooked.is_empty() {
                 true => crate::hooks::Verdict::Allow,
-                false => crate::hooks::pre_tool_use(self.ex.hooks, self.ex.fence, facts),
+                false => crate::hooks::pre_tool_use(
+                    &self.ex.services.hooks,
+                    &self.ex.services.tools.fence,
+                    facts,
+                ),
             };
             let asks = crate::policy::rule_for(self.ex.tool_rules, &call.name).0
                 == crate::policy::ToolRule::Ask;
@@ -341,14 +336,12 @@ impl Loop<'_, '_> {
         let scope = CallScope {
             ex: self.ex,
             run_id: &run.id,
-            tool_home: &self.tool_home,
-            blobs: &self.blobs,
             attempt: &self.attempt_mark,
             seen_files: self.seen.paths(),
             mcp_stream: Some(crate::mcp::StreamMode::Journal(&positions)),
         };
         let mut outputs = execute(&scope, slots, remaining, turns_left);
-        if !self.ex.hooks.post_tool_use.is_empty() {
+        if !self.ex.services.hooks.post_tool_use.is_empty() {
             self.post_hooks(run, slots, &mut outputs, sink);
         }
         let stopped_why = self.budget_spent();
@@ -441,8 +434,8 @@ impl Loop<'_, '_> {
                 arguments: &slot.call.arguments,
             };
             let (notes, warnings) = crate::hooks::post_tool_use(
-                self.ex.hooks,
-                self.ex.fence,
+                &self.ex.services.hooks,
+                &self.ex.services.tools.fence,
                 facts,
                 &output.text,
                 output.is_error,

@@ -296,7 +296,8 @@ fn run_child(
             description: description.clone(),
         })
     };
-    let execution = parent.for_child(meta, &paths, &tool_names, model, cancel);
+    let services = parent.services.for_child(parent.state, &meta.id, model);
+    let execution = parent.for_child(&services, meta, &paths, &tool_names, cancel);
     // In a plan run the child is a delegation of the plan task: `launched` before every
     // execution (recorded once), its end before the parent records the call's outcome.
     let prompt = match parent.plan {
@@ -321,7 +322,7 @@ fn run_child(
     let ending = crate::telemetry::child::traced(
         parent.state,
         &of,
-        parent.provider_info.as_ref(),
+        parent.services.provider_info.as_ref(),
         &mut Discard,
         |sink| agent_loop::execute(&execution, &run_id, sink),
     )?;

@@ -18,7 +18,8 @@ use crate::git::{self, WorkspaceBinding};
 use crate::ids::{self, IdKind};
 use crate::policy::{self, MergedPolicy, PolicyFlags};
 use crate::run::builder;
-use crate::run::prepared::{Prepared, Runtime};
+use crate::run::prepared::Prepared;
+use crate::run::services::RunServices;
 use crate::session::run_record::RunState;
 use crate::session::store::{self, NewSession};
 use crate::session::{Message, Role, SessionMeta, meta};
@@ -44,8 +45,8 @@ pub struct Draft {
     pub lock: DcpAgentLock,
     pub merged: MergedPolicy,
     pub binding: WorkspaceBinding,
-    /// The provider and servers; its `mcp` is set by [`grant_mcp`].
-    pub runtime: Runtime,
+    /// The provider, servers and the rest the run uses; its `tools.mcp` is set by [`grant_mcp`].
+    pub services: RunServices,
     /// Warnings from capturing the workspace binding and granting tools.
     pub warnings: Vec<String>,
     /// The definition came from the Builder.
@@ -103,9 +104,8 @@ pub fn prepare(state: &StateDir, req: &NewRunRequest) -> Result<Draft> {
         req.plan_dir.as_deref(),
         Some(state.root()),
     );
-    let runtime = Runtime::new(&config, &lock, fence)?;
-
     let session_id = ids::new_id(IdKind::Session);
+    let services = RunServices::new(&config, &lock, state, &session_id, &merged.pass_env, fence)?;
     let run_id = ids::new_id(IdKind::Run);
     let mut text = req.task.clone();
     if let Some(schema) = &req.output_schema {
@@ -146,7 +146,7 @@ pub fn prepare(state: &StateDir, req: &NewRunRequest) -> Result<Draft> {
         lock,
         merged,
         binding,
-        runtime,
+        services,
         warnings,
         built,
         mcp_configs: config.mcp_servers().clone(),
@@ -169,12 +169,12 @@ pub fn grant_mcp(draft: &mut Draft, state: &StateDir) -> Result<()> {
         draft.mcp_configs.clone(),
         &draft.merged,
         crate::mcp::servers::ServerHomes::of_session(state, &draft.new.meta.id),
-        draft.runtime.fence.clone(),
+        draft.services.tools.fence.clone(),
     );
     let warnings = crate::mcp::grant(&mut draft.lock, &servers)?;
     draft.warnings.extend(warnings);
     draft.new.meta.lock = draft.lock.clone();
-    draft.runtime.mcp = Some(servers);
+    draft.services.tools.mcp = Some(std::sync::Arc::new(servers));
     Ok(())
 }
 
@@ -200,7 +200,7 @@ pub fn create(state: &StateDir, draft: Draft) -> Result<(Prepared, Event)> {
         run.id,
         true,
         draft.merged,
-        draft.runtime,
+        draft.services,
     );
     Ok((prepared, event))
 }

@@ -348,8 +348,8 @@ fn execute(
     };
     let facts = RunFacts {
         state: &prepared.state,
-        provider_info: prepared.provider_info.as_ref(),
-        telemetry: &prepared.telemetry,
+        provider_info: prepared.services.provider_info.as_ref(),
+        telemetry: &prepared.services.telemetry,
     };
     observe.observe(facts, sink, &mut |sink| {
         agent_loop::execute(&execution, &prepared.run_id, sink)

@@ -25,6 +25,7 @@ pub mod prompt;
 pub mod repeat;
 pub mod resolve;
 pub mod resume;
+pub mod services;
 pub mod settle;
 pub mod verification;
 

@@ -80,8 +80,6 @@ impl Loop<'_, '_> {
         let scope = CallScope {
             ex: self.ex,
             run_id: &run.id,
-            tool_home: &self.tool_home,
-            blobs: &self.blobs,
             attempt: &self.attempt_mark,
             seen_files: self.seen.paths(),
             mcp_stream: Some(StreamMode::Replay(&position)),

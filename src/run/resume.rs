@@ -4,7 +4,7 @@
 //! (`take_lease`); under it check the lock's integrity (exit 10), the policy for drift and the
 //! capabilities for availability (exit 6: `check_lock`); verify the workspace binding (§7:
 //! `verify_workspace`); open what the config gives for the lock, refusing MCP and LSP drift
-//! (`open_runtime`); then pick the run (`pick_run`) — the unfinished one, or, for `--task` after a
+//! (`open_services`); then pick the run (`pick_run`) — the unfinished one, or, for `--task` after a
 //! terminal one, a new consecutive run (`start_run`) once the last run is settled
 //! (`settle_last`).
 
@@ -16,7 +16,8 @@ use crate::fsx;
 use crate::git;
 use crate::ids::{self, IdKind};
 use crate::policy::{self, MergedPolicy, PolicyFlags};
-use crate::run::prepared::{Prepared, Runtime};
+use crate::run::prepared::Prepared;
+use crate::run::services::RunServices;
 use crate::run::settle;
 use crate::session::run_record::RunState;
 use crate::session::{HistoryEntry, Lease, Message, MessageLog, Role, SessionMeta, store, verify};
@@ -49,7 +50,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Prepared> {
     let lease = take_lease(state, &paths, id)?;
     let (mut meta, merged) = check_lock(&paths, id, &req.policy)?;
     let workspace = verify_workspace(&mut meta, req)?;
-    let runtime = open_runtime(state, &meta, &merged, req)?;
+    let services = open_services(state, &meta, &merged, req)?;
     if workspace.rebound {
         // Written only now that every other check passed, so a resume refused for its config,
         // provider or MCP drift leaves session.json as it was.
@@ -64,7 +65,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Prepared> {
             let environment = meta.lock.definition.spec.execution.environment_preamble;
             let context = crate::run::context::read(
                 &meta.workspace,
-                &runtime.context_files,
+                &services.context_files,
                 (environment == Some(true)).then_some(task),
             )?;
             let run = NewRun {
@@ -75,7 +76,7 @@ pub fn prepare(state: &StateDir, req: &ResumeRequest) -> Result<Prepared> {
             (start_run(&paths, &meta.id, run, seq)?, true)
         }
     };
-    let mut prepared = Prepared::new(lease, state, meta, run_id, new_run, merged, runtime);
+    let mut prepared = Prepared::new(lease, state, meta, run_id, new_run, merged, services);
     prepared.warnings = workspace.warnings;
     Ok(prepared)
 }
@@ -198,12 +199,12 @@ fn verify_workspace(meta: &mut SessionMeta, req: &ResumeRequest) -> Result<Works
 /// What the config gives for the locked definition: the model of its role (with the sensitive
 /// variables the policy passes present), the servers of its MCP tools, running and checked
 /// against the lock, and its language servers (checked; none started yet).
-fn open_runtime(
+fn open_services(
     state: &StateDir,
     meta: &SessionMeta,
     merged: &MergedPolicy,
     req: &ResumeRequest,
-) -> Result<Runtime> {
+) -> Result<RunServices> {
     let config = ModelConfig::load(req.config.as_deref())?;
     config.check_pass_env(&merged.all_pass_env())?;
     let fence = crate::sandbox::RunFence::new(
@@ -212,20 +213,27 @@ fn open_runtime(
         req.plan_dir.as_deref(),
         Some(state.root()),
     );
-    let mut runtime = Runtime::new(&config, &meta.lock, fence)?;
+    let mut services = RunServices::new(
+        &config,
+        &meta.lock,
+        state,
+        &meta.id,
+        &merged.pass_env,
+        fence,
+    )?;
     if !meta.lock.mcp_servers.is_empty() {
         let servers = crate::mcp::Servers::new(
             config.mcp_servers().clone(),
             merged,
             crate::mcp::servers::ServerHomes::of_session(state, &meta.id),
-            runtime.fence.clone(),
+            services.tools.fence.clone(),
         );
         crate::mcp::check_drift(&meta.lock, &servers)?;
-        runtime.mcp = Some(servers);
+        services.tools.mcp = Some(std::sync::Arc::new(servers));
     }
     crate::lsp::check_drift(&meta.lock, config.lsp_servers())?;
     crate::hooks::check_drift(meta.lock.hooks_hash.as_deref(), config.hooks())?;
-    Ok(runtime)
+    Ok(services)
 }
 
 /// Which run a resume executes.

@@ -89,7 +89,7 @@ fn run_with_env(
     if ctx.cancel.load(Ordering::SeqCst) {
         return ToolOutput::error("canceled before the command started; nothing was run");
     }
-    if let Err(e) = fsx::create_dir_private(ctx.tool_home) {
+    if let Err(e) = fsx::create_dir_private(&ctx.services.tool_home) {
         return ToolOutput::error(format!("cannot prepare the tool home: {e}"));
     }
     let tmp = match OpTempDir::create(ctx) {
@@ -109,7 +109,11 @@ fn run_with_env(
         .arg(&args.command)
         .current_dir(&dir)
         .env_clear()
-        .envs(env::child_env(vars, ctx.pass_env, ctx.tool_home))
+        .envs(env::child_env(
+            vars,
+            &ctx.services.pass_env,
+            &ctx.services.tool_home,
+        ))
         .env(orphans::SESSION_VAR, ctx.mark.session_id)
         .env(orphans::RUN_VAR, ctx.mark.run_id)
         .env(orphans::ATTEMPT_VAR, ctx.mark.attempt)
@@ -121,14 +125,14 @@ fn run_with_env(
     // Fenced or not, a tool command never keeps the runner's controlling terminal.
     process::new_session(&mut cmd);
     let launch = sandbox::Launch {
-        policy: ctx.fence.policy(),
-        home: ctx.tool_home,
+        policy: ctx.services.fence.policy(),
+        home: &ctx.services.tool_home,
         tmp: &tmp.0,
     };
-    let (mut child, fence) = match ctx.fence.spawn(launch, cmd) {
+    let (mut child, fence) = match ctx.services.fence.spawn(launch, cmd) {
         Ok(s) => (s.child, s.fence),
         Err(sandbox::SpawnError::Refused(refusal)) => {
-            return ToolOutput::error(refusal.message(ctx.fence.policy()));
+            return ToolOutput::error(refusal.message(ctx.services.fence.policy()));
         }
         Err(sandbox::SpawnError::Io(e)) => {
             return ToolOutput::error(format!("cannot start /bin/sh: {e}"));
@@ -210,9 +214,10 @@ impl OpTempDir {
     fn create(ctx: &ToolContext) -> Result<OpTempDir> {
         use std::os::unix::fs::DirBuilderExt;
         let base = ctx
+            .services
             .tool_home
             .parent()
-            .unwrap_or(ctx.tool_home)
+            .unwrap_or(&ctx.services.tool_home)
             .join("tool-tmp");
         fsx::create_dir_private(&base)?;
         let dir = base.join(ctx.mark.op_id);
@@ -285,7 +290,7 @@ mod tests {
         ];
         let args: ExecArgs =
             serde_json::from_value(json!({"command": "env; echo HOME=$HOME"})).unwrap();
-        let out = run_with_env(&ws, args, &fx.ctx(), vars);
+        let out = run_with_env(&ws, args, &fx.ctx(&fx.services()), vars);
         assert!(!out.is_error, "{}", out.text);
         assert!(!out.text.contains("canary-7f3a9"), "{}", out.text);
         assert!(
@@ -375,8 +380,15 @@ mod tests {
         });
     }
 
-    fn ctx_with_cancel<'a>(fx: &'a Fixture, cancel: &'a AtomicBool) -> ToolContext<'a> {
-        ToolContext { cancel, ..fx.ctx() }
+    fn ctx_with_cancel<'a>(
+        fx: &'a Fixture,
+        services: &'a super::super::ToolServices,
+        cancel: &'a AtomicBool,
+    ) -> ToolContext<'a> {
+        ToolContext {
+            cancel,
+            ..fx.ctx(services)
+        }
     }
 
     #[test]
@@ -387,7 +399,7 @@ mod tests {
         let out = execute(
             "exec",
             &json!({"command": "touch started; sleep 60"}),
-            &ctx_with_cancel(&fx, &CANCEL),
+            &ctx_with_cancel(&fx, &fx.services(), &CANCEL),
         );
         assert!(out.is_error);
         assert!(!out.interrupted, "{}", out.text);
@@ -403,7 +415,7 @@ mod tests {
         let out = execute(
             "exec",
             &json!({"command": "trap 'echo cleaned up; exit 0' TERM; touch started; while :; do sleep 0.05; done"}),
-            &ctx_with_cancel(&fx, &CANCEL),
+            &ctx_with_cancel(&fx, &fx.services(), &CANCEL),
         );
         assert!(!out.interrupted && !out.is_error, "{}", out.text);
         assert!(out.text.contains("cleaned up\n"), "{}", out.text);
@@ -422,7 +434,7 @@ mod tests {
         let out = execute(
             "exec",
             &json!({"command": "trap '' TERM; sleep 60 & echo $! > bg.pid; touch started; wait"}),
-            &ctx_with_cancel(&fx, &CANCEL),
+            &ctx_with_cancel(&fx, &fx.services(), &CANCEL),
         );
         assert!(out.is_error);
         assert!(out.interrupted, "{}", out.text);

@@ -31,7 +31,7 @@ pub(crate) struct LspArgs {
 }
 
 pub(crate) fn run(ws: &Workspace, args: LspArgs, ctx: &ToolContext) -> ToolOutput {
-    let Some(servers) = ctx.lsp else {
+    let Some(servers) = ctx.services.lsp.as_deref() else {
         return ToolOutput::error(
             "`lsp` cannot run: this execution has no language servers (no [lsp.NAME] in the \
              runtime config); the call was not run",
@@ -79,7 +79,7 @@ pub(crate) fn after_write(
     mut out: ToolOutput,
     ctx: &ToolContext,
 ) -> ToolOutput {
-    let Some(servers) = ctx.lsp else {
+    let Some(servers) = ctx.services.lsp.as_deref() else {
         return out;
     };
     if out.is_error {

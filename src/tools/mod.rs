@@ -31,7 +31,8 @@ mod search;
 pub mod task;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use serde::{Deserialize, Serialize};
@@ -57,28 +58,42 @@ pub struct ToolSchema {
     pub parameters: Value,
 }
 
-/// Everything a tool call may use. Built by the runtime per call.
+/// What the tools of one execution share, built once with the run's services
+/// (`crate::run::services::RunServices`) and borrowed by every call's [`ToolContext`].
+///
+/// Its own type in this layer, so that a tool sees only what tools use (never the provider or
+/// the run's prices) and this module needs nothing from `run` above it.
+pub struct ToolServices {
+    /// HOME for `exec` children (a directory in the state dir, created 0700 on first use).
+    pub tool_home: PathBuf,
+    /// Where outputs over [`MAX_TEXT`] are stored in full.
+    pub blobs: BlobStore,
+    /// Sensitive environment variables `exec` children may see anyway (never a provider key).
+    pub pass_env: Vec<String>,
+    /// The run's one fence ([`crate::sandbox::RunFence`]): the only way a tool starts a
+    /// process; it holds the run's policy and the directories no tool may change.
+    pub fence: crate::sandbox::RunFence,
+    /// The execution's MCP servers (`None`: no MCP tool is locked). Shared (not copied) with the
+    /// run's `task` children, which call the same servers. Up to `mcp` (a floor above, as in
+    /// [`Registry::schemas`]): an `mcp__…` call is a tool call like any other, so the registry
+    /// sends it to the servers, which in turn start their processes through the fence below.
+    pub mcp: Option<Arc<crate::mcp::Servers>>,
+    /// The execution's language servers (`None`: `lsp` is not granted); shared like `mcp`.
+    pub lsp: Option<Arc<crate::lsp::Servers>>,
+}
+
+/// Everything a tool call may use: the execution's [`ToolServices`], borrowed, and what belongs
+/// to this one call. Built by the runtime per call.
 pub struct ToolContext<'a> {
     /// The Session's workspace root; every path is confined to it.
     pub workspace_root: &'a Path,
-    /// HOME for `exec` children (a directory in the state dir, created 0700 on first use).
-    pub tool_home: &'a Path,
-    /// Where outputs over [`MAX_TEXT`] are stored in full.
-    pub blobs: &'a BlobStore,
-    /// Sensitive environment variables `exec` children may see anyway (never a provider key).
-    pub pass_env: &'a [String],
+    /// What every call of the execution shares (tool home, blobs, pass-env, fence, servers).
+    pub services: &'a ToolServices,
     /// Set by the runtime to cancel; `exec` polls it (see [`exec`](self) cancellation contract).
     pub cancel: &'a AtomicBool,
     /// Marks every `exec` child (and what it starts) as this operation's, in its environment, so
     /// that leftovers of a crashed runtime can be found ([`crate::process::orphans`]).
     pub mark: OperationMark<'a>,
-    /// The run's one fence ([`crate::sandbox::RunFence`]): the only way a tool starts a
-    /// process; it holds the run's policy and the directories no tool may change.
-    pub fence: crate::sandbox::RunFence,
-    /// The execution's MCP servers (`None`: no MCP tool is locked).
-    pub mcp: Option<&'a crate::mcp::Servers>,
-    /// The execution's language servers (`None`: `lsp` is not granted).
-    pub lsp: Option<&'a crate::lsp::Servers>,
     /// Runs the child Session of a `task` call (`None` for every other call).
     pub task: Option<&'a dyn task::TaskRunner>,
     /// The files (paths as the model gave them) this run has read, written or edited, from its
@@ -162,9 +177,9 @@ impl Admitted<'_> {
     pub fn execute(&self, ctx: &ToolContext) -> ToolOutput {
         let name = self.name();
         let run = || match paths::Workspace::new(ctx.workspace_root)
-            .map(|ws| ws.with_protected(ctx.fence.protected()))
+            .map(|ws| ws.with_protected(ctx.services.fence.protected()))
         {
-            Ok(ws) => cap(redacted(self.run(&ws, ctx)), ctx.blobs),
+            Ok(ws) => cap(redacted(self.run(&ws, ctx)), &ctx.services.blobs),
             Err(e) => ToolOutput::error(e.message),
         };
         // The call's span (when its run is traced) is current while it runs: the MCP and LSP
@@ -309,19 +324,12 @@ pub(crate) mod testutil {
             }
         }
 
-        pub(crate) fn ctx(&self) -> ToolContext<'_> {
-            ToolContext {
-                workspace_root: &self.root,
-                tool_home: &self.home,
-                blobs: &self.blobs,
-                pass_env: &self.pass_env,
-                cancel: &self.cancel,
-                mark: OperationMark {
-                    session_id: "ses_test",
-                    run_id: "run_test",
-                    attempt: &self.attempt,
-                    op_id: &self.op_id,
-                },
+        /// The fixture's tool services as its fields say now (tests change the fence first).
+        pub(crate) fn services(&self) -> ToolServices {
+            ToolServices {
+                tool_home: self.home.clone(),
+                blobs: self.blobs.clone(),
+                pass_env: self.pass_env.clone(),
                 fence: crate::sandbox::RunFence::with_protected(
                     self.fence,
                     &self.root,
@@ -329,6 +337,20 @@ pub(crate) mod testutil {
                 ),
                 mcp: None,
                 lsp: None,
+            }
+        }
+
+        pub(crate) fn ctx<'a>(&'a self, services: &'a ToolServices) -> ToolContext<'a> {
+            ToolContext {
+                workspace_root: &self.root,
+                services,
+                cancel: &self.cancel,
+                mark: OperationMark {
+                    session_id: "ses_test",
+                    run_id: "run_test",
+                    attempt: &self.attempt,
+                    op_id: &self.op_id,
+                },
                 task: None,
                 seen_files: None,
                 granted: None,
@@ -337,7 +359,7 @@ pub(crate) mod testutil {
         }
 
         pub(crate) fn run(&self, name: &str, args: Value) -> ToolOutput {
-            execute_with(name, &args, &self.caps, &self.ctx())
+            execute_with(name, &args, &self.caps, &self.ctx(&self.services()))
         }
 
         pub(crate) fn put(&self, rel: &str, content: &str) {

@@ -124,7 +124,7 @@ impl Executor for McpCall {
     }
 
     fn run(&self, name: &str, _ws: &Workspace, arguments: &Value, ctx: &ToolContext) -> ToolOutput {
-        match ctx.mcp {
+        match ctx.services.mcp.as_deref() {
             Some(servers) => match ctx.mcp_stream {
                 Some(crate::mcp::StreamMode::Replay(position)) => {
                     servers.replay(name, position, ctx.cancel)
