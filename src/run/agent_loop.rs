@@ -1278,7 +1278,7 @@ impl Loop<'_, '_> {
                 Some(FailReason::OutputContract),
                 Some(RunError {
                     kind: "outputContract".into(),
-                    message: why,
+                    message: why.0,
                 }),
             ),
         };

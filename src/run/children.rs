@@ -161,8 +161,7 @@ pub fn create(
         &with_cost_left(state, &parent, origin)?,
         depth,
         origin.remaining,
-    )
-    .map_err(Error::failed)?;
+    )?;
     let child = origin.child;
     let mut task = Message::new(&child.run_id, Role::User, args.prompt.clone());
     task.redact();
@@ -196,11 +195,7 @@ pub fn create(
 }
 
 /// The child's lock: see the module doc. The error says why no child can be made.
-pub fn child_lock(
-    parent: &DcpAgentLock,
-    depth: u32,
-    remaining: Remaining,
-) -> std::result::Result<DcpAgentLock, String> {
+pub fn child_lock(parent: &DcpAgentLock, depth: u32, remaining: Remaining) -> Result<DcpAgentLock> {
     let mut definition = parent.definition.clone();
     let mut capabilities = parent.capabilities.clone();
     if depth >= parent.policy.task_depth_limit() {
@@ -212,19 +207,23 @@ pub fn child_lock(
     let exec = &mut definition.spec.execution;
     let turns = u32::try_from(remaining.turns).unwrap_or(u32::MAX);
     if turns == 0 {
-        return Err("the parent run has no turns left for a subagent".into());
+        return Err(Error::failed(
+            "the parent run has no turns left for a subagent",
+        ));
     }
     exec.max_turns = exec.max_turns.min(turns);
     if let Some(left) = remaining.wall_clock {
         let ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
         if ms == 0 {
-            return Err("the parent run has no wall clock left for a subagent".into());
+            return Err(Error::failed(
+                "the parent run has no wall clock left for a subagent",
+            ));
         }
         exec.max_wall_clock_ms = Some(exec.max_wall_clock_ms.map_or(ms, |m| m.min(ms)));
     }
     definition
         .validate("the subagent's definition")
-        .map_err(|e| e.message)?;
+        .map_err(|e| Error::failed(e.message))?;
     let lock = DcpAgentLock {
         definition_hash: definition.definition_hash(),
         definition,
@@ -237,7 +236,7 @@ pub fn child_lock(
         lsp_servers: parent.lsp_servers.clone(),
         hooks_hash: parent.hooks_hash.clone(),
     };
-    lock.verify().map_err(|e| e.message)?;
+    lock.verify().map_err(|e| Error::failed(e.message))?;
     Ok(lock)
 }
 
@@ -599,6 +598,7 @@ mod tests {
         assert!(
             child_lock(&parent, 1, none_left)
                 .unwrap_err()
+                .message
                 .contains("no turns")
         );
     }

@@ -6,13 +6,34 @@
 use serde_json::{Map, Value};
 
 use crate::agent::{Output, OutputFormat};
+use crate::error::Error;
+
+/// Why a final answer breaks the output contract. Not a failure of the command: the run records
+/// it as its `outputContract` error and ends `failed`, so it is a value of its own, converted into
+/// the crate's [`Error`] (invalid input) only where a caller needs one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation(pub String);
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Violation {}
+
+impl From<Violation> for Error {
+    fn from(why: Violation) -> Error {
+        Error::invalid(why.0)
+    }
+}
 
 /// Checks `final_text` against `output`. The error names what is wrong (missing fields first).
-pub fn check(output: &Output, final_text: &str) -> Result<(), String> {
+pub fn check(output: &Output, final_text: &str) -> Result<(), Violation> {
     if output.format == OutputFormat::Text {
         return Ok(());
     }
-    let object = parse_object(final_text)?;
+    let object = parse_object(final_text).map_err(Violation)?;
     let missing: Vec<&str> = output
         .required_fields
         .iter()
@@ -22,7 +43,7 @@ pub fn check(output: &Output, final_text: &str) -> Result<(), String> {
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(format!(
+        Err(Violation(format!(
             "the final output is missing required field{} {} (output.format is json)",
             if missing.len() == 1 { "" } else { "s" },
             missing
@@ -30,7 +51,7 @@ pub fn check(output: &Output, final_text: &str) -> Result<(), String> {
                 .map(|f| format!("`{f}`"))
                 .collect::<Vec<_>>()
                 .join(", ")
-        ))
+        )))
     }
 }
 
@@ -40,7 +61,7 @@ pub fn check_answer(
     output: &Output,
     run_schema: Option<&Value>,
     final_text: &str,
-) -> Result<(), String> {
+) -> Result<(), Violation> {
     check(output, final_text)?;
     let schemas = [
         (output.schema.as_ref(), "spec.output.schema"),
@@ -50,14 +71,14 @@ pub fn check_answer(
         let Some(schema) = schema else { continue };
         let trimmed = final_text.trim();
         let answer = parse_unique(strip_fence(trimmed).unwrap_or(trimmed)).map_err(|e| {
-            format!("the final output must be one JSON value matching {what}, but it is not valid JSON: {e}")
+            Violation(format!("the final output must be one JSON value matching {what}, but it is not valid JSON: {e}"))
         })?;
         let found = crate::agent::schema::violations(schema, &answer);
         if !found.is_empty() {
-            return Err(format!(
+            return Err(Violation(format!(
                 "the final output does not match {what}: {}",
                 found.join("; ")
-            ));
+            )));
         }
     }
     Ok(())
@@ -209,14 +230,14 @@ mod tests {
         let out = json_output(&["summary", "passed"]);
         assert!(check(&out, r#"{"summary":"ok","passed":true}"#).is_ok());
         assert!(check(&out, "```json\n{\"summary\":\"ok\",\"passed\":true}\n```").is_ok());
-        let err = check(&out, r#"{"summary":"ok"}"#).unwrap_err();
+        let err = check(&out, r#"{"summary":"ok"}"#).unwrap_err().0;
         assert!(
             err.contains("`passed`") && !err.contains("`summary`"),
             "{err}"
         );
-        let err = check(&out, "all good").unwrap_err();
+        let err = check(&out, "all good").unwrap_err().0;
         assert!(err.contains("not valid JSON"), "{err}");
-        let err = check(&out, "[1]").unwrap_err();
+        let err = check(&out, "[1]").unwrap_err().0;
         assert!(err.contains("array"), "{err}");
         assert!(check(&out, "{\"summary\":1} {\"passed\":2}").is_err());
     }
@@ -229,7 +250,7 @@ mod tests {
             r#"{"ok":true,"detail":{"a":1,"a":2}}"#,
             "```json\n{\"ok\":1,\"x\":[{\"b\":1,\"b\":1}]}\n```",
         ] {
-            let err = check(&out, answer).unwrap_err();
+            let err = check(&out, answer).unwrap_err().0;
             assert!(
                 err.contains("not valid JSON") && err.contains("duplicate key"),
                 "{answer}: {err}"
@@ -252,19 +273,23 @@ mod tests {
         out.schema = Some(serde_json::json!({"properties": {"ok": {"type": "boolean"}}}));
         let run = serde_json::json!({"properties": {"n": {"maximum": 3}}});
         assert!(check_answer(&out, Some(&run), r#"{"ok":true,"n":2}"#).is_ok());
-        let err = check_answer(&out, Some(&run), r#"{"ok":1,"n":2}"#).unwrap_err();
+        let err = check_answer(&out, Some(&run), r#"{"ok":1,"n":2}"#)
+            .unwrap_err()
+            .0;
         assert!(
             err.contains("spec.output.schema") && err.contains("`/ok`"),
             "{err}"
         );
-        let err = check_answer(&out, Some(&run), r#"{"ok":true,"n":9}"#).unwrap_err();
+        let err = check_answer(&out, Some(&run), r#"{"ok":true,"n":9}"#)
+            .unwrap_err()
+            .0;
         assert!(
             err.contains("--output-schema") && err.contains("`/n`"),
             "{err}"
         );
         // A text definition with a run schema: the answer must be JSON.
         let text = Output::default();
-        let err = check_answer(&text, Some(&run), "fine").unwrap_err();
+        let err = check_answer(&text, Some(&run), "fine").unwrap_err().0;
         assert!(err.contains("not valid JSON"), "{err}");
         assert!(check_answer(&text, Some(&run), "```json\n{\"n\":1}\n```").is_ok());
     }
