@@ -376,9 +376,6 @@ impl Loop<'_, '_> {
                 if let Some(why) = why {
                     output.text.push_str(&format!("\n[stopped: {why}]"));
                 }
-                if let Some(next) = self.next_step(&slot.call.name, &output) {
-                    output.text.push_str(&next);
-                }
                 let output = outcome(&output);
                 self.repeats
                     .made(&slot.call.name, &slot.call.arguments, Some(&output));
@@ -415,18 +412,6 @@ impl Loop<'_, '_> {
     /// Runs the `post_tool_use` hooks of every call that ran to an end: what they add is
     /// appended to the output before it is recorded (so resume replays it); a failed hook is a
     /// warning.
-    /// What a successful `write`/`edit` result ends with when the definition asks for
-    /// verification before completion ([`super::verification::next_step`]); `None` otherwise.
-    fn next_step(&self, tool: &str, output: &ToolOutput) -> Option<String> {
-        let asked = self.ex.definition.spec.execution.verify_before_completion == Some(true);
-        (asked && !output.is_error && matches!(tool, "write" | "edit")).then(|| {
-            super::verification::next_step(
-                self.conv.task().unwrap_or_default(),
-                self.ex.workspace_root,
-            )
-        })
-    }
-
     fn post_hooks(
         &self,
         run: &RunState,

@@ -161,19 +161,6 @@ pub fn reminder(task: &str, unchecked: &Unchecked, workspace: &Path) -> String {
     )
 }
 
-/// The line a successful `write` or `edit` result ends with when the definition asks for
-/// verification before completion: the next step, named while the model is still choosing its
-/// next call rather than after it has answered. A small model follows a tool result's closing
-/// line (a chat template's "reply now without calling a tool" stopped a 1.5B model after every
-/// result: docs/eval.md). Part of the call's recorded outcome, so a resume replays it as it was.
-pub fn next_step(task: &str, workspace: &Path) -> String {
-    let run = match named_checks(task, workspace).first() {
-        Some(one) => format!("call exec with {}", serde_json::json!({ "command": one })),
-        None => "run the check the task names (or the repository's tests) with exec".to_string(),
-    };
-    format!("\n[kxen-agent runtime] Next: {run} to check this change.")
-}
-
 /// `a`, `b`, 3 more (`None` for none).
 fn quote_files(paths: &[String]) -> Option<String> {
     if paths.is_empty() {
