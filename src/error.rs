@@ -352,6 +352,12 @@ impl From<crate::secrets::snapshot::WipeFailed> for Error {
     }
 }
 
+impl From<crate::secrets::names::PassEnvRefused> for Error {
+    fn from(why: crate::secrets::names::PassEnvRefused) -> Error {
+        Error::invalid(why.0)
+    }
+}
+
 impl From<ErrorKind> for ExitStatus {
     fn from(kind: ErrorKind) -> Self {
         ExitStatus::Failure(kind)

@@ -183,7 +183,7 @@ fn check(p: &PolicyFile) -> Result<()> {
         }
     }
     for (i, name) in p.pass_env.iter().enumerate() {
-        check_pass_env(name).map_err(|why| invalid(format!("passEnv[{i}]"), why))?;
+        check_pass_env(name).map_err(|why| invalid(format!("passEnv[{i}]"), why.into()))?;
     }
     for (server, names) in &p.mcp_pass_env {
         // Up to `mcp` (a floor above): a server name here must be one `[mcp.servers.NAME]`
@@ -193,7 +193,7 @@ fn check(p: &PolicyFile) -> Result<()> {
         }
         for (i, name) in names.iter().enumerate() {
             check_pass_env(name)
-                .map_err(|why| invalid(format!("mcpPassEnv.{server}[{i}]"), why))?;
+                .map_err(|why| invalid(format!("mcpPassEnv.{server}[{i}]"), why.into()))?;
         }
     }
     if p.max_turns == Some(0) {

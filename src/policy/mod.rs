@@ -278,7 +278,11 @@ pub fn merge(flags: &PolicyFlags) -> Result<MergedPolicy> {
 pub fn merge_with(file: PolicyFile, flags: &PolicyFlags) -> Result<MergedPolicy> {
     for name in &flags.pass_env {
         crate::secrets::check_pass_env(name).map_err(|why| {
-            Error::wrap(ErrorKind::InvalidInput, format!("--pass-env {name:?}"), why)
+            Error::wrap(
+                ErrorKind::InvalidInput,
+                format!("--pass-env {name:?}"),
+                why.into(),
+            )
         })?;
     }
     let sandbox = file::sandbox_mode(file.sandbox.as_deref())?;

@@ -3,8 +3,6 @@
 //! Provider keys reach only the model client (docs/spec.md §10); a policy that tried to hand one
 //! to tool subprocesses is refused outright (exit 4) rather than filtered, so the mistake is seen.
 
-use crate::error::{Error, Result};
-
 /// Model-provider credential variables, upper case. Checked case-insensitively, together with
 /// the provider-word rule in [`is_provider_credential`].
 const PROVIDER_CREDENTIALS: &[&str] = &[
@@ -94,16 +92,30 @@ pub fn is_provider_credential(name: &str) -> bool {
     secretish && upper.split('_').any(|part| PROVIDER_WORDS.contains(&part))
 }
 
-/// Why `name` may not be in `passEnv`, if it may not: an invalid input (exit 4) whose message
-/// the caller puts behind the field or flag that named it ([`Error::wrap`]).
-pub fn check_pass_env(name: &str) -> Result<()> {
+/// Why a name may not be in `passEnv`. A type of this module, not the crate's `Error`: `secrets`
+/// stands at the ground floor, below `error` (which redacts with it), so it imports nothing above
+/// it; `error` converts this into an invalid input (exit 4), which the caller puts behind the
+/// field or flag that named it (`Error::wrap`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassEnvRefused(pub String);
+
+impl std::fmt::Display for PassEnvRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PassEnvRefused {}
+
+/// Why `name` may not be in `passEnv`, if it may not.
+pub fn check_pass_env(name: &str) -> Result<(), PassEnvRefused> {
     if !is_valid_env_name(name) {
-        return Err(Error::invalid(format!(
+        return Err(PassEnvRefused(format!(
             "{name:?} is not an environment variable name (letters, digits and _, not starting with a digit)"
         )));
     }
     if is_provider_credential(name) {
-        return Err(Error::invalid(format!(
+        return Err(PassEnvRefused(format!(
             "{name} is a model-provider credential; it reaches only the model client, never a tool"
         )));
     }
@@ -143,12 +155,7 @@ mod tests {
             "hf_token",
         ] {
             assert!(is_provider_credential(key), "{key}");
-            assert!(
-                check_pass_env(key)
-                    .unwrap_err()
-                    .message
-                    .contains("credential")
-            );
+            assert!(check_pass_env(key).unwrap_err().0.contains("credential"));
         }
         for other in [
             "GITHUB_TOKEN",
