@@ -19,6 +19,20 @@ fn user_texts(request: &crate::fake_model::Request) -> Vec<String> {
         .collect()
 }
 
+/// A model that answers "Done." to every request, and the config that points at it.
+fn answering_done(env: &TestEnv) -> (std::path::PathBuf, crate::fake_model::Seen) {
+    let (url, seen) = serve(|_, _| {
+        Reply::json(&completion(
+            json!({"role": "assistant", "content": "Done."}),
+        ))
+    });
+    let config = config(
+        env,
+        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""),
+    );
+    (config, seen)
+}
+
 fn session_of(env: &TestEnv) -> String {
     let list = env.run("kxen-agent", &["session", "list"]);
     list.jsonl()[0]["id"].as_str().unwrap().to_string()
@@ -35,15 +49,7 @@ fn rules_reach_the_first_request_root_first_and_a_later_run_replays_what_was_rec
             ("pkg/lib.txt", "x\n"),
         ],
     );
-    let (url, seen) = serve(|_, _| {
-        Reply::json(&completion(
-            json!({"role": "assistant", "content": "Done."}),
-        ))
-    });
-    let config = config(
-        &env,
-        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""),
-    );
+    let (config, seen) = answering_done(&env);
     let run = run_new(
         &env,
         &repo.join("pkg"),
@@ -168,15 +174,7 @@ fn context_files_picks_the_files_and_an_empty_list_sends_none() {
 fn an_imported_bundle_replays_the_recorded_rules_not_the_file() {
     let env = TestEnv::new();
     let repo = env.git_repo("repo", &[("AGENTS.md", "ORIGINAL RULE\n")]);
-    let (url, seen) = serve(|_, _| {
-        Reply::json(&completion(
-            json!({"role": "assistant", "content": "Done."}),
-        ))
-    });
-    let config = config(
-        &env,
-        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""),
-    );
+    let (config, seen) = answering_done(&env);
     run_new(&env, &repo, "First", &fixer(&env), &config, &[]).expect(0);
     let session = session_of(&env);
     let bundle = env.path().join("b.json");
@@ -303,15 +301,7 @@ fn the_environment_preamble_is_computed_once_and_replayed_byte_for_byte() {
 fn without_the_preamble_the_first_turn_has_no_workspace_description() {
     let env = TestEnv::new();
     let repo = env.git_repo("repo", &[("a.txt", "x\n")]);
-    let (url, seen) = serve(|_, _| {
-        Reply::json(&completion(
-            json!({"role": "assistant", "content": "Done."}),
-        ))
-    });
-    let config = config(
-        &env,
-        &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\""),
-    );
+    let (config, seen) = answering_done(&env);
     run_new(&env, &repo, "Fix it", &fixer(&env), &config, &[]).expect(0);
     let first = user_texts(&seen.lock().unwrap()[0]);
     assert_eq!(first, ["Fix it"]);
