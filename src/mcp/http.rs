@@ -486,12 +486,7 @@ impl HttpClient {
                 "the server did not replay the stream after event {shown}: {why}"
             )))
         })?;
-        let reader = response
-            .into_body()
-            .into_with_config()
-            .limit(u64::MAX)
-            .reader();
-        let mut events = Events::new(BufReader::new(reader), MAX_BODY, MAX_STREAM);
+        let mut events = events_of(response);
         let mut reported = true; // the position is journaled already
         let answer = self
             .wire
@@ -930,12 +925,7 @@ impl Wire {
         let mut idle_resumes = 0;
         let mut reported = self.first_event.is_none();
         loop {
-            let reader = response
-                .into_body()
-                .into_with_config()
-                .limit(u64::MAX)
-                .reader();
-            let mut events = Events::new(BufReader::new(reader), MAX_BODY, MAX_STREAM);
+            let mut events = events_of(response);
             let ended = match self.read_answer(&mut events, id, until, &mut reported) {
                 Ok(answer) => return Ok(answer),
                 Err(ended) => ended,
@@ -1094,6 +1084,19 @@ enum StreamEnd {
 }
 
 /// Whether `response` is an SSE stream (`Content-Type: text/event-stream`).
+/// The SSE events of `response`'s body, each line and event bounded ([`MAX_BODY`]) and the
+/// whole stream too ([`MAX_STREAM`]): a live call's stream and a replayed one are read alike.
+fn events_of(
+    response: ureq::http::Response<ureq::Body>,
+) -> Events<BufReader<ureq::BodyReader<'static>>> {
+    let reader = response
+        .into_body()
+        .into_with_config()
+        .limit(u64::MAX)
+        .reader();
+    Events::new(BufReader::new(reader), MAX_BODY, MAX_STREAM)
+}
+
 fn is_event_stream(response: &ureq::http::Response<ureq::Body>) -> bool {
     response
         .headers()

@@ -280,15 +280,21 @@ impl MessageLog {
         }
         self.writer.append_all(&messages)?;
         for message in messages {
-            self.ids.insert(message.id.clone());
-            if message.role == Role::Assistant {
-                self.assistant_messages += 1;
-            }
-            if self.keep {
-                self.messages.push(message);
-            }
+            self.remember(message);
         }
         Ok(())
+    }
+
+    /// Counts `message`, now in the file, as the log's: its id, and the message itself when the
+    /// log keeps them.
+    fn remember(&mut self, message: Message) {
+        self.ids.insert(message.id.clone());
+        if message.role == Role::Assistant {
+            self.assistant_messages += 1;
+        }
+        if self.keep {
+            self.messages.push(message);
+        }
     }
 
     fn append_as(&mut self, mut message: Message, durable: bool) -> Result<()> {
@@ -306,13 +312,7 @@ impl MessageLog {
         } else {
             self.writer.append_lazy(&message)?;
         }
-        self.ids.insert(message.id.clone());
-        if message.role == Role::Assistant {
-            self.assistant_messages += 1;
-        }
-        if self.keep {
-            self.messages.push(message);
-        }
+        self.remember(message);
         Ok(())
     }
 
