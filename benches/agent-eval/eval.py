@@ -282,14 +282,14 @@ spec:
 """
 
 
-def endpoint_config(endpoint, model):
+def endpoint_config(endpoint, model, max_tokens):
     return (
         "[providers.eval]\n"
         'kind = "openai"\n'
         f"base_url = {json.dumps(endpoint)}\n"
         f"model = {json.dumps(model)}\n"
         "temperature = 0\n"
-        "max_tokens = 1024\n"
+        f"max_tokens = {max_tokens}\n"
         "timeout_ms = 600000\n\n"
         "[roles]\n"
         'execution = "eval"\n'
@@ -369,7 +369,7 @@ def run_kxen(task, work, tmp, args, timeout):
         config = Path(args.config).resolve()
     else:
         config = tmp / "config.toml"
-        config.write_text(endpoint_config(args.endpoint, args.model))
+        config.write_text(endpoint_config(args.endpoint, args.model, args.max_tokens))
     state = tmp / "state"
     argv = [
         str(args.bin), "run", "--workspace", str(work), "--task-file",
@@ -429,7 +429,7 @@ model:
     api_base: "{endpoint}"
     api_key: "none"
     temperature: 0
-    max_tokens: 1024
+    max_tokens: {max_tokens}
 environment:
   timeout: 60
 """
@@ -444,7 +444,7 @@ def run_mini(task, work, tmp, args, timeout):
         raise UsageError("--agent mini-swe-agent needs --endpoint and --model")
     traj = tmp / "trajectory.json"
     config = tmp / "mini.yaml"
-    config.write_text(MINI_CONFIG.format(max_turns=args.max_turns, model=args.model,
+    config.write_text(MINI_CONFIG.format(max_turns=args.max_turns, max_tokens=args.max_tokens, model=args.model,
                                          endpoint=args.endpoint))
     argv = [exe, "-y", "--exit-immediately", "-c", "mini.yaml", "-c", str(config),
             "-t", task.instruction, "-o", str(traj)]
@@ -649,6 +649,8 @@ def main(argv=None):
     r.add_argument("--timeout-from-task", action="store_true",
                    help="use a task's [agent] timeout_sec when it has one")
     r.add_argument("--max-turns", type=int, default=30)
+    r.add_argument("--max-tokens", type=int, default=1024,
+                   help="the model's answer cap per turn, for every agent (default 1024)")
     r.add_argument("--verify-before-completion", action="store_true",
                    help="kxen only: set the definition's verifyBeforeCompletion (a binary before "
                         "it existed refuses the field)")

@@ -13,7 +13,8 @@
 # Environment: TEMPLATE=FILE picks another chat template in MODEL_DIR (round 3 of docs/eval.md
 # used qwen2.5-coder-fenced-tools-nohint.jinja, the same template without the line after tool
 # results that tells the model to stop); THREADS=N the server's -t (default: nproc);
-# AGENTS="kxen" runs only some of the agents (default "kxen mini-swe-agent"). Everything after
+# AGENTS="kxen" runs only some of the agents (default "kxen mini-swe-agent"); PREDICT=N the
+# server's answer cap -n (default 1024; pair it with `-- --max-tokens N`). Everything after
 # `--` goes to every `eval.py run`, e.g. `-- --verify-before-completion --environment-preamble
 # --only … --timeout 300` (the kxen-only flags are ignored for the peers).
 set -eu
@@ -27,6 +28,7 @@ if [ $# -ge 1 ] && [ "$1" != -- ]; then out=$1; shift; fi
 size=${MODEL_SIZE:-1.5b}
 template=${TEMPLATE:-qwen2.5-coder-fenced-tools.jinja}
 threads=${THREADS:-$(nproc)}
+predict=${PREDICT:-1024}
 agents=${AGENTS:-kxen mini-swe-agent}
 [ -f "$dir/$template" ] || { echo "error: no chat template $dir/$template" >&2; exit 3; }
 server=$dir/llama.cpp/build/bin/llama-server
@@ -35,7 +37,7 @@ bin=${KXEN_AGENT:-$here/../../target/release/kxen-agent}
 mkdir -p "$out"
 
 nice -n 5 "$server" -m "$dir/qwen2.5-coder-$size.gguf" -a "qwen2.5-coder-$size" \
-    --host 127.0.0.1 --port "$port" -c 16384 -np 1 -t "$threads" -n 1024 --metrics \
+    --host 127.0.0.1 --port "$port" -c 16384 -np 1 -t "$threads" -n "$predict" --metrics \
     --jinja --chat-template-file "$dir/$template" --offline --no-webui \
     > "$out/server.log" 2>&1 &
 pid=$!

@@ -76,6 +76,12 @@ pub struct OpenAiConfig {
     /// request would pass `compact_at` of it ([`crate::run::compaction`]).
     #[serde(default)]
     pub context_window: Option<u64>,
+    /// Read tool calls the model wrote into its text (a ```` ```json ```` fence or a
+    /// `<tool_call>` block naming an offered tool) when the server returned none
+    /// ([`super::text_calls`]): for small local models behind a chat template the server cannot
+    /// parse calls out of. Off by default.
+    #[serde(default)]
+    pub tool_calls_in_text: Option<bool>,
     /// The share of `context_window` at which a run compacts (above 0, at most 1; default
     /// [`crate::run::compaction::DEFAULT_COMPACT_AT`]).
     #[serde(default)]
@@ -194,6 +200,7 @@ impl AnthropicConfig {
             extra_body: self.extra_body.clone().unwrap_or_default(),
             cache: Some(self.cache.unwrap_or(true)),
             stream: self.stream.filter(|s| !*s),
+            tool_calls_in_text: None,
         }
     }
 
@@ -307,6 +314,10 @@ pub struct RequestOptions {
     /// config that does not mention it reads as it did before streaming became the default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
+    /// Shown only when on: calls written into the text are read as calls
+    /// ([`super::text_calls`]). Not sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls_in_text: Option<bool>,
 }
 
 impl OpenAiConfig {
@@ -326,6 +337,7 @@ impl OpenAiConfig {
             extra_body,
             cache: None,
             stream: self.stream.filter(|s| !*s),
+            tool_calls_in_text: self.tool_calls_in_text.filter(|on| *on),
         }
     }
 

@@ -17,6 +17,7 @@ pub(crate) mod loopback;
 pub mod openai;
 pub mod script;
 pub mod sse;
+pub mod text_calls;
 pub mod wire;
 
 use std::sync::atomic::AtomicBool;

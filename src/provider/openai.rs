@@ -238,6 +238,17 @@ fn parse_response(body: &Value, call_number: usize) -> Result<ModelResponse> {
 
 impl Provider for OpenAiProvider {
     fn complete(&self, request: &ModelRequest, responses_so_far: usize) -> Result<ModelResponse> {
+        let mut response = self.exchange(request, responses_so_far)?;
+        if self.options.tool_calls_in_text == Some(true) {
+            super::text_calls::extract(&mut response, request.tools, responses_so_far);
+        }
+        Ok(response)
+    }
+}
+
+impl OpenAiProvider {
+    /// One request and its answer as the server sent it.
+    fn exchange(&self, request: &ModelRequest, responses_so_far: usize) -> Result<ModelResponse> {
         let key = super::http::api_key(self.api_key_env.as_deref(), &self.endpoint.what)?;
         let auth = key.map(|k| format!("Bearer {k}"));
         let mut headers = Vec::new();

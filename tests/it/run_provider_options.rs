@@ -141,3 +141,99 @@ fn an_unknown_or_invalid_option_is_exit_4_naming_the_file() {
         );
     }
 }
+
+/// The run's task and a fenced call of `read` in the model's text, as a small local model
+/// writes it when the server's chat template cannot parse calls out.
+fn run_with_text_call(
+    env: &TestEnv,
+    options: &str,
+    answers: Vec<serde_json::Value>,
+) -> (crate::env::Run, Vec<serde_json::Value>) {
+    let repo = env.git_repo("repo", &[("a.txt", "alpha\n")]);
+    let (url, seen) = serve(answers);
+    let config = config(env, &url, options);
+    let agent = fixer(env);
+    let out = env
+        .cmd("kxen-agent")
+        .env("KXEN_TEST_OPTIONS_KEY", KEY)
+        .args([
+            "run",
+            "--workspace",
+            repo.to_str().unwrap(),
+            "--task",
+            "What does a.txt say?",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let bodies = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, b)| b.clone())
+        .collect();
+    (crate::env::Run::from(out), bodies)
+}
+
+const FENCED_READ: &str =
+    "I will read it.\n```json\n{\"name\": \"read\", \"arguments\": {\"path\": \"a.txt\"}}\n```";
+
+#[test]
+fn a_call_written_in_the_text_runs_when_the_provider_reads_text_calls() {
+    let env = TestEnv::new();
+    let (run, bodies) = run_with_text_call(
+        &env,
+        "tool_calls_in_text = true",
+        vec![
+            completion(json!({"role": "assistant", "content": FENCED_READ})),
+            completion(json!({"role": "assistant", "content": "It says alpha."})),
+        ],
+    );
+    run.expect(0);
+    assert_eq!(bodies.len(), 2);
+    assert!(bodies[0].get("tool_calls_in_text").is_none(), "not sent");
+    // The second request carries the call as a call, with the text outside the fence.
+    let messages = bodies[1]["messages"].as_array().unwrap();
+    let assistant = &messages[messages.len() - 2];
+    assert_eq!(assistant["content"], "I will read it.");
+    assert_eq!(assistant["tool_calls"][0]["function"]["name"], "read");
+    assert_eq!(assistant["tool_calls"][0]["id"], "call_1_1");
+    let tool = &messages[messages.len() - 1];
+    assert_eq!(tool["tool_call_id"], "call_1_1");
+    assert!(
+        tool["content"].as_str().unwrap().contains("alpha"),
+        "{tool}"
+    );
+    let fin = finished(&run.jsonl()).clone();
+    assert_eq!(fin["status"], "completed");
+    let session = fin["sessionId"].as_str().unwrap();
+    let show = env.run("kxen-agent", &["session", "show", session]);
+    show.expect(0);
+    let provider = &show.jsonl()[0]["runs"][0]["attempts"][0]["provider"];
+    assert_eq!(provider["options"]["toolCallsInText"], true, "{provider}");
+}
+
+#[test]
+fn without_the_option_a_call_written_in_the_text_is_the_answer() {
+    let env = TestEnv::new();
+    let (run, bodies) = run_with_text_call(
+        &env,
+        "",
+        vec![completion(
+            json!({"role": "assistant", "content": FENCED_READ}),
+        )],
+    );
+    run.expect(0);
+    assert_eq!(bodies.len(), 1, "one model call: the text was the answer");
+    let fin = finished(&run.jsonl()).clone();
+    let session = fin["sessionId"].as_str().unwrap();
+    let show = env.run("kxen-agent", &["session", "show", session]);
+    let provider = &show.jsonl()[0]["runs"][0]["attempts"][0]["provider"];
+    assert!(
+        provider["options"].get("toolCallsInText").is_none(),
+        "{provider}"
+    );
+}
