@@ -282,7 +282,7 @@ spec:
 """
 
 
-def endpoint_config(endpoint, model, max_tokens):
+def endpoint_config(endpoint, model, max_tokens, text_calls=False):
     return (
         "[providers.eval]\n"
         'kind = "openai"\n'
@@ -290,7 +290,8 @@ def endpoint_config(endpoint, model, max_tokens):
         f"model = {json.dumps(model)}\n"
         "temperature = 0\n"
         f"max_tokens = {max_tokens}\n"
-        "timeout_ms = 600000\n\n"
+        + ("tool_calls_in_text = true\n" if text_calls else "")
+        + "timeout_ms = 600000\n\n"
         "[roles]\n"
         'execution = "eval"\n'
         'planning = "eval"\n'
@@ -369,7 +370,8 @@ def run_kxen(task, work, tmp, args, timeout):
         config = Path(args.config).resolve()
     else:
         config = tmp / "config.toml"
-        config.write_text(endpoint_config(args.endpoint, args.model, args.max_tokens))
+        config.write_text(endpoint_config(args.endpoint, args.model, args.max_tokens,
+                                          args.tool_calls_in_text))
     state = tmp / "state"
     argv = [
         str(args.bin), "run", "--workspace", str(work), "--task-file",
@@ -649,6 +651,8 @@ def main(argv=None):
     r.add_argument("--timeout-from-task", action="store_true",
                    help="use a task's [agent] timeout_sec when it has one")
     r.add_argument("--max-turns", type=int, default=30)
+    r.add_argument("--tool-calls-in-text", action="store_true",
+                   help="kxen: read tool calls the model writes into its text (provider option)")
     r.add_argument("--max-tokens", type=int, default=1024,
                    help="the model's answer cap per turn, for every agent (default 1024)")
     r.add_argument("--verify-before-completion", action="store_true",
