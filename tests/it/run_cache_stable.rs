@@ -22,6 +22,8 @@ const KILLED_AT: usize = 3;
 #[derive(Clone, Copy)]
 enum Kind {
     OpenAi,
+    /// `openai` with `tool_calls_in_text`: the model writes each call as a fence in its text.
+    OpenAiTextCalls,
     Anthropic,
 }
 
@@ -39,7 +41,12 @@ fn reply(kind: Kind, turns: usize) -> Reply {
             "read",
             &json!({"path": path}),
         ))),
-        Kind::OpenAi => Reply::json(&completion(
+        Kind::OpenAiTextCalls if turns < CALLS => Reply::json(&completion(json!({
+            "role": "assistant",
+            "content": format!("Turn {turns}.\n```json\n{}\n```",
+                json!({"name": "read", "arguments": {"path": path}})),
+        }))),
+        Kind::OpenAi | Kind::OpenAiTextCalls => Reply::json(&completion(
             json!({"role": "assistant", "content": "Read them."}),
         )),
         Kind::Anthropic if turns < CALLS => {
@@ -74,6 +81,13 @@ fn provider_config(env: &TestEnv, kind: Kind, url: &str) -> std::path::PathBuf {
         Kind::OpenAi => config(
             env,
             &format!("kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nseed = 1"),
+        ),
+        Kind::OpenAiTextCalls => config(
+            env,
+            &format!(
+                "kind = \"openai\"\nbase_url = \"{url}/v1\"\nmodel = \"m\"\nseed = 1\n\
+                 tool_calls_in_text = true"
+            ),
         ),
         Kind::Anthropic => config(
             env,
@@ -202,6 +216,13 @@ fn check(kind: Kind) {
 #[test]
 fn openai_requests_only_grow_and_survive_kill_and_resume_byte_for_byte() {
     check(Kind::OpenAi);
+}
+
+/// Calls read out of the model's text are recorded as calls: the next request sends them as
+/// `tool_calls`, and a resume replays them byte for byte.
+#[test]
+fn openai_text_calls_only_grow_and_survive_kill_and_resume_byte_for_byte() {
+    check(Kind::OpenAiTextCalls);
 }
 
 #[test]
