@@ -15,17 +15,9 @@ use serde_json::Value;
 pub use detect::{DetectEnv, Detection, detect, detect_timeout};
 pub use validate::{Descriptor, DetectSpec, InterfaceFrom, descriptor_errors, parse_descriptor};
 
-/// The registry keys: the addon directories `dwp` ships, sorted by code point.
-pub const KEYS: [&str; 8] = [
-    "agentkit",
-    "ai-diff-reviewer",
-    "dailybot",
-    "dependency-upgrade",
-    "design-system",
-    "devcontainer",
-    "herdr",
-    "vim",
-];
+/// The registry keys: the addon directories `dwp` ships, sorted by code point (defined with the
+/// config reader, which refuses any other key in a file's `addons`).
+pub use super::config::ADDON_KEYS as KEYS;
 
 /// The `schema` every descriptor carries.
 pub const DESCRIPTOR_SCHEMA: &str = "https://deepworkplan.com/schema/addon-descriptor/v1.json";
