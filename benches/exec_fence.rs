@@ -155,14 +155,11 @@ fn tool_only_secs(root: &Path, repo: &Path, calls: usize, fence: FencePolicy) ->
     let cancel = AtomicBool::new(false);
     let attempt = "att_bench".to_string();
     let args = serde_json::json!({"command": "true"});
-    let services = kxen::tools::ToolServices {
-        tool_home: state.join("tool-home"),
-        blobs: kxen::blobs::BlobStore::new(state.join("blobs")),
-        pass_env: Vec::new(),
-        fence: kxen::sandbox::RunFence::new(fence, repo, None, Some(&state)),
-        mcp: None,
-        lsp: None,
-    };
+    let services = kxen::tools::ToolServices::new(
+        state.join("tool-home"),
+        kxen::blobs::BlobStore::new(state.join("blobs")),
+        kxen::sandbox::RunFence::new(fence, repo, None, Some(&state)),
+    );
     let start = Instant::now();
     for i in 0..calls {
         let op_id = format!("op_bench{i}");

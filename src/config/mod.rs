@@ -54,6 +54,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -89,6 +90,8 @@ pub struct ModelConfig {
     lsp_servers: BTreeMap<String, crate::lsp::ServerConfig>,
     /// `[tools] parallel`: how many read-class and `task` calls of one turn run together.
     parallel_tools: usize,
+    /// `[tools]` whole, for the tools that read a table of their own (`tools::ToolsConfig`).
+    tools: Arc<crate::tools::ToolsConfig>,
     /// `[[hooks.EVENT]]`: programs run around tool calls and runs ([`crate::hooks`]).
     hooks: crate::hooks::HooksConfig,
     /// `context_files`: the repository rule files a run reads ([`crate::run::context`]).
@@ -129,20 +132,11 @@ struct ConfigFile {
     #[serde(default)]
     lsp: BTreeMap<String, crate::lsp::ServerConfig>,
     #[serde(default)]
-    tools: ToolsSection,
+    tools: crate::tools::ToolsConfig,
     #[serde(default)]
     hooks: crate::hooks::HooksConfig,
     #[serde(default)]
     telemetry: TelemetryConfig,
-}
-
-/// `[tools]`: how tool calls run.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ToolsSection {
-    /// Calls of one turn that may run together (read-class tools and `task` children);
-    /// default 4, 1 runs every call alone.
-    parallel: Option<usize>,
 }
 
 fn default_context_files() -> Vec<String> {
@@ -182,6 +176,7 @@ impl ModelConfig {
                     mcp_servers: BTreeMap::new(),
                     lsp_servers: BTreeMap::new(),
                     parallel_tools: DEFAULT_PARALLEL_TOOLS,
+                    tools: Default::default(),
                     hooks: Default::default(),
                     context_files: default_context_files(),
                     telemetry: Default::default(),
@@ -289,6 +284,7 @@ impl ModelConfig {
         }
         let config = ModelConfig {
             parallel_tools,
+            tools: Arc::new(file.tools),
             context_files,
             path: path.to_path_buf(),
             source,
@@ -400,6 +396,11 @@ impl ModelConfig {
     /// `[tools] parallel` (default [`DEFAULT_PARALLEL_TOOLS`]).
     pub fn parallel_tools(&self) -> usize {
         self.parallel_tools
+    }
+
+    /// `[tools]` whole: what a run's tools read ([`crate::tools::ToolServices::config`]).
+    pub fn tools(&self) -> &Arc<crate::tools::ToolsConfig> {
+        &self.tools
     }
 
     /// The `[mcp.servers.NAME]` tables.
@@ -594,33 +595,14 @@ demo = "demo"
         let (_, p, _) = c.provider_config("execution").unwrap();
         assert_eq!(p.context(), (Some(8000), None));
         assert!(!c.has_role("compaction"));
-        let execution: std::sync::Arc<dyn Provider> =
-            std::sync::Arc::from(c.provider_for("execution").unwrap());
-        let s = crate::run::compaction::settings(&c, "execution", &execution)
-            .unwrap()
-            .unwrap();
-        assert_eq!(s.threshold(), 6400);
-        assert!(
-            std::sync::Arc::ptr_eq(&s.provider, &execution),
-            "falls back to execution's"
-        );
         let mapped = parse(&format!(
             "{}compaction = \"t\"\n[providers.t]\nkind = \"script\"\npath = \"u.jsonl\"\n",
             table("context_window = 8000\ncompact_at = 0.5")
         ))
         .unwrap();
         assert!(mapped.has_role("compaction"));
-        let s = crate::run::compaction::settings(&mapped, "execution", &execution)
-            .unwrap()
-            .unwrap();
-        assert_eq!(s.threshold(), 4000);
-        assert!(!std::sync::Arc::ptr_eq(&s.provider, &execution));
-        let none = parse(&table("")).unwrap();
-        assert!(
-            crate::run::compaction::settings(&none, "execution", &execution)
-                .unwrap()
-                .is_none()
-        );
+        let (_, p, _) = mapped.provider_config("execution").unwrap();
+        assert_eq!(p.context(), (Some(8000), Some(0.5)));
     }
 
     #[test]

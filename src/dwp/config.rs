@@ -18,9 +18,24 @@ use std::path::{Path, PathBuf};
 use regex::Regex;
 use serde_json::{Map, Value, json};
 
-use super::addons::KEYS;
 use super::pyfmt::py_repr;
 use crate::error::{Error, Result};
+
+/// The registry keys: the addon directories `dwp` ships, sorted by code point (`addons::KEYS`).
+/// They live here, with the other closed vocabularies of a config file, because the reader
+/// refuses any other key in a file's `addons`, and `addons` itself reads this module (its
+/// descriptors name [`ABILITIES`] and versions): defined in `addons`, the two modules would
+/// import each other. `addons` checks that its shipped descriptors are exactly these.
+pub const ADDON_KEYS: [&str; 8] = [
+    "agentkit",
+    "ai-diff-reviewer",
+    "dailybot",
+    "dependency-upgrade",
+    "design-system",
+    "devcontainer",
+    "herdr",
+    "vim",
+];
 
 /// The closed set of host abilities, in canonical order. It lives with the registry reader
 /// because the `host` records name them; the addon descriptors, `dwp abilities` and the resource
@@ -146,7 +161,7 @@ impl Config {
             match doc.get("addons") {
                 None => {}
                 Some(Value::Object(map)) => {
-                    for k in map.keys().filter(|k| !KEYS.contains(&k.as_str())) {
+                    for k in map.keys().filter(|k| !ADDON_KEYS.contains(&k.as_str())) {
                         warnings.push(format!(
                             "addons: {} key {} is not an addon dwp ships; ignored",
                             file.label,
@@ -162,7 +177,7 @@ impl Config {
             }
         }
         let mut out = BTreeMap::new();
-        for key in KEYS {
+        for key in ADDON_KEYS {
             let decided = maps
                 .iter()
                 .find_map(|(label, map)| map.get(key).map(|entry| (*label, entry)));
@@ -498,13 +513,13 @@ fn set_addon(root: &Path, key: &str, entry: Value) -> Result<bool> {
 }
 
 fn check_key(key: &str) -> Result<()> {
-    if KEYS.contains(&key) {
+    if ADDON_KEYS.contains(&key) {
         Ok(())
     } else {
         Err(refusal(format!(
             "{} is not an addon dwp ships ({})",
             py_repr(key),
-            KEYS.join(", ")
+            ADDON_KEYS.join(", ")
         ))
         .with_hint("run `dwp config keys` to list them"))
     }
@@ -622,7 +637,7 @@ mod tests {
     fn concurrent_writers_never_lose_an_update() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
-        let threads: Vec<_> = KEYS
+        let threads: Vec<_> = ADDON_KEYS
             .iter()
             .map(|key| {
                 let root = root.clone();
@@ -634,7 +649,7 @@ mod tests {
         }
         let doc = read_object(&repo_file(&root)).unwrap().unwrap();
         let addons = doc["addons"].as_object().unwrap();
-        assert_eq!(addons.len(), KEYS.len(), "{addons:?}");
+        assert_eq!(addons.len(), ADDON_KEYS.len(), "{addons:?}");
         // The lock is on the directory itself: no lock file appears in the repository.
         let names: Vec<_> = fs::read_dir(&root)
             .unwrap()

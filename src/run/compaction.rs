@@ -278,6 +278,40 @@ mod tests {
         assert_eq!(entry_cap(&["b".repeat(1000)], 10), Some(200));
     }
 
+    /// A config whose execution role is a script provider with the `[providers.s]` lines `extra`.
+    fn config(extra: &str, more: &str) -> ModelConfig {
+        let text = format!(
+            "[providers.s]\nkind = \"script\"\npath = \"t.jsonl\"\n{extra}\n[roles]\nexecution = \"s\"\n{more}"
+        );
+        ModelConfig::parse(
+            &text,
+            std::path::Path::new("/cfg/config.toml"),
+            crate::config::ConfigSource::Flag,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn settings_follow_the_context_window_and_fall_back_to_the_execution_provider() {
+        let c = config("context_window = 8000", "");
+        let execution: Arc<dyn Provider> = Arc::from(c.provider_for("execution").unwrap());
+        let s = settings(&c, "execution", &execution).unwrap().unwrap();
+        assert_eq!(s.threshold(), 6400);
+        assert!(
+            Arc::ptr_eq(&s.provider, &execution),
+            "falls back to execution's"
+        );
+        let mapped = config(
+            "context_window = 8000\ncompact_at = 0.5",
+            "compaction = \"t\"\n[providers.t]\nkind = \"script\"\npath = \"u.jsonl\"\n",
+        );
+        let s = settings(&mapped, "execution", &execution).unwrap().unwrap();
+        assert_eq!(s.threshold(), 4000);
+        assert!(!Arc::ptr_eq(&s.provider, &execution));
+        let none = config("", "");
+        assert!(settings(&none, "execution", &execution).unwrap().is_none());
+    }
+
     #[test]
     fn estimate_rounds_up_and_threshold_floors() {
         assert_eq!(estimate_tokens(0), 0);

@@ -133,6 +133,7 @@ impl RunServices {
                 fence,
                 mcp: None,
                 lsp,
+                config: Arc::clone(config.tools()),
             },
         })
     }
@@ -168,6 +169,7 @@ impl RunServices {
                 fence: self.tools.fence.clone(),
                 mcp: self.tools.mcp.clone(),
                 lsp: self.tools.lsp.clone(),
+                config: Arc::clone(&self.tools.config),
             },
         }
     }

@@ -14,11 +14,14 @@
 //!    `deny_unknown_fields`, camelCase, each field's doc comment is its description for the
 //!    model) and its `fn(&Workspace, Args, &ToolContext) -> ToolOutput`;
 //! 2. an [`Entry`] in [`REGISTRY`] (`registry.rs`): name, description, side-effect class, gate,
-//!    executor.
+//!    executor;
+//! 3. only if it takes settings: its `[tools.NAME]` table, a field of [`ToolsConfig`]
+//!    (`config.rs`) typed in its module, which it reads as `ctx.services.config.NAME`.
 //!
 //! The policy's permitted catalog, the lock's capability check, the Builder's catalog, the
 //! refusal of a call and the schemas sent to the model all follow from the entry.
 
+mod config;
 mod exec;
 mod file;
 mod hints;
@@ -42,6 +45,7 @@ use crate::blobs::{BlobRef, BlobStore};
 
 pub use crate::secrets::rules as env;
 pub use crate::secrets::{child_env, is_provider_key_env, register_provider_key_env};
+pub use config::ToolsConfig;
 pub use exec::{DEFAULT_EXEC_TIMEOUT_MS, MAX_EXEC_TIMEOUT_MS};
 pub use registry::{Admitted, Entry, Gate, REGISTRY, Registry, SideEffect, ToolName};
 
@@ -80,6 +84,25 @@ pub struct ToolServices {
     pub mcp: Option<Arc<crate::mcp::Servers>>,
     /// The execution's language servers (`None`: `lsp` is not granted); shared like `mcp`.
     pub lsp: Option<Arc<crate::lsp::Servers>>,
+    /// `[tools]` of the config, whole: a tool with a table of its own reads it here.
+    pub config: Arc<ToolsConfig>,
+}
+
+impl ToolServices {
+    /// Services for tool calls outside a Session's run (a bench, a test): no pass-env, no MCP or
+    /// language servers, the default `[tools]`. A run's are built by
+    /// `crate::run::services::RunServices::new` from its config and lock.
+    pub fn new(tool_home: PathBuf, blobs: BlobStore, fence: crate::sandbox::RunFence) -> Self {
+        ToolServices {
+            tool_home,
+            blobs,
+            pass_env: Vec::new(),
+            fence,
+            mcp: None,
+            lsp: None,
+            config: Arc::default(),
+        }
+    }
 }
 
 /// Everything a tool call may use: the execution's [`ToolServices`], borrowed, and what belongs
@@ -327,16 +350,16 @@ pub(crate) mod testutil {
         /// The fixture's tool services as its fields say now (tests change the fence first).
         pub(crate) fn services(&self) -> ToolServices {
             ToolServices {
-                tool_home: self.home.clone(),
-                blobs: self.blobs.clone(),
                 pass_env: self.pass_env.clone(),
-                fence: crate::sandbox::RunFence::with_protected(
-                    self.fence,
-                    &self.root,
-                    self.protected.clone(),
-                ),
-                mcp: None,
-                lsp: None,
+                ..ToolServices::new(
+                    self.home.clone(),
+                    self.blobs.clone(),
+                    crate::sandbox::RunFence::with_protected(
+                        self.fence,
+                        &self.root,
+                        self.protected.clone(),
+                    ),
+                )
             }
         }
 

@@ -93,7 +93,7 @@ pub fn detect(desc: &Descriptor, env: &DetectEnv) -> Detection {
                     stdout = out;
                     d.version = find_version(&stdout);
                 }
-                Err(reason) => d.reason = Some(reason),
+                Err(failure) => d.reason = Some(failure.to_string()),
             }
         }
         DetectSpec::Paths { paths, legacy } => {
@@ -162,13 +162,55 @@ fn resolve(path: &str, env: &DetectEnv) -> Option<PathBuf> {
     }
 }
 
+/// Why a detect command gave no answer. Not an error of `dwp`: its `Display` becomes the
+/// detection's `reason` (the addon is reported as not detected), in the reference's words.
+#[derive(Debug)]
+enum DetectFailure {
+    /// The command line holds no word.
+    Empty,
+    /// `argv0` names a path (`sub/tool`) rather than a command looked up on PATH.
+    PathArgv0(String),
+    /// `argv0` was found only through a relative PATH entry (`.`, `bin`, the empty entry).
+    RelativePathEntry(String),
+    /// `argv0` (or the resolved file, gone before it started) is not there.
+    NotInstalled(String),
+    Start(std::io::Error),
+    TimedOut(Duration),
+    Exited(i32),
+    Signalled,
+    Wait(std::io::Error),
+    NoStatus,
+}
+
+impl std::fmt::Display for DetectFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DetectFailure::Empty => f.write_str("detect command unparsable (empty)"),
+            DetectFailure::PathArgv0(argv0) => {
+                write!(
+                    f,
+                    "{argv0} is a relative path, not a command on PATH; refused"
+                )
+            }
+            DetectFailure::RelativePathEntry(argv0) => {
+                write!(f, "{argv0} resolved through a relative PATH entry; refused")
+            }
+            DetectFailure::NotInstalled(what) => write!(f, "{what} not installed"),
+            DetectFailure::Start(e) => write!(f, "detect failed to start ({e})"),
+            DetectFailure::TimedOut(after) => write!(f, "detect timed out after {}", human(*after)),
+            DetectFailure::Exited(code) => write!(f, "detect exited {code}"),
+            DetectFailure::Signalled => f.write_str("detect was killed by a signal"),
+            DetectFailure::Wait(e) => write!(f, "detect failed ({e})"),
+            DetectFailure::NoStatus => f.write_str("detect failed (no exit status)"),
+        }
+    }
+}
+
 /// Resolves `argv0` on PATH: the first entry holding an executable regular file. A hit in a
 /// relative entry (`.`, `bin`, or the empty entry, which means the current directory) is refused.
-fn which(argv0: &str, path_var: &OsString) -> Result<PathBuf, String> {
+fn which(argv0: &str, path_var: &OsString) -> Result<PathBuf, DetectFailure> {
     if argv0.contains('/') {
-        return Err(format!(
-            "{argv0} is a relative path, not a command on PATH; refused"
-        ));
+        return Err(DetectFailure::PathArgv0(argv0.to_string()));
     }
     for entry in std::env::split_paths(path_var) {
         let candidate = entry.join(argv0);
@@ -176,14 +218,12 @@ fn which(argv0: &str, path_var: &OsString) -> Result<PathBuf, String> {
             .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
         if executable {
             if entry.is_relative() || entry.as_os_str().is_empty() {
-                return Err(format!(
-                    "{argv0} resolved through a relative PATH entry; refused"
-                ));
+                return Err(DetectFailure::RelativePathEntry(argv0.to_string()));
             }
             return Ok(candidate);
         }
     }
-    Err(format!("{argv0} not installed"))
+    Err(DetectFailure::NotInstalled(argv0.to_string()))
 }
 
 enum Event {
@@ -196,10 +236,10 @@ enum Event {
 // kill(2) of a timed-out detect command's process group
 // Allowed: the operator's addon detection commands (`dwp abilities`), not the agent's: run unfenced as the operator's shell would.
 #[allow(clippy::disallowed_methods)]
-fn run_command(line: &str, env: &DetectEnv) -> Result<String, String> {
+fn run_command(line: &str, env: &DetectEnv) -> Result<String, DetectFailure> {
     let argv: Vec<&str> = line.split(' ').filter(|s| !s.is_empty()).collect();
     let Some((argv0, args)) = argv.split_first() else {
-        return Err("detect command unparsable (empty)".into());
+        return Err(DetectFailure::Empty);
     };
     let resolved = which(argv0, &env.path_var)?;
     let mut child = Command::new(&resolved)
@@ -210,8 +250,10 @@ fn run_command(line: &str, env: &DetectEnv) -> Result<String, String> {
         .process_group(0)
         .spawn()
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => format!("{} not installed", resolved.display()),
-            _ => format!("detect failed to start ({e})"),
+            std::io::ErrorKind::NotFound => {
+                DetectFailure::NotInstalled(resolved.display().to_string())
+            }
+            _ => DetectFailure::Start(e),
         })?;
     let pid = child.id() as libc::pid_t;
     let (tx, rx) = mpsc::channel();
@@ -241,7 +283,7 @@ fn run_command(line: &str, env: &DetectEnv) -> Result<String, String> {
                 unsafe {
                     libc::kill(-pid, libc::SIGKILL);
                 }
-                return Err(format!("detect timed out after {}", human(env.timeout)));
+                return Err(DetectFailure::TimedOut(env.timeout));
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
@@ -251,11 +293,11 @@ fn run_command(line: &str, env: &DetectEnv) -> Result<String, String> {
             Ok(String::from_utf8_lossy(&stdout.unwrap_or_default()).into_owned())
         }
         Some(Ok(s)) => Err(match s.code() {
-            Some(code) => format!("detect exited {code}"),
-            None => "detect was killed by a signal".to_string(),
+            Some(code) => DetectFailure::Exited(code),
+            None => DetectFailure::Signalled,
         }),
-        Some(Err(e)) => Err(format!("detect failed ({e})")),
-        None => Err("detect failed (no exit status)".into()),
+        Some(Err(e)) => Err(DetectFailure::Wait(e)),
+        None => Err(DetectFailure::NoStatus),
     }
 }
 
@@ -381,12 +423,18 @@ mod tests {
         assert!(
             which("missing-tool", &abs)
                 .unwrap_err()
+                .to_string()
                 .ends_with("not installed")
         );
-        assert!(which("sub/tool", &abs).unwrap_err().contains("refused"));
+        assert!(
+            which("sub/tool", &abs)
+                .unwrap_err()
+                .to_string()
+                .contains("refused")
+        );
         let cwd = std::env::current_dir().unwrap();
         let rel = pathdiff(dir.path(), &cwd);
-        let err = which("tool", &OsString::from(rel)).unwrap_err();
+        let err = which("tool", &OsString::from(rel)).unwrap_err().to_string();
         assert!(err.contains("relative PATH entry"), "{err}");
     }
 

@@ -15,17 +15,9 @@ use serde_json::Value;
 pub use detect::{DetectEnv, Detection, detect, detect_timeout};
 pub use validate::{Descriptor, DetectSpec, InterfaceFrom, descriptor_errors, parse_descriptor};
 
-/// The registry keys: the addon directories `dwp` ships, sorted by code point.
-pub const KEYS: [&str; 8] = [
-    "agentkit",
-    "ai-diff-reviewer",
-    "dailybot",
-    "dependency-upgrade",
-    "design-system",
-    "devcontainer",
-    "herdr",
-    "vim",
-];
+/// The registry keys: the addon directories `dwp` ships, sorted by code point (defined with the
+/// config reader, which refuses any other key in a file's `addons`).
+pub use super::config::ADDON_KEYS as KEYS;
 
 /// The `schema` every descriptor carries.
 pub const DESCRIPTOR_SCHEMA: &str = "https://deepworkplan.com/schema/addon-descriptor/v1.json";
@@ -80,34 +72,51 @@ pub fn descriptor_location(key: &str) -> String {
     }
 }
 
+/// A descriptor that could not be read or parsed: where it was looked for, and why. Its
+/// `Display`, `<location> unreadable (<reason>)`, is the single error [`load`] reports for it.
+#[derive(Debug)]
+struct Unreadable {
+    location: String,
+    reason: String,
+}
+
+impl Unreadable {
+    fn new(location: impl std::fmt::Display, reason: impl Into<String>) -> Unreadable {
+        Unreadable {
+            location: location.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} unreadable ({})", self.location, self.reason)
+    }
+}
+
 /// Reads the raw descriptor of `key`: the shipped one, or `$DWP_ADDONS_DIR/<key>/addon.json`.
-/// A file that cannot be read or parsed gives the single error `<path> unreadable (<reason>)`.
-fn load_raw(key: &str) -> Result<Value, String> {
+fn load_raw(key: &str) -> Result<Value, Unreadable> {
     let text = match std::env::var_os(ADDONS_DIR_ENV).filter(|d| !d.is_empty()) {
         Some(dir) => {
             let path = PathBuf::from(dir).join(key).join("addon.json");
             let bytes =
-                std::fs::read(&path).map_err(|e| format!("{} unreadable ({e})", path.display()))?;
+                std::fs::read(&path).map_err(|e| Unreadable::new(path.display(), e.to_string()))?;
             String::from_utf8(bytes)
-                .map_err(|e| format!("{} unreadable (not UTF-8: {e})", path.display()))?
+                .map_err(|e| Unreadable::new(path.display(), format!("not UTF-8: {e}")))?
         }
         None => match SHIPPED.iter().find(|(k, _)| *k == key) {
             Some((_, text)) => text.to_string(),
-            None => {
-                return Err(format!(
-                    "{} unreadable (no such addon)",
-                    descriptor_location(key)
-                ));
-            }
+            None => return Err(Unreadable::new(descriptor_location(key), "no such addon")),
         },
     };
     serde_json::from_str(&text)
-        .map_err(|e| format!("{} unreadable ({e})", descriptor_location(key)))
+        .map_err(|e| Unreadable::new(descriptor_location(key), e.to_string()))
 }
 
 /// Loads and validates the descriptor of `key`: the typed descriptor, or every error in order.
 pub fn load(key: &str) -> Result<Descriptor, Vec<String>> {
-    let raw = load_raw(key).map_err(|e| vec![e])?;
+    let raw = load_raw(key).map_err(|e| vec![e.to_string()])?;
     parse_descriptor(&raw, Some(key))
 }
 

@@ -1,16 +1,76 @@
 //! Small validators over parsed JSON, shared by the contract and journal readers.
 //!
-//! They return `Err("<where>: <problem>")` strings; the caller turns the first one into a single
-//! user-facing [`crate::Error`] naming the file. Validating the parsed `Value` (rather than
+//! They return a [`Problem`] (where in the document, and what is wrong); the caller turns the
+//! first one into a single user-facing [`crate::Error`] naming the file, with
+//! [`Problem::in_file`] or by embedding its `Display`. Validating the parsed `Value` (rather than
 //! deserializing into `deny_unknown_fields` structs) keeps the raw document intact for hashing
 //! and verbatim output, and lets each message name the exact JSON path.
 
+use std::fmt;
 use std::sync::OnceLock;
 
 use regex::Regex;
 use serde_json::{Map, Value};
 
-pub type Check<T> = std::result::Result<T, String>;
+/// What a validator found wrong in one parsed document.
+///
+/// A problem is not yet an [`crate::Error`]: it does not know the file it came from, nor which
+/// exit code its reader gives (an invalid contract or journal is exit 4; a refused append of an
+/// event the writer built itself is an external failure). Its `Display` is the words every
+/// message embeds, `<where>: <problem>` (or just `<problem>` for the record as a whole); they
+/// mirror the DWP reference implementation's wording byte for byte, so tests compare them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The JSON path or field (`contract.tasks[2].id`, `seq`, `actor.kind`); empty when the
+    /// problem is the record as a whole ("missing envelope field 'seq'").
+    pub at: String,
+    /// What is wrong there, in the reference's words.
+    pub what: String,
+}
+
+impl Problem {
+    pub fn new(at: impl Into<String>, what: impl Into<String>) -> Problem {
+        Problem {
+            at: at.into(),
+            what: what.into(),
+        }
+    }
+
+    /// A problem with the record as a whole rather than one of its fields.
+    pub fn whole(what: impl Into<String>) -> Problem {
+        Problem::new(String::new(), what)
+    }
+
+    /// The single user-facing error for this problem in `path`: `<kind> invalid: <path>:
+    /// <problem>` (exit 4), where `kind` names the document ("contract", "journal") and `path`
+    /// may carry a line (`journal.jsonl:7`).
+    pub fn in_file(&self, kind: &str, path: impl fmt::Display) -> crate::Error {
+        crate::Error::invalid(format!("{kind} invalid: {path}: {self}"))
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.at.is_empty() {
+            f.write_str(&self.what)
+        } else {
+            write!(f, "{}: {}", self.at, self.what)
+        }
+    }
+}
+
+impl std::error::Error for Problem {}
+
+/// `problem!(at, "words {x}", …)`: a [`Problem`] at `at` whose words are formatted as by
+/// `format!` (so `{at}`-style captures work as there).
+macro_rules! problem {
+    ($at:expr, $($words:tt)+) => {
+        $crate::dwp::plan::check::Problem::new($at, format!($($words)+))
+    };
+}
+pub(crate) use problem;
+
+pub type Check<T> = std::result::Result<T, Problem>;
 
 /// Names in plan-record messages are quoted as the reference quotes them.
 pub use crate::dwp::pyfmt::py_repr;
@@ -24,18 +84,19 @@ pub fn object<'v>(
 ) -> Check<&'v Map<String, Value>> {
     let map = v
         .as_object()
-        .ok_or_else(|| format!("{at}: expected an object, found {}", kind_of(v)))?;
+        .ok_or_else(|| problem!(at, "expected an object, found {}", kind_of(v)))?;
     if let Some(key) = map
         .keys()
         .find(|k| !required.contains(&k.as_str()) && !optional.contains(&k.as_str()))
     {
-        return Err(format!(
-            "{at}: unknown field {} (the object is closed)",
+        return Err(problem!(
+            at,
+            "unknown field {} (the object is closed)",
             py_repr(key)
         ));
     }
     if let Some(key) = required.iter().find(|k| !map.contains_key(**k)) {
-        return Err(format!("{at}: missing required field {}", py_repr(key)));
+        return Err(problem!(at, "missing required field {}", py_repr(key)));
     }
     Ok(map)
 }
@@ -54,7 +115,7 @@ pub fn kind_of(v: &Value) -> &'static str {
 /// Any string (empty allowed).
 pub fn string<'v>(v: &'v Value, at: &str) -> Check<&'v str> {
     v.as_str()
-        .ok_or_else(|| format!("{at}: expected a string, found {}", kind_of(v)))
+        .ok_or_else(|| problem!(at, "expected a string, found {}", kind_of(v)))
 }
 
 /// A non-empty string.
@@ -65,7 +126,7 @@ pub fn text<'v>(v: &'v Value, at: &str) -> Check<&'v str> {
 /// [`text`] for a string already in hand.
 pub fn nonempty<'s>(s: &'s str, at: &str) -> Check<&'s str> {
     if s.is_empty() {
-        return Err(format!("{at}: must not be empty"));
+        return Err(problem!(at, "must not be empty"));
     }
     Ok(s)
 }
@@ -87,8 +148,9 @@ pub fn one_of<'v>(v: &'v Value, at: &str, allowed: &[&str]) -> Check<&'v str> {
 /// [`one_of`] for a string already in hand.
 pub fn member<'s>(s: &'s str, at: &str, allowed: &[&str]) -> Check<&'s str> {
     if !allowed.contains(&s) {
-        return Err(format!(
-            "{at}: {} is not one of {}",
+        return Err(problem!(
+            at,
+            "{} is not one of {}",
             py_repr(s),
             allowed.join(", ")
         ));
@@ -104,7 +166,7 @@ pub fn matching<'v>(v: &'v Value, at: &str, re: &Regex, what: &str) -> Check<&'v
 /// [`matching`] for a string already in hand.
 pub fn pattern<'s>(s: &'s str, at: &str, re: &Regex, what: &str) -> Check<&'s str> {
     if !py_match(re, s) {
-        return Err(format!("{at}: {} is not a valid {what}", py_repr(s)));
+        return Err(problem!(at, "{} is not a valid {what}", py_repr(s)));
     }
     Ok(s)
 }
@@ -120,9 +182,9 @@ pub fn int(v: &Value, at: &str, min: i64) -> Check<i64> {
     let n = v
         .as_i64()
         .filter(|_| v.is_number())
-        .ok_or_else(|| format!("{at}: expected an integer, found {}", describe(v)))?;
+        .ok_or_else(|| problem!(at, "expected an integer, found {}", describe(v)))?;
     if n < min {
-        return Err(format!("{at}: {n} is below the minimum {min}"));
+        return Err(problem!(at, "{n} is below the minimum {min}"));
     }
     Ok(n)
 }
@@ -132,19 +194,16 @@ pub fn number(v: &Value, at: &str, min: f64) -> Check<f64> {
     let n = v
         .as_f64()
         .filter(|_| v.is_number())
-        .ok_or_else(|| format!("{at}: expected a number, found {}", describe(v)))?;
+        .ok_or_else(|| problem!(at, "expected a number, found {}", describe(v)))?;
     if n < min {
-        return Err(format!(
-            "{at}: {} is below the minimum {min}",
-            number_str(v)
-        ));
+        return Err(problem!(at, "{} is below the minimum {min}", number_str(v)));
     }
     Ok(n)
 }
 
 pub fn boolean(v: &Value, at: &str) -> Check<bool> {
     v.as_bool()
-        .ok_or_else(|| format!("{at}: expected true or false, found {}", kind_of(v)))
+        .ok_or_else(|| problem!(at, "expected true or false, found {}", kind_of(v)))
 }
 
 /// A list of strings; `min` items at least, optionally unique, optionally non-empty items.
@@ -165,7 +224,7 @@ pub fn strings<'v>(
             string(item, &at)?
         };
         if unique && out.contains(&s) {
-            return Err(format!("{at}: duplicate item {}", py_repr(s)));
+            return Err(problem!(at, "duplicate item {}", py_repr(s)));
         }
         out.push(s);
     }
@@ -175,9 +234,9 @@ pub fn strings<'v>(
 pub fn list<'v>(v: &'v Value, at: &str, min: usize) -> Check<&'v Vec<Value>> {
     let items = v
         .as_array()
-        .ok_or_else(|| format!("{at}: expected a list, found {}", kind_of(v)))?;
+        .ok_or_else(|| problem!(at, "expected a list, found {}", kind_of(v)))?;
     if items.len() < min {
-        return Err(format!("{at}: needs at least {min} item(s)"));
+        return Err(problem!(at, "needs at least {min} item(s)"));
     }
     Ok(items)
 }
@@ -203,7 +262,7 @@ fn describe(v: &Value) -> String {
 pub fn rfc3339<'v>(v: &'v Value, at: &str) -> Check<&'v str> {
     let s = string(v, at)?;
     if crate::clock::parse_rfc3339(s).is_none() {
-        return Err(format!("{at}: {} is not an RFC 3339 timestamp", py_repr(s)));
+        return Err(problem!(at, "{} is not an RFC 3339 timestamp", py_repr(s)));
     }
     Ok(s)
 }
@@ -245,9 +304,12 @@ mod tests {
     #[test]
     fn closed_objects_name_the_field() {
         let err = object(&json!({"a": 1, "zz": 2}), "x", &["a"], &[]).unwrap_err();
-        assert_eq!(err, "x: unknown field 'zz' (the object is closed)");
+        assert_eq!(
+            err.to_string(),
+            "x: unknown field 'zz' (the object is closed)"
+        );
         let err = object(&json!({}), "x", &["a"], &[]).unwrap_err();
-        assert_eq!(err, "x: missing required field 'a'");
+        assert_eq!(err.to_string(), "x: missing required field 'a'");
     }
 
     #[test]

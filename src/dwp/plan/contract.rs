@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Number, Value};
 
-use super::check::{self, Check, py_repr};
+use super::check::{self, Check, Problem, problem, py_repr};
 use crate::error::{Error, Result};
 
 pub const SCHEMA_V6: &str = "https://deepworkplan.com/schema/plan-contract/v6.json";
@@ -172,12 +172,12 @@ pub fn read(path: &Path) -> Result<Contract> {
 /// Parses and validates contract bytes; `path` only names the file in messages.
 pub fn parse(path: &Path, bytes: &[u8]) -> Result<Contract> {
     let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| invalid(path, format!("not valid JSON ({e})")))?;
+        .map_err(|e| invalid(path, Problem::whole(format!("not valid JSON ({e})"))))?;
     validate(path, value)
 }
 
-fn invalid(path: &Path, problem: impl std::fmt::Display) -> Error {
-    Error::invalid(format!("contract invalid: {}: {problem}", path.display())).with_hint(
+fn invalid(path: &Path, problem: Problem) -> Error {
+    problem.in_file("contract", path.display()).with_hint(
         "fix the contract file (or restore it from the plan's history); every dwp plan command \
          refuses an invalid contract",
     )
@@ -195,11 +195,11 @@ pub fn validate(path: &Path, value: Value) -> Result<Contract> {
         Some(stamped) if stamped != computed => {
             return Err(invalid(
                 path,
-                format!(
+                Problem::whole(format!(
                     "contract_id {} does not match the canonical sha256 {computed} of the \
                      contract - a stamped id must be the hash of the document without it",
                     py_repr(stamped)
-                ),
+                )),
             ));
         }
         Some(stamped) => stamped.to_string(),
@@ -265,13 +265,15 @@ fn check_contract(v: &Value) -> Check<Contract> {
             )?;
         }
         Some(_) => {
-            return Err(
-                "contract.parent_contract_id: revision 1 must not name a parent contract".into(),
-            );
+            return Err(Problem::new(
+                "contract.parent_contract_id",
+                "revision 1 must not name a parent contract",
+            ));
         }
         None if revision > 1 => {
-            return Err(format!(
-                "contract: revision {revision} requires parent_contract_id (the id of the \
+            return Err(problem!(
+                "contract",
+                "revision {revision} requires parent_contract_id (the id of the \
                  revision it replaces)"
             ));
         }
@@ -345,7 +347,11 @@ fn check_criteria(v: &Value) -> Check<Vec<Criterion>> {
             "criterion id",
         )?;
         if out.iter().any(|x| x.id == id) {
-            return Err(format!("{at}.id: duplicate criterion id {}", py_repr(id)));
+            return Err(problem!(
+                format!("{at}.id"),
+                "duplicate criterion id {}",
+                py_repr(id)
+            ));
         }
         check::text(&c["statement"], &format!("{at}.statement"))?;
         check::text(&c["observable_check"], &format!("{at}.observable_check"))?;
@@ -400,7 +406,11 @@ fn check_invariants(v: &Value) -> Check<Vec<Invariant>> {
             "invariant id",
         )?;
         if out.iter().any(|x| x.id == id) {
-            return Err(format!("{at}.id: duplicate invariant id {}", py_repr(id)));
+            return Err(problem!(
+                format!("{at}.id"),
+                "duplicate invariant id {}",
+                py_repr(id)
+            ));
         }
         let statement = check::text(&inv["statement"], &format!("{at}.statement"))?;
         out.push(Invariant {
@@ -493,8 +503,9 @@ fn check_permissions(v: &Value) -> Check<()> {
         let items = check::strings(&perms[side], &format!("{at}.{side}"), 0, true, false)?;
         for (i, item) in items.into_iter().enumerate() {
             if !GRANTS.contains(&item) {
-                return Err(format!(
-                    "{at}.{side}[{i}]: {} is not a grant (closed set: {})",
+                return Err(problem!(
+                    format!("{at}.{side}[{i}]"),
+                    "{} is not a grant (closed set: {})",
                     py_repr(item),
                     GRANTS.join(", ")
                 ));
@@ -502,8 +513,9 @@ fn check_permissions(v: &Value) -> Check<()> {
             if let Some(other) = seen.insert(item, side)
                 && other != side
             {
-                return Err(format!(
-                    "{at}: {} is both granted and not_granted (the two lists are disjoint)",
+                return Err(problem!(
+                    at,
+                    "{} is both granted and not_granted (the two lists are disjoint)",
                     py_repr(item)
                 ));
             }
@@ -542,7 +554,11 @@ fn check_limits(v: &Value) -> Check<Vec<Limit>> {
         )?;
         let id = check::matching(&l["id"], &format!("{at}.id"), check::limit_id(), "limit id")?;
         if out.iter().any(|x| x.id == id) {
-            return Err(format!("{at}.id: duplicate limit id {}", py_repr(id)));
+            return Err(problem!(
+                format!("{at}.id"),
+                "duplicate limit id {}",
+                py_repr(id)
+            ));
         }
         let limit = check::number(&l["limit"], &format!("{at}.limit"), 0.0)?;
         check::text(&l["unit"], &format!("{at}.unit"))?;
@@ -553,14 +569,16 @@ fn check_limits(v: &Value) -> Check<Vec<Limit>> {
         )?;
         match (enforcement, l.get("metering_source")) {
             ("enforced", None) => {
-                return Err(format!(
-                    "{at}: an enforced limit must name its metering_source (a limit is enforced \
+                return Err(problem!(
+                    at,
+                    "an enforced limit must name its metering_source (a limit is enforced \
                      only against a real meter)"
                 ));
             }
             ("advisory", Some(_)) => {
-                return Err(format!(
-                    "{at}.metering_source: only enforced limits name a metering_source"
+                return Err(problem!(
+                    format!("{at}.metering_source"),
+                    "only enforced limits name a metering_source"
                 ));
             }
             (_, Some(source)) => {
@@ -572,11 +590,10 @@ fn check_limits(v: &Value) -> Check<Vec<Limit>> {
             Some(r) => {
                 let value = check::number(r, &format!("{at}.reserve"), 0.0)?;
                 if value > limit {
-                    return Err(format!(
-                        "{at}.reserve (id {}): reserve {} exceeds the limit {} - a reserve \
-                         larger than its limit can never dispatch and is refused at declaration \
-                         (section 8)",
-                        py_repr(id),
+                    return Err(problem!(
+                        format!("{at}.reserve (id {})", py_repr(id)),
+                        "reserve {} exceeds the limit {} - a reserve larger than its limit can \
+                         never dispatch and is refused at declaration (section 8)",
                         check::number_str(r),
                         check::number_str(&l["limit"])
                     ));
@@ -645,8 +662,9 @@ fn check_tasks(v: &Value, generation: Generation, criteria: &[Criterion]) -> Che
                 .as_object()
                 .is_some_and(|m| m.contains_key("parallel_safe"))
         {
-            return Err(format!(
-                "{at}: unknown field 'parallel_safe' (a v7 field; this contract is v6)"
+            return Err(problem!(
+                at,
+                "unknown field 'parallel_safe' (a v7 field; this contract is v6)"
             ));
         }
         let t = check::object(
@@ -663,7 +681,11 @@ fn check_tasks(v: &Value, generation: Generation, criteria: &[Criterion]) -> Che
         )?;
         let id = check::matching(&t["id"], &format!("{at}.id"), check::task_id(), "task id")?;
         if out.iter().any(|x| x.id == id) {
-            return Err(format!("{at}.id: duplicate task id {}", py_repr(id)));
+            return Err(problem!(
+                format!("{at}.id"),
+                "duplicate task id {}",
+                py_repr(id)
+            ));
         }
         let title = check::text(&t["title"], &format!("{at}.title"))?;
         let prerequisites = check::strings(
@@ -687,8 +709,9 @@ fn check_tasks(v: &Value, generation: Generation, criteria: &[Criterion]) -> Che
             let g = check::object(g, &at, &["criterion", "check"], &[])?;
             let criterion = check::string(&g["criterion"], &format!("{at}.criterion"))?;
             if !criteria.iter().any(|c| c.id == criterion) {
-                return Err(format!(
-                    "{at}.criterion: {} is not declared in acceptance.criteria",
+                return Err(problem!(
+                    format!("{at}.criterion"),
+                    "{} is not declared in acceptance.criteria",
                     py_repr(criterion)
                 ));
             }
@@ -714,16 +737,18 @@ fn check_tasks(v: &Value, generation: Generation, criteria: &[Criterion]) -> Che
     for (i, task) in out.iter().enumerate() {
         for p in &task.prerequisites {
             if !out.iter().any(|t| &t.id == p) {
-                return Err(format!(
-                    "contract.tasks[{i}].prerequisites: {} is not a declared task",
+                return Err(problem!(
+                    format!("contract.tasks[{i}].prerequisites"),
+                    "{} is not a declared task",
                     py_repr(p)
                 ));
             }
         }
     }
     if let Some(cycle) = find_cycle(&out) {
-        return Err(format!(
-            "contract.tasks: prerequisites form a cycle through {} (they must be a DAG)",
+        return Err(problem!(
+            "contract.tasks",
+            "prerequisites form a cycle through {} (they must be a DAG)",
             cycle.join(" -> ")
         ));
     }

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::check;
+use super::check::{self, Problem};
 use super::contract::{self, Contract};
 use crate::error::{Error, Result};
 
@@ -70,23 +70,20 @@ impl Plan {
             let mut best: Option<(i64, PathBuf)> = None;
             for path in &names {
                 let doc = std::fs::read(path)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| Problem::whole(e.to_string()))
                     .and_then(|b| {
-                        serde_json::from_slice::<serde_json::Value>(&b).map_err(|e| e.to_string())
+                        serde_json::from_slice::<serde_json::Value>(&b)
+                            .map_err(|e| Problem::whole(e.to_string()))
                     })
                     .and_then(|v| {
                         if v.is_object() {
                             Ok(v)
                         } else {
-                            Err("not a JSON object".to_string())
+                            Err(Problem::whole("not a JSON object"))
                         }
                     })
-                    .map_err(|reason| {
-                        Error::invalid(format!(
-                            "contract invalid: {}: {reason}",
-                            path.display()
-                        ))
-                        .with_hint(
+                    .map_err(|problem| {
+                        problem.in_file("contract", path.display()).with_hint(
                             "the contracts/ chain owns the live contract; repair or remove the damaged revision file",
                         )
                     })?;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::check::{self, Check, py_repr};
+use super::check::{self, Check, Problem, problem, py_repr};
 use super::contract::{Contract, Generation};
 use crate::error::{Error, Result};
 use event::{ChunkBuilder, FieldRef, Key, View};
@@ -167,10 +167,10 @@ pub fn read(dir: &Path, contract: &Contract) -> Result<Journal> {
     for archive in &archives {
         let range = |seq: u64| {
             (seq < archive.first_seq || seq > archive.last_seq).then(|| {
-                format!(
+                Problem::whole(format!(
                     "seq {seq} lies outside the archive's declared range {}-{}",
                     archive.first_seq, archive.last_seq
-                )
+                ))
             })
         };
         let file = read_file(&archive.path, &mut validator, &mut events, range)?;
@@ -189,7 +189,11 @@ pub fn read(dir: &Path, contract: &Contract) -> Result<Journal> {
     let live = dir.join(LIVE_FILE);
     let floor = archives.iter().map(|a| a.last_seq).max().unwrap_or(0);
     let above = |seq: u64| {
-        (seq <= floor).then(|| format!("seq {seq} is not above the archived seqs (up to {floor})"))
+        (seq <= floor).then(|| {
+            Problem::whole(format!(
+                "seq {seq} is not above the archived seqs (up to {floor})"
+            ))
+        })
     };
     let file = read_file(&live, &mut validator, &mut events, above)?;
     if let Some(err) = file.invalid {
@@ -222,7 +226,7 @@ fn read_file(
     path: &Path,
     validator: &mut Validator,
     out: &mut Vec<Event>,
-    seq_rule: impl Fn(u64) -> Option<String>,
+    seq_rule: impl Fn(u64) -> Option<Problem>,
 ) -> Result<FileRead> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
@@ -281,7 +285,7 @@ pub fn read_appended(
         .unwrap_or(0);
     let mut events = Vec::new();
     let read = parse_file(&live, bytes, &mut validator, &mut events, |seq| {
-        (seq <= floor).then(|| format!("seq {seq} is not above the archived seqs"))
+        (seq <= floor).then(|| Problem::whole(format!("seq {seq} is not above the archived seqs")))
     });
     Ok(match read {
         Ok(r) if r.invalid.is_none() && r.torn_tail.is_none() && r.unterminated.is_none() => {
@@ -297,7 +301,7 @@ fn parse_file(
     bytes: Vec<u8>,
     validator: &mut Validator,
     out: &mut Vec<Event>,
-    seq_rule: impl Fn(u64) -> Option<String>,
+    seq_rule: impl Fn(u64) -> Option<Problem>,
 ) -> Result<FileRead> {
     // The text is the longest prefix of whole valid-UTF-8 lines; a line past it cannot parse
     // (invalid UTF-8 is a parse error), so it is judged by the Value parser below.
@@ -429,12 +433,10 @@ fn finish(
     }
 }
 
-fn invalid_event(path: &Path, line: usize, problem: String) -> Error {
-    Error::invalid(format!(
-        "journal invalid: {}:{line}: {problem}",
-        path.display()
-    ))
-    .with_hint(
+fn invalid_event(path: &Path, line: usize, problem: Problem) -> Error {
+    problem
+        .in_file("journal", format_args!("{}:{line}", path.display()))
+        .with_hint(
         "journal lines are never edited; restore the file from a backup or bundle, or repair it \
          with the DWP ledger",
     )
@@ -474,14 +476,14 @@ impl<'c> Validator<'c> {
     /// Validates one event (the next in journal order) given as a parsed value.
     pub fn event(&mut self, value: Value) -> Check<Event> {
         let Value::Object(map) = value else {
-            return Err(format!(
+            return Err(Problem::whole(format!(
                 "expected a JSON object, found {}",
                 check::kind_of(&value)
-            ));
+            )));
         };
         // Indexing a serialized Value cannot fail short of a line over 4 GiB.
         let event = Event::from_map(0, EventType::Observation, &map)
-            .ok_or("the event is too large to index (over 4 GiB)")?;
+            .ok_or_else(|| Problem::whole("the event is too large to index (over 4 GiB)"))?;
         let (seq, kind) = self.view(event.view())?;
         Ok(event.stamped(seq, kind))
     }
@@ -490,11 +492,11 @@ impl<'c> Validator<'c> {
     fn view(&mut self, v: View) -> Check<(u64, EventType)> {
         let (seq, kind) = self.check(v)?;
         if seq <= self.last_seq {
-            return Err(format!(
+            return Err(Problem::whole(format!(
                 "seq {} does not increase (previous seq {}); seqs are strictly increasing and \
                  never reused",
                 seq, self.last_seq
-            ));
+            )));
         }
         self.last_seq = seq;
         Ok((seq, kind))
@@ -503,14 +505,14 @@ impl<'c> Validator<'c> {
     fn check(&self, v: View) -> Check<(u64, EventType)> {
         let mut envelope: [FieldRef; 7] = [FieldRef::Json("null"); 7];
         for (slot, key) in envelope.iter_mut().zip(ENVELOPE_REQUIRED) {
-            *slot = v
-                .get(key)
-                .ok_or_else(|| format!("missing envelope field {}", py_repr(key.name())))?;
+            *slot = v.get(key).ok_or_else(|| {
+                Problem::whole(format!("missing envelope field {}", py_repr(key.name())))
+            })?;
         }
         let [schema_v, type_v, seq_v, ts_v, plan_v, cid_v, actor_v] = envelope;
         let type_name = string(type_v, "type")?;
         let kind = EventType::parse(type_name)
-            .ok_or_else(|| format!("type: unknown event type {}", py_repr(type_name)))?;
+            .ok_or_else(|| problem!("type", "unknown event type {}", py_repr(type_name)))?;
         let generation = self.contract.generation;
         let schema = string(schema_v, "schema")?;
         if schema != generation.journal_schema() {
@@ -518,42 +520,50 @@ impl<'c> Validator<'c> {
                 .into_iter()
                 .find(|g| g.journal_schema() == schema);
             return Err(match other {
-                Some(g) => format!(
-                    "schema: a journal-event/{} event in a {} plan (mixing generations is \
+                Some(g) => problem!(
+                    "schema",
+                    "a journal-event/{} event in a {} plan (mixing generations is \
                      refused)",
                     g.name(),
                     generation.name()
                 ),
-                None => format!(
-                    "schema: {} is not {}",
+                None => problem!(
+                    "schema",
+                    "{} is not {}",
                     py_repr(schema),
                     generation.journal_schema()
                 ),
             });
         }
         if kind == EventType::Delegation && generation == Generation::V6 {
-            return Err("type: 'delegation' events exist only in journal-event v7".into());
+            return Err(Problem::new(
+                "type",
+                "'delegation' events exist only in journal-event v7",
+            ));
         }
         let seq = int(seq_v, "seq", 1)? as u64;
         let ts = string(ts_v, "ts")?;
         if !is_event_ts(ts) {
-            return Err(format!(
-                "ts: {} is not a valid timestamp (YYYY-MM-DDTHH:MM:SSZ)",
+            return Err(problem!(
+                "ts",
+                "{} is not a valid timestamp (YYYY-MM-DDTHH:MM:SSZ)",
                 py_repr(ts)
             ));
         }
         let plan = string(plan_v, "plan")?;
         if plan != self.contract.plan {
-            return Err(format!(
-                "plan: {} is not this plan ({})",
+            return Err(problem!(
+                "plan",
+                "{} is not this plan ({})",
                 py_repr(plan),
                 self.contract.plan
             ));
         }
         let cid = string(cid_v, "contract_id")?;
         if cid != self.contract.id && !is_sha256_hex(cid) {
-            return Err(format!(
-                "contract_id: {} is not a valid contract id",
+            return Err(problem!(
+                "contract_id",
+                "{} is not a valid contract id",
                 py_repr(cid)
             ));
         }
@@ -562,7 +572,7 @@ impl<'c> Validator<'c> {
         if let Some(note) = v.get(Key::Note) {
             let note = string(note, "note")?;
             if note.chars().count() > 500 {
-                return Err("note: longer than 500 characters".into());
+                return Err(Problem::new("note", "longer than 500 characters"));
             }
         }
 
@@ -579,21 +589,22 @@ impl<'c> Validator<'c> {
         if v.mask() & !(allowed | nested) != 0
             && let Some((_, name)) = v.keys().into_iter().find(|(k, _)| allowed & k.bit() == 0)
         {
-            return Err(format!(
+            return Err(Problem::whole(format!(
                 "unknown field {} for a {type_name} event (payloads are closed)",
                 py_repr(&name)
-            ));
+            )));
         }
         if let Some(key) = required.iter().find(|k| !v.has(**k)) {
-            return Err(format!(
-                "{type_name}: missing required field {}",
+            return Err(problem!(
+                type_name,
+                "missing required field {}",
                 py_repr(key.name())
             ));
         }
         if kind.is_evidence() {
             let trust = one_of(
                 v.get(Key::Trust)
-                    .ok_or_else(|| format!("{type_name}: missing required field 'trust'"))?,
+                    .ok_or_else(|| problem!(type_name, "missing required field 'trust'"))?,
                 "trust",
                 &["observed", "imported", "asserted"],
             )?;
@@ -602,15 +613,17 @@ impl<'c> Validator<'c> {
                     text(p, "evidence_path")?;
                 }
                 None if trust != "asserted" => {
-                    return Err(format!(
-                        "evidence_path: {trust} evidence must cite its artifact"
+                    return Err(problem!(
+                        "evidence_path",
+                        "{trust} evidence must cite its artifact"
                     ));
                 }
                 None => {}
             }
             if trust == "observed" && !matches!(&*actor_kind, "helper" | "host_adapter") {
-                return Err(format!(
-                    "trust: 'observed' evidence comes only from a helper or host_adapter actor, \
+                return Err(problem!(
+                    "trust",
+                    "'observed' evidence comes only from a helper or host_adapter actor, \
                      not {}",
                     py_repr(&actor_kind)
                 ));
@@ -619,10 +632,10 @@ impl<'c> Validator<'c> {
                 && trust == "observed"
                 && actor_kind != "host_adapter"
             {
-                return Err(
-                    "trust: an observed resource_sample comes only from a host_adapter actor"
-                        .into(),
-                );
+                return Err(Problem::new(
+                    "trust",
+                    "an observed resource_sample comes only from a host_adapter actor",
+                ));
             }
         }
         self.payload(kind, &v, live)?;
@@ -632,8 +645,9 @@ impl<'c> Validator<'c> {
     fn task_ref(&self, v: FieldRef, at: &str, live: bool) -> Check<()> {
         let task = text(v, at)?;
         if live && self.contract.task(task).is_none() {
-            return Err(format!(
-                "{at}: task {} is not declared in the live contract",
+            return Err(problem!(
+                at,
+                "task {} is not declared in the live contract",
                 py_repr(task)
             ));
         }
@@ -643,8 +657,9 @@ impl<'c> Validator<'c> {
     fn criterion_ref(&self, v: FieldRef, at: &str, live: bool) -> Check<()> {
         let criterion = text(v, at)?;
         if live && self.contract.criterion(criterion).is_none() {
-            return Err(format!(
-                "{at}: criterion {} is not declared in the live contract",
+            return Err(problem!(
+                at,
+                "criterion {} is not declared in the live contract",
                 py_repr(criterion)
             ));
         }
@@ -678,14 +693,14 @@ impl<'c> Validator<'c> {
                     let env = env.value();
                     let env = env
                         .as_object()
-                        .ok_or("env: expected an object of strings")?;
+                        .ok_or_else(|| Problem::new("env", "expected an object of strings"))?;
                     for (k, val) in env {
                         check::string(val, &format!("env.{k}"))?;
                     }
                 }
                 let t = check::number(&req(Key::TimeoutSeconds).value(), "timeout_seconds", 0.0)?;
                 if t <= 0.0 {
-                    return Err("timeout_seconds: must be above 0".into());
+                    return Err(Problem::new("timeout_seconds", "must be above 0"));
                 }
                 int(req(Key::ExitCode), "exit_code", i64::MIN)?;
                 self.task_ref(req(Key::Task), "task", live)?;
@@ -729,7 +744,7 @@ impl<'c> Validator<'c> {
                         string(r, "reason")?;
                     }
                     None if decision == "refused" => {
-                        return Err("reason: a refused adaptation must say why".into());
+                        return Err(Problem::new("reason", "a refused adaptation must say why"));
                     }
                     None => {}
                 }
@@ -825,7 +840,10 @@ impl<'c> Validator<'c> {
                         check::int(&a["threshold"], "aging.threshold", 1)?;
                     }
                     _ if boosted => {
-                        return Err("aging: a boosted selection must record its aging".into());
+                        return Err(Problem::new(
+                            "aging",
+                            "a boosted selection must record its aging",
+                        ));
                     }
                     _ => {}
                 }
@@ -849,7 +867,7 @@ impl<'c> Validator<'c> {
                     && !matches!(d, FieldRef::Json(raw) if raw.starts_with('{'))
                     && !d.is_null()
                 {
-                    return Err("digests: expected an object".into());
+                    return Err(Problem::new("digests", "expected an object"));
                 }
             }
             EventType::Reconciliation => {
@@ -895,7 +913,7 @@ impl<'c> Validator<'c> {
             && let Some(t) = opt_string(t, "target")?
             && t.chars().count() > 200
         {
-            return Err("target: longer than 200 characters".into());
+            return Err(Problem::new("target", "longer than 200 characters"));
         }
         if let Some(w) = v.get(Key::Worktree) {
             opt_string(w, "worktree")?;
@@ -910,16 +928,19 @@ impl<'c> Validator<'c> {
                 )?;
             }
             None if state == "launched" => {
-                return Err("prompt_digest: required when a delegation is launched".into());
+                return Err(Problem::new(
+                    "prompt_digest",
+                    "required when a delegation is launched",
+                ));
             }
             None => {}
         }
         for key in [Key::ResultPath, Key::ResultDigest] {
             if let Some(x) = v.get(key) {
                 if !matches!(state, "completed" | "failed") {
-                    return Err(format!(
-                        "{}: only a completed or failed delegation has one",
-                        key.name()
+                    return Err(Problem::new(
+                        key.name(),
+                        "only a completed or failed delegation has one",
                     ));
                 }
                 opt_string(x, key.name())?;
@@ -950,7 +971,7 @@ fn actor<'a>(v: &View<'a>, actor_v: FieldRef<'a>) -> Check<std::borrow::Cow<'a, 
         }
     };
     if identity > 100 {
-        return Err("actor.identity: longer than 100 characters".into());
+        return Err(Problem::new("actor.identity", "longer than 100 characters"));
     }
     Ok(kind)
 }
@@ -965,7 +986,7 @@ fn string<'a>(f: FieldRef<'a>, at: &str) -> Check<&'a str> {
         FieldRef::Str(s) => Ok(s),
         FieldRef::Json(_) => Err(match check::string(&f.value(), at) {
             Err(problem) => problem,
-            Ok(_) => format!("{at}: expected a string"),
+            Ok(_) => problem!(at, "expected a string"),
         }),
     }
 }
@@ -1001,7 +1022,7 @@ fn int(f: FieldRef, at: &str, min: i64) -> Check<i64> {
             return Ok(n);
         }
         if raw == "-0" {
-            return Err(format!("{at}: 0 is below the minimum {min}"));
+            return Err(problem!(at, "0 is below the minimum {min}"));
         }
     }
     check::int(&f.value(), at, min)
