@@ -426,7 +426,7 @@ agent:
   cost_limit: 0
 model:
   model_name: "openai/{model}"
-  cost_tracking: ignore_errors
+  cost_tracking: ignore_errors{model_class}
   model_kwargs:
     api_base: "{endpoint}"
     api_key: "none"
@@ -446,9 +446,13 @@ def run_mini(task, work, tmp, args, timeout):
         raise UsageError("--agent mini-swe-agent needs --endpoint and --model")
     traj = tmp / "trajectory.json"
     config = tmp / "mini.yaml"
+    # The text-based config asks for a ```mswea_bash_command block instead of a tool call;
+    # its parser is the litellm_textbased model class, which the config file does not name.
+    textbased = args.mini_config == "mini_textbased.yaml"
+    model_class = "\n  model_class: litellm_textbased" if textbased else ""
     config.write_text(MINI_CONFIG.format(max_turns=args.max_turns, max_tokens=args.max_tokens, model=args.model,
-                                         endpoint=args.endpoint))
-    argv = [exe, "-y", "--exit-immediately", "-c", "mini.yaml", "-c", str(config),
+                                         endpoint=args.endpoint, model_class=model_class))
+    argv = [exe, "-y", "--exit-immediately", "-c", args.mini_config, "-c", str(config),
             "-t", task.instruction, "-o", str(traj)]
     env = {"MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors",
            "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
@@ -653,6 +657,9 @@ def main(argv=None):
     r.add_argument("--max-turns", type=int, default=30)
     r.add_argument("--tool-calls-in-text", action="store_true",
                    help="kxen: read tool calls the model writes into its text (provider option)")
+    r.add_argument("--mini-config", choices=["mini.yaml", "mini_textbased.yaml"], default="mini.yaml",
+                   help="mini-swe-agent: its built-in config (mini_textbased.yaml reads a command "
+                        "block from the text, for a server that returns no tool calls)")
     r.add_argument("--max-tokens", type=int, default=1024,
                    help="the model's answer cap per turn, for every agent (default 1024)")
     r.add_argument("--verify-before-completion", action="store_true",

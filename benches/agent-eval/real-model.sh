@@ -12,7 +12,9 @@
 #
 # Environment: TEMPLATE=FILE picks another chat template in MODEL_DIR (round 3 of docs/eval.md
 # used qwen2.5-coder-fenced-tools-nohint.jinja, the same template without the line after tool
-# results that tells the model to stop); THREADS=N the server's -t (default: nproc);
+# results that tells the model to stop; TEMPLATE=stock uses the template inside the GGUF, with
+# which the server returns no tool calls for this model: pair it with `-- --tool-calls-in-text`,
+# round 5); THREADS=N the server's -t (default: nproc);
 # AGENTS="kxen" runs only some of the agents (default "kxen mini-swe-agent"); PREDICT=N the
 # server's answer cap -n (default 1024; pair it with `-- --max-tokens N`). Everything after
 # `--` goes to every `eval.py run`, e.g. `-- --verify-before-completion --environment-preamble
@@ -30,15 +32,21 @@ template=${TEMPLATE:-qwen2.5-coder-fenced-tools.jinja}
 threads=${THREADS:-$(nproc)}
 predict=${PREDICT:-1024}
 agents=${AGENTS:-kxen mini-swe-agent}
-[ -f "$dir/$template" ] || { echo "error: no chat template $dir/$template" >&2; exit 3; }
+if [ "$template" = stock ]; then
+    template_args=
+else
+    [ -f "$dir/$template" ] || { echo "error: no chat template $dir/$template" >&2; exit 3; }
+    template_args="--chat-template-file $dir/$template"
+fi
 server=$dir/llama.cpp/build/bin/llama-server
 [ -x "$server" ] || { echo "error: no llama-server in $dir (run the real-model setup first)" >&2; exit 3; }
 bin=${KXEN_AGENT:-$here/../../target/release/kxen-agent}
 mkdir -p "$out"
 
+# shellcheck disable=SC2086 # template_args is empty or one option and a path without spaces
 nice -n 5 "$server" -m "$dir/qwen2.5-coder-$size.gguf" -a "qwen2.5-coder-$size" \
     --host 127.0.0.1 --port "$port" -c 16384 -np 1 -t "$threads" -n "$predict" --metrics \
-    --jinja --chat-template-file "$dir/$template" --offline --no-webui \
+    --jinja $template_args --offline --no-webui \
     > "$out/server.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null' EXIT INT TERM

@@ -5,15 +5,20 @@
 //! (llama.cpp's `llama-server` with the model's own template, for Qwen2.5-Coder 1.5B) answer a
 //! tool request with the call as JSON in their text — a ```` ```json ```` fence or Qwen's
 //! `<tool_call>…</tool_call>` — and the server returns it as text with no `tool_calls`. Without
-//! this the run takes that text for the final answer and ends after one turn.
+//! this the run takes that text for the final answer and ends after one turn. After a turn or
+//! two the same model often drops the fence and answers with the bare object alone
+//! (`{"name": "exec", "arguments": {…}}`, measured in round 5 of docs/eval.md), so that form
+//! counts too when it ends the answer.
 //!
 //! What counts as a call, so that an answer that merely *shows* JSON is not run: a fenced block
 //! (or tagged block) whose whole content is one JSON object, or a list of them, each with a
 //! `name` that is one of the tools offered in this request and `arguments` (or `parameters`)
 //! that are an object or a string holding one. When at least one block qualifies, every
 //! qualifying block becomes a call in the order written, and the text keeps only what is
-//! outside them. Anything else is left untouched: an answer is never made into a call of a tool
-//! the request did not offer.
+//! outside them. With no qualifying block, the same object (or list) unfenced qualifies when it
+//! starts a line and runs to the end of the answer; the lines before it stay the text. Anything
+//! else is left untouched: an answer is never made into a call of a tool the request did not
+//! offer.
 //!
 //! The calls get the same ids the provider gives calls of servers that send none
 //! (`call_<response>_<n>`), so the answer read back is the same on every read of the same
@@ -45,10 +50,16 @@ pub fn extract(response: &mut ModelResponse, tools: &[ToolSchema], responses_so_
         }
         rest = &rest[block.end..];
     }
-    if calls.is_empty() {
-        return;
-    }
     kept.push_str(rest);
+    if calls.is_empty() {
+        match trailing_calls(&response.text, &offered) {
+            Some((prose, found)) => {
+                kept = prose.to_string();
+                calls = found;
+            }
+            None => return,
+        }
+    }
     response.text = kept.trim().to_string();
     response.tool_calls = calls
         .into_iter()
@@ -101,6 +112,21 @@ fn next_block(text: &str) -> Option<Block<'_>> {
             body: &text[body_start..close],
         })
     }
+}
+
+/// An unfenced call object (or list) that starts a line of `text` and runs to its end: the
+/// text before it and the calls. The earliest such line wins, so a call is read whole.
+fn trailing_calls<'t>(
+    text: &'t str,
+    offered: &dyn Fn(&str) -> bool,
+) -> Option<(&'t str, Vec<(String, Value)>)> {
+    let line_starts = std::iter::once(0).chain(text.match_indices('\n').map(|(at, _)| at + 1));
+    line_starts
+        .filter(|&at| {
+            let line = text[at..].trim_start_matches([' ', '\t']);
+            line.starts_with('{') || line.starts_with('[')
+        })
+        .find_map(|at| parse_calls(&text[at..], offered).map(|calls| (&text[..at], calls)))
 }
 
 /// The calls `body` holds: one call object or a list of them, every one of an offered tool.
@@ -193,6 +219,35 @@ mod tests {
         assert_eq!(names, ["read", "write"]);
         assert_eq!(r.tool_calls[0].arguments, json!({"path": "a"}));
         assert_eq!(r.tool_calls[1].id, "call_3_2");
+    }
+
+    #[test]
+    fn a_bare_call_ending_the_answer_becomes_a_call() {
+        let r = read_back("{\"name\": \"read\", \"arguments\": {\"path\": \"a.js\"}}\n");
+        assert_eq!(r.text, "");
+        assert_eq!(r.tool_calls.len(), 1);
+        assert_eq!(r.tool_calls[0].arguments, json!({"path": "a.js"}));
+        let r = read_back(
+            "Now the check.\n  [{\"name\": \"write\", \"arguments\": {\"path\": \"b\", \"content\": \"{\\n}\"}}]",
+        );
+        assert_eq!(r.text, "Now the check.");
+        assert_eq!(r.tool_calls[0].name, "write");
+        assert_eq!(r.tool_calls[0].arguments["content"], "{\n}");
+    }
+
+    #[test]
+    fn bare_json_that_is_not_a_whole_trailing_call_stays_an_answer() {
+        for text in [
+            "{\"name\": \"app\", \"version\": 2}",
+            "{\"name\": \"rm\", \"arguments\": {}}",
+            "{\"name\": \"read\", \"arguments\": {\"path\": \"a\"}}\nand then I stopped.",
+            "Run {\"name\": \"read\", \"arguments\": {}} yourself.",
+            "{\"name\": \"read\", \"arguments\": {\"path\": \"a\"}",
+        ] {
+            let r = read_back(text);
+            assert!(r.tool_calls.is_empty(), "{text}");
+            assert_eq!(r.text, text);
+        }
     }
 
     #[test]
