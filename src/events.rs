@@ -146,9 +146,50 @@ pub enum Event {
         final_text: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// The run ended with changes no check ran after (`verifyBeforeCompletion`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        unverified: Option<Unverified>,
         turns: u64,
         usage: UsageRecord,
     },
+}
+
+/// What a run that asked for verification before completion (`verifyBeforeCompletion`) ended
+/// without checking: its answer came after changes no `exec` ran after, even after the one
+/// reminder (docs/verification.md). Recorded in the run's result and its `runFinished` event,
+/// so that whoever reads the ending sees that a claim of success in the final answer is the
+/// model's, not something the run saw. Plain data here, at the ground, because both the run
+/// record and the events carry it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Unverified {
+    /// Files a `write` or `edit` changed after the run's last check.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
+    /// Files whose latest `write` or `edit` failed, with no check after it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<String>,
+}
+
+impl Unverified {
+    /// One line for people: `` `a.py` changed, `b.py` failed to change, and no check ran after ``.
+    pub fn describe(&self) -> String {
+        let quote = |paths: &[String]| {
+            paths
+                .iter()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut parts = Vec::new();
+        if !self.changed.is_empty() {
+            parts.push(format!("{} changed", quote(&self.changed)));
+        }
+        if !self.failed.is_empty() {
+            parts.push(format!("a change to {} failed", quote(&self.failed)));
+        }
+        format!("not verified: {} and no check ran after", parts.join("; "))
+    }
 }
 
 /// Where a run stands, for a live display such as the terminal's status line. Not an event:

@@ -401,6 +401,7 @@ def run_kxen(task, work, tmp, args, timeout):
             result.update({
                 "status": r.get("status"),
                 "reason": res.get("reason"),
+                "unverified": res.get("unverified"),
                 "turns": res.get("turns"),
                 "toolCalls": len(record.get("operations", [])),
                 "inputTokens": usage.get("inputTokens"),
@@ -597,6 +598,17 @@ def print_table(groups):
         totals.append(f"{len(solved)}/{len(g)} passed, {sum(r['wallS'] for r in g):.0f} s, "
                       f"in/solved {per}")
     print(f"{'total':<28}" + "".join(f" | {t:<30}" for t in totals))
+    # An agent that reports success the check does not confirm: the runtime's word against
+    # the task's. A kxen run that ended `unverified` did not claim a success it saw.
+    false = [sum(1 for r in g if claimed_success(r) and not r["passed"]) for g in groups]
+    print(f"{'claimed done, check failed':<28}" + "".join(f" | {n:<30}" for n in false))
+
+
+def claimed_success(r):
+    """The agent ended as if the work were done (kxen `completed` without `unverified`,
+    mini-swe-agent `Submitted`)."""
+    return (r.get("status") == "completed" and not r.get("unverified")) \
+        or r.get("status") == "Submitted"
 
 
 def tokens_in(r):

@@ -383,6 +383,12 @@ fn timeline(h: &mut Html, data: &Data, run: &RunData) {
         h.raw("<li class=\"result\"><b>result</b> ");
         status_badge(h, result.status.name());
         h.raw(" after ").num(result.turns).raw(" turns");
+        if let Some(unverified) = &result.unverified {
+            // File names come from the model's calls: escaped like everything else.
+            h.raw(" <span class=\"badge stop\">")
+                .text(&unverified.describe())
+                .raw("</span>");
+        }
         if let Some(e) = &result.error {
             h.raw("<pre class=\"err\">")
                 .text(&e.kind)

@@ -737,6 +737,7 @@ impl Loop<'_, '_> {
             final_message_id: None,
             final_usage: None,
             final_cost_usd: None,
+            unverified: None,
             turns: self.turns,
             usage: self.usage,
             at: crate::clock::now_rfc3339(),
@@ -1290,11 +1291,27 @@ impl Loop<'_, '_> {
             final_message_id: Some(final_message_id),
             final_usage: usage,
             final_cost_usd: cost,
+            unverified: self.unverified(),
             turns: self.turns,
             usage: self.usage,
             at: crate::clock::now_rfc3339(),
         };
         self.end(run, result, sink)
+    }
+
+    /// What a run that asked for verification ends without checking (`None`: it did not ask,
+    /// or a check ran after every change). Read from the journal like the reminder, so an
+    /// answer after the reminder that still has not run a check is recorded as unverified
+    /// rather than as the success it may claim (docs/verification.md).
+    fn unverified(&self) -> Option<crate::events::Unverified> {
+        if self.ex.definition.spec.execution.verify_before_completion != Some(true) {
+            return None;
+        }
+        let unchecked = verification::unchecked_changes(self.journal.table());
+        (!unchecked.is_empty()).then(|| crate::events::Unverified {
+            changed: unchecked.changed,
+            failed: unchecked.failed,
+        })
     }
 
     /// The reminder a final answer gets now, if it is due ([`crate::run::verification`]): the
@@ -1388,6 +1405,7 @@ impl Loop<'_, '_> {
             final_message_id: None,
             final_usage: None,
             final_cost_usd: None,
+            unverified: None,
             turns: self.turns,
             usage: self.usage,
             at: crate::clock::now_rfc3339(),
@@ -1589,6 +1607,7 @@ pub fn finished_event(session_id: &str, run_id: &str, result: &RunResult) -> Eve
         }),
         final_text: result.final_text.clone(),
         error: result.error.as_ref().map(|e| e.message.clone()),
+        unverified: result.unverified.clone(),
         turns: result.turns,
         usage: result.usage,
     }

@@ -337,7 +337,15 @@ fn run_child(
     drop(lease);
     Ok(match ending {
         Ending::Finished(result) => match result.status {
-            RunStatus::Completed => ToolOutput::ok(result.final_text),
+            // The parent decides what an unchecked claim is worth, so it is told.
+            RunStatus::Completed => match &result.unverified {
+                Some(unverified) => ToolOutput::ok(format!(
+                    "{}\n[kxen-agent runtime] The subagent's run is {}.",
+                    result.final_text,
+                    unverified.describe()
+                )),
+                None => ToolOutput::ok(result.final_text),
+            },
             status => {
                 let why = result
                     .error

@@ -82,6 +82,7 @@ mod tests {
         let mut run = RunState::new("ses_1", "run_1", &task, 1);
         let result = RunResult {
             final_cost_usd: None,
+            unverified: None,
             status: RunStatus::Completed,
             reason: None,
             final_text: "done".into(),

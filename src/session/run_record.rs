@@ -116,6 +116,10 @@ pub struct RunResult {
     /// What that call cost (restored with the final message; see [`crate::session::cost`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_cost_usd: Option<f64>,
+    /// The run's answer came after changes no check ran after, though the definition asked
+    /// for verification before completion (docs/verification.md); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unverified: Option<crate::events::Unverified>,
     pub turns: u64,
     pub usage: UsageRecord,
     pub at: String,
@@ -265,6 +269,7 @@ mod tests {
         let mut run = RunState::new("ses_1", "run_1", &task, 1);
         run.result = Some(RunResult {
             final_cost_usd: None,
+            unverified: None,
             status: RunStatus::Failed,
             reason: Some(FailReason::BudgetExhausted),
             final_text: String::new(),

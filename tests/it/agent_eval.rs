@@ -184,6 +184,14 @@ fn a_run_that_claims_success_without_doing_the_work_is_a_failure() {
         "{}",
         table.stdout
     );
+    // And counts the run's claim the check did not confirm, in each column.
+    let claims = table
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("claimed done, check failed"))
+        .unwrap_or_else(|| panic!("{}", table.stdout));
+    let counts: Vec<&str> = claims.split('|').skip(1).map(str::trim).collect();
+    assert_eq!(counts, ["1", "1"], "{claims}");
 }
 
 #[test]

@@ -400,3 +400,117 @@ fn write_replaces_only_a_file_the_run_has_read_and_the_read_survives_a_resume() 
     assert!(starts(3, "overwrote `greeting.txt`"), "{results:?}");
     assert!(starts(4, "overwrote `check.sh`"), "{results:?}");
 }
+
+/// The `unverified` of a run's result as `run show` prints it (`None`: absent).
+fn recorded_unverified(env: &TestEnv, session: &str, run: &str) -> Option<Value> {
+    let show = env.run("kxen-agent", &["run", "show", session, run]);
+    show.expect(0);
+    show.jsonl()[0]["run"]["result"].get("unverified").cloned()
+}
+
+#[test]
+fn an_answer_after_the_reminder_with_no_check_ends_unverified_across_a_crash() {
+    // A change, the reminder, and a second claim with no check: the run ends `completed` (the
+    // model did answer) and its ending says which change no check saw.
+    let turns = [
+        call("c1", "read", json!({"path": "greeting.txt"})),
+        edit_greeting("c2"),
+        answer("Done."),
+        answer("Fixed and tested."),
+    ];
+    let env = TestEnv::new();
+    let repo = workspace(&env);
+    let agent = verifier(&env, Some(true));
+    let (fin, session) = run(&env, &repo, &agent, &turns);
+    assert_eq!(fin["status"], "completed");
+    assert_eq!(fin["finalText"], "Fixed and tested.");
+    assert_eq!(fin["unverified"], json!({"changed": ["greeting.txt"]}));
+    let run_id = fin["runId"].as_str().unwrap();
+    assert_eq!(
+        recorded_unverified(&env, &session, run_id),
+        Some(json!({"changed": ["greeting.txt"]}))
+    );
+    let text = env.run(
+        "kxen-agent",
+        &["--format", "text", "run", "show", &session, run_id],
+    );
+    assert!(
+        text.stdout
+            .contains("not verified: `greeting.txt` changed and no check ran after"),
+        "{}",
+        text.stdout
+    );
+    let verify = env.run("kxen-agent", &["session", "verify", &session]);
+    assert_eq!(verify.code, 0, "{}", verify.stderr);
+
+    // Killed right after the reminder is durable and resumed: the same ending.
+    let env = TestEnv::new();
+    let repo = workspace(&env);
+    let agent = verifier(&env, Some(true));
+    let config = script_config(&env, &turns);
+    let mut cmd = env.cmd("kxen-agent");
+    cmd.args(["run", "--workspace", repo.to_str().unwrap(), "--task", TASK])
+        .args(["--agent", agent.to_str().unwrap()])
+        .args(["--config", config.to_str().unwrap(), "--allow-shell"])
+        .env("KXEN_FAILPOINT", "verify.after-reminder");
+    let out = cmd.output().unwrap();
+    assert_ne!(out.status.code(), Some(0), "the failpoint was not reached");
+    let session = only_session(&env);
+    let resumed = env.run(
+        "kxen-agent",
+        &[
+            "--resume",
+            &session,
+            "--config",
+            config.to_str().unwrap(),
+            "--allow-shell",
+        ],
+    );
+    resumed.expect(0);
+    let fin = finished(&resumed.jsonl()).clone();
+    assert_eq!(fin["finalText"], "Fixed and tested.");
+    assert_eq!(fin["unverified"], json!({"changed": ["greeting.txt"]}));
+    assert_eq!(reminders(&env, &session).len(), 1);
+
+    // A change that failed, then two claims: the failure is what no check saw.
+    let env = TestEnv::new();
+    let repo = workspace(&env);
+    let agent = verifier(&env, Some(true));
+    let (fin, _) = run(
+        &env,
+        &repo,
+        &agent,
+        &[
+            call(
+                "c1",
+                "edit",
+                json!({"path": "greeting.txt", "oldString": "absent", "newString": "x"}),
+            ),
+            answer("Done."),
+            answer("Done, really."),
+        ],
+    );
+    assert_eq!(fin["unverified"], json!({"failed": ["greeting.txt"]}));
+
+    // A check after the reminder, or no `verifyBeforeCompletion`: nothing is unverified.
+    for (flag, turns) in [
+        (
+            Some(true),
+            vec![
+                edit_greeting("c1"),
+                answer("Done."),
+                call("c2", "exec", json!({"command": "sh check.sh"})),
+                answer("PASS."),
+            ],
+        ),
+        (None, vec![edit_greeting("c1"), answer("Done.")]),
+    ] {
+        let env = TestEnv::new();
+        let repo = workspace(&env);
+        let agent = verifier(&env, flag);
+        let (fin, session) = run(&env, &repo, &agent, &turns);
+        assert!(fin.get("unverified").is_none(), "{fin}");
+        let run_id = fin["runId"].as_str().unwrap();
+        assert_eq!(recorded_unverified(&env, &session, run_id), None);
+    }
+}

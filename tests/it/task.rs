@@ -979,3 +979,61 @@ fn a_policy_depth_of_two_lets_a_child_delegate_once_more() {
     )
     .expect(0);
 }
+
+#[test]
+fn a_childs_unverified_claim_reaches_the_parent_as_unverified() {
+    let env = TestEnv::new();
+    let repo = env.git_repo("repo", &[("README", "x\n")]);
+    let agent = env.path().join("verifying-delegator.yaml");
+    std::fs::write(
+        &agent,
+        "apiVersion: kxen.ai/v1alpha1\nkind: DCPAgent\nmetadata: {name: vd}\nspec:\n  \
+         objective: o\n  instructions: [i]\n  capabilities: {required: [read], optional: \
+         [write, exec, task]}\n  execution: {maxTurns: 8, verifyBeforeCompletion: true}\n",
+    )
+    .unwrap();
+    // The child writes a file, claims success, is reminded, and claims it again.
+    let config = script_config(
+        &env,
+        &[
+            tasks(&[("t1", "make", "Make notes.txt")]),
+            child(
+                "make",
+                call(
+                    "w1",
+                    "write",
+                    json!({"path": "notes.txt", "content": "n\n"}),
+                ),
+            ),
+            child("make", answer("Made it.")),
+            child("make", answer("Made it, tested.")),
+            answer("The subagent made it."),
+        ],
+    );
+    let out = start(&env, &repo, &agent, &config);
+    out.expect(0);
+    let child = session_list(&env)
+        .into_iter()
+        .find(|s| s["forkKind"] == "task")
+        .unwrap();
+    let shown = session_show(&env, child["id"].as_str().unwrap());
+    assert_eq!(
+        shown["runs"][0]["result"]["unverified"],
+        json!({"changed": ["notes.txt"]})
+    );
+    let parent = parent_of_all(&env);
+    let parent_shown = session_show(&env, parent["id"].as_str().unwrap());
+    let result = parent_shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()
+        .clone();
+    assert!(result.get("isError").is_none(), "{result}");
+    assert_eq!(
+        result["content"],
+        "Made it, tested.\n[kxen-agent runtime] The subagent's run is not verified: \
+         `notes.txt` changed and no check ran after."
+    );
+}

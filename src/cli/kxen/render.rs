@@ -178,11 +178,15 @@ impl Renderer {
                 status,
                 turns,
                 final_text,
+                unverified,
                 ..
             } => {
                 say(&format!("run {run_id} {status} after {turns} turns"));
                 if !final_text.is_empty() && status != "completed" {
                     say(final_text.trim_end());
+                }
+                if let Some(unverified) = unverified {
+                    say(&unverified.describe());
                 }
             }
         }

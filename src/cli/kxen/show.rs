@@ -311,6 +311,12 @@ fn run_text(shown: &view::RunView) -> String {
             .and_then(Value::as_str)
             .unwrap_or("");
         out.push_str(&format!("result: {}\n", clip(final_text, 100)));
+        if let Some(unverified) = result
+            .get("unverified")
+            .and_then(|u| serde_json::from_value::<crate::events::Unverified>(u.clone()).ok())
+        {
+            out.push_str(&format!("{}\n", unverified.describe()));
+        }
         if let Some(error) = result
             .get("error")
             .and_then(|e| e.get("message"))
