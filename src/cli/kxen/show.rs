@@ -315,7 +315,7 @@ fn run_text(shown: &view::RunView) -> String {
             .get("unverified")
             .and_then(|u| serde_json::from_value::<crate::events::Unverified>(u.clone()).ok())
         {
-            out.push_str(&format!("{}\n", unverified.describe()));
+            out.push_str(&format!("{}\n", clip(&unverified.describe(), 300)));
         }
         if let Some(error) = result
             .get("error")
