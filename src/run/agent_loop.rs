@@ -1308,7 +1308,7 @@ impl Loop<'_, '_> {
             return None;
         }
         let unchecked = verification::unchecked_changes(self.journal.table());
-        (!unchecked.is_empty()).then(|| crate::events::Unverified {
+        (!unchecked.is_empty()).then_some(crate::events::Unverified {
             changed: unchecked.changed,
             failed: unchecked.failed,
         })
