@@ -18,18 +18,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use kxen::dwp::addons::KEYS; // every addon a config file may enable
 use serde_json::{Value, json};
-
-const KEYS: [&str; 8] = [
-    "agentkit",
-    "ai-diff-reviewer",
-    "dailybot",
-    "dependency-upgrade",
-    "design-system",
-    "devcontainer",
-    "herdr",
-    "vim",
-];
 
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
