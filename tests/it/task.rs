@@ -95,6 +95,17 @@ fn start(env: &TestEnv, repo: &Path, agent: &Path, config: &Path) -> Run {
     run_new(env, repo, "Check both", agent, config, &["--allow-shell"])
 }
 
+/// The first tool result in a shown Session's messages (a parent's `task` call's answer).
+fn first_tool_result(shown: &Value) -> Value {
+    shown["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()
+        .clone()
+}
+
 /// The top-level Session of the state dir (the one without a parent).
 pub fn parent_of_all(env: &TestEnv) -> Value {
     let top: Vec<Value> = session_list(env)
@@ -265,13 +276,7 @@ fn task_needs_allow_shell() {
     assert_eq!(session_list(&env).len(), 1, "no child Session: {out:?}");
     let shown = session_show(&env, parent["id"].as_str().unwrap());
     assert_eq!(shown["lock"]["capabilities"], json!(["read"]));
-    let refused = shown["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .unwrap()
-        .clone();
+    let refused = first_tool_result(&shown);
     assert!(
         refused["content"]
             .as_str()
@@ -324,13 +329,7 @@ fn a_child_cannot_exceed_the_parents_remaining_turns_and_its_turns_are_the_paren
     // model calls in all.
     let parent = parent_of_all(&env);
     let parent_shown = session_show(&env, parent["id"].as_str().unwrap());
-    let result = parent_shown["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .unwrap()
-        .clone();
+    let result = first_tool_result(&parent_shown);
     assert_eq!(result["isError"], true);
     assert!(
         result["content"].as_str().unwrap().contains("turn budget"),
@@ -857,13 +856,7 @@ fn a_child_awaiting_approval_is_approved_through_the_child_never_resolved_in_the
         "ran\n"
     );
     let parent_shown = session_show(&env, pid);
-    let result = parent_shown["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .unwrap()
-        .clone();
+    let result = first_tool_result(&parent_shown);
     assert_eq!(result["content"], "child done", "{result}");
     // The parent's call is settled: the child is not resumed on its own any more.
     let mut again = vec![
@@ -1023,13 +1016,7 @@ fn a_childs_unverified_claim_reaches_the_parent_as_unverified() {
     );
     let parent = parent_of_all(&env);
     let parent_shown = session_show(&env, parent["id"].as_str().unwrap());
-    let result = parent_shown["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "tool")
-        .unwrap()
-        .clone();
+    let result = first_tool_result(&parent_shown);
     assert!(result.get("isError").is_none(), "{result}");
     assert_eq!(
         result["content"],
