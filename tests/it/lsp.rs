@@ -482,16 +482,7 @@ fn a_killed_runtime_leaves_no_server_and_none_gets_a_secret() {
         .as_str()
         .unwrap()
         .to_string();
-    let resumed = env.run(
-        "kxen-agent",
-        &[
-            "--resume",
-            &session,
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-shell",
-        ],
-    );
+    let resumed = resume(&env, &session, &config, &["--allow-shell"]);
     resumed.expect(7); // the exec call is UNKNOWN
     assert!(
         servers.iter().all(|p| !alive(*p)),

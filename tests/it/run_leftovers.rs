@@ -61,16 +61,7 @@ fn resume_stops_what_a_killed_runtime_left_running_before_recording_unknown() {
     let list = env.run("kxen-agent", &["session", "list"]);
     let session = list.jsonl()[0]["id"].as_str().unwrap().to_string();
 
-    let resumed = env.run(
-        "kxen-agent",
-        &[
-            "--resume",
-            &session,
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-shell",
-        ],
-    );
+    let resumed = crate::run_support::resume(&env, &session, &config, &["--allow-shell"]);
     resumed.expect(7);
     let events = resumed.jsonl();
     let warning = events

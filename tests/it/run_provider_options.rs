@@ -25,46 +25,20 @@ fn config(env: &TestEnv, url: &str, options: &str) -> std::path::PathBuf {
 #[test]
 fn each_option_reaches_every_request_and_session_show_reports_it() {
     let env = TestEnv::new();
-    let repo = env.git_repo("repo", &[("a.txt", "a\n")]);
-    let (url, seen) = serve(vec![
-        completion(
-            json!({"role": "assistant", "content": null, "tool_calls": [{
-            "id": "call_1", "type": "function",
-            "function": {"name": "read", "arguments": "{\"path\": \"a.txt\"}"}}]}),
-        ),
-        completion(json!({"role": "assistant", "content": "It says a."})),
-    ]);
-    let config = config(
+    let (run, bodies) = ask_about_a(
         &env,
-        &url,
         "temperature = 0.0\ntop_p = 0.8\nmax_tokens = 512\nseed = 42\n\
          extra_body = { cache_prompt = true, top_k = 1 }\n",
+        vec![
+            completion(
+                json!({"role": "assistant", "content": null, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "read", "arguments": "{\"path\": \"a.txt\"}"}}]}),
+            ),
+            completion(json!({"role": "assistant", "content": "It says a."})),
+        ],
     );
-    let agent = fixer(&env);
-    let out = env
-        .cmd("kxen-agent")
-        .env("KXEN_TEST_OPTIONS_KEY", KEY)
-        .args([
-            "run",
-            "--workspace",
-            repo.to_str().unwrap(),
-            "--task",
-            "What does a.txt say?",
-            "--agent",
-            agent.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    let run = crate::env::Run::from(out);
     run.expect(0);
-    let bodies: Vec<serde_json::Value> = seen
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(_, b)| b.clone())
-        .collect();
     assert_eq!(bodies.len(), 2);
     for body in &bodies {
         assert_eq!(body["temperature"], json!(0.0));
@@ -142,9 +116,9 @@ fn an_unknown_or_invalid_option_is_exit_4_naming_the_file() {
     }
 }
 
-/// The run's task and a fenced call of `read` in the model's text, as a small local model
-/// writes it when the server's chat template cannot parse calls out.
-fn run_with_text_call(
+/// A run asking what `a.txt` says against a model server that gives `answers` in turn, with
+/// the provider `options`: how it ended and the request bodies the server saw.
+fn ask_about_a(
     env: &TestEnv,
     options: &str,
     answers: Vec<serde_json::Value>,
@@ -184,7 +158,7 @@ const FENCED_READ: &str =
 #[test]
 fn a_call_written_in_the_text_runs_when_the_provider_reads_text_calls() {
     let env = TestEnv::new();
-    let (run, bodies) = run_with_text_call(
+    let (run, bodies) = ask_about_a(
         &env,
         "tool_calls_in_text = true",
         vec![
@@ -219,7 +193,7 @@ fn a_call_written_in_the_text_runs_when_the_provider_reads_text_calls() {
 #[test]
 fn without_the_option_a_call_written_in_the_text_is_the_answer() {
     let env = TestEnv::new();
-    let (run, bodies) = run_with_text_call(
+    let (run, bodies) = ask_about_a(
         &env,
         "",
         vec![completion(

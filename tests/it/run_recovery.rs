@@ -62,12 +62,6 @@ fn start_cut(
     }
 }
 
-fn resume(env: &TestEnv, session: &str, config: &Path, extra: &[&str]) -> Run {
-    let mut args = vec!["--resume", session, "--config", config.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    env.run("kxen-agent", &args)
-}
-
 fn only_session(env: &TestEnv) -> Option<String> {
     let list = env.run("kxen-agent", &["session", "list"]);
     list.expect(0);

@@ -233,16 +233,7 @@ fn a_kill_and_resume_in_the_middle_of_a_loop_keeps_the_count() {
     // Before the kill: the call ran once and its first repeat was answered from the record.
     assert_eq!(tool_messages(&env, &session).len(), 2);
 
-    let resumed = env.run(
-        "kxen-agent",
-        &[
-            "--resume",
-            &session,
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-shell",
-        ],
-    );
+    let resumed = resume(&env, &session, &config, &["--allow-shell"]);
     resumed.expect(1);
     assert_eq!(
         executions(&repo),

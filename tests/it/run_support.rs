@@ -160,3 +160,11 @@ pub fn interrupt(child: &std::process::Child) {
         .unwrap();
     assert!(kill.success());
 }
+
+/// `kxen-agent --resume SESSION --config CONFIG EXTRA…`: continues a Session, as a user does
+/// after a crash or a stop.
+pub fn resume(env: &TestEnv, session: &str, config: &Path, extra: &[&str]) -> Run {
+    let mut args = vec!["--resume", session, "--config", config.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    env.run("kxen-agent", &args)
+}

@@ -456,16 +456,7 @@ fn an_answer_after_the_reminder_with_no_check_ends_unverified_across_a_crash() {
     let out = cmd.output().unwrap();
     assert_ne!(out.status.code(), Some(0), "the failpoint was not reached");
     let session = only_session(&env);
-    let resumed = env.run(
-        "kxen-agent",
-        &[
-            "--resume",
-            &session,
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-shell",
-        ],
-    );
+    let resumed = resume(&env, &session, &config, &["--allow-shell"]);
     resumed.expect(0);
     let fin = finished(&resumed.jsonl()).clone();
     assert_eq!(fin["finalText"], "Fixed and tested.");

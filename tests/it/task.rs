@@ -455,16 +455,7 @@ fn finish_parent(env: &TestEnv, config: &Path, what: &str) -> usize {
         {
             return resolved_total;
         }
-        let next = env.run(
-            "kxen-agent",
-            &[
-                "--resume",
-                id,
-                "--config",
-                config.to_str().unwrap(),
-                "--allow-shell",
-            ],
-        );
+        let next = resume(env, id, config, &["--allow-shell"]);
         match next.code {
             0 => return resolved_total,
             7 => {
@@ -704,16 +695,7 @@ fn sigint_cancels_both_running_children_then_the_parent_and_a_child_is_the_paren
     let child = running[0];
     let parent_id = child["parentId"].as_str().unwrap().to_string();
     let child_id = child["id"].as_str().unwrap().to_string();
-    let busy = env.run(
-        "kxen-agent",
-        &[
-            "--resume",
-            &child_id,
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-shell",
-        ],
-    );
+    let busy = resume(&env, &child_id, &config, &["--allow-shell"]);
     assert_eq!(busy.code, 5, "{}", busy.stderr);
     assert!(
         busy.stderr.contains(&format!(
@@ -735,16 +717,7 @@ fn sigint_cancels_both_running_children_then_the_parent_and_a_child_is_the_paren
     }
     // The parent stopped: the child is no longer held by its lease, but the parent's call has
     // its outcome (the child's cancellation), so nothing would take the child's result.
-    let after = env.run(
-        "kxen-agent",
-        &[
-            "--resume",
-            &child_id,
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-shell",
-        ],
-    );
+    let after = resume(&env, &child_id, &config, &["--allow-shell"]);
     after.expect(5);
     assert!(
         !after.stderr.contains("whose run is active") && after.stderr.contains("already recorded"),

@@ -66,16 +66,7 @@ fn a_child_killed_while_being_created_leaves_no_staging_once_the_parent_is_taken
     assert_eq!(stagings(&env), left);
 
     // The resume owns the parent: the leftover goes, whatever the run then needs.
-    let resumed = env.run(
-        "kxen-agent",
-        &[
-            "--resume",
-            &id,
-            "--config",
-            config.to_str().unwrap(),
-            "--allow-shell",
-        ],
-    );
+    let resumed = crate::run_support::resume(&env, &id, &config, &["--allow-shell"]);
     assert!(
         matches!(resumed.code, 0 | 7),
         "{}\n{}",
